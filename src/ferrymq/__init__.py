@@ -1,0 +1,3 @@
+"""ferrymq: Apache RocketMQ's messaging model in Python."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Shared model and pure codecs: messages, properties, ids, names, wire codes."""

@@ -1,0 +1,98 @@
+"""Message ids: the offset id (store host + commit-log offset) and the client's unique id."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+_ADDR_V4 = struct.Struct(">4sIq")
+
+
+class MessageIdError(ValueError):
+    def __init__(self, msg_id: str, reason: str) -> None:
+        super().__init__(f"not an offset message id {msg_id!r}: {reason}")
+        self.msg_id = msg_id
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetMessageId:
+    host: str
+    port: int
+    offset: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def create_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
+    """hex(ip 4 bytes | port int32 | offset int64), upper case, as RocketMQ's MessageDecoder."""
+    ip = ipaddress.ip_address(host).packed
+    if len(ip) == 4:
+        return _ADDR_V4.pack(ip, port, commit_log_offset).hex().upper()
+    return (ip + struct.pack(">Iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise MessageIdError(msg_id, "not hexadecimal") from exc
+    if len(raw) == 16:
+        ip_raw, port, offset = _ADDR_V4.unpack(raw)
+        return OffsetMessageId(socket.inet_ntoa(ip_raw), port, offset)
+    if len(raw) == 28:
+        port, offset = struct.unpack(">Iq", raw[16:])
+        return OffsetMessageId(str(ipaddress.IPv6Address(raw[:16])), port, offset)
+    raise MessageIdError(msg_id, f"{len(raw)} bytes, expected 16 or 28")
+
+
+class UniqIdGenerator:
+    """RocketMQ's MessageClientIDSetter layout: ip(4) pid(2) instance(4) | ms since the start
+    of the month (4) counter(2), hex upper case. Unique per process without coordination."""
+
+    def __init__(self, ip: str = "127.0.0.1") -> None:
+        try:
+            ip_raw = ipaddress.ip_address(ip).packed[-4:]
+        except ValueError:
+            ip_raw = b"\x7f\x00\x00\x01"
+        self._prefix = (
+            ip_raw + struct.pack(">H", os.getpid() & 0xFFFF) + struct.pack(">I", id(self) & 0xFFFFFFFF)
+        ).hex().upper()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        t = time.gmtime(now_ms / 1000)
+        start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+        year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        self._month_start_ms = start
+        self._next_month_ms = int(time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+    def next_id(self) -> str:
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            if now_ms >= self._next_month_ms or now_ms < self._month_start_ms:
+                self._roll_month(now_ms)
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        diff = (now_ms - self._month_start_ms) & 0xFFFFFFFF
+        return self._prefix + struct.pack(">IH", diff, counter).hex().upper()
+
+
+_default_generator: UniqIdGenerator | None = None
+
+
+def new_uniq_id() -> str:
+    global _default_generator
+    if _default_generator is None:
+        _default_generator = UniqIdGenerator()
+    return _default_generator.next_id()

@@ -1,0 +1,74 @@
+"""Topic and group naming rules and the system topics RocketMQ reserves."""
+
+from __future__ import annotations
+
+import re
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_CLUSTER = "DefaultCluster"
+DEFAULT_BROKER_NAME = "broker-a"
+MASTER_ID = 0
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC})
+
+
+class InvalidNameError(ValueError):
+    """A topic or group name breaks RocketMQ's naming rule."""
+
+    def __init__(self, kind: str, name: str, reason: str) -> None:
+        super().__init__(f"invalid {kind} name {name!r}: {reason}")
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+
+
+def _check(kind: str, name: str, max_len: int) -> None:
+    if not name:
+        raise InvalidNameError(kind, name, "it is empty")
+    if len(name) > max_len:
+        raise InvalidNameError(kind, name, f"it is longer than {max_len} characters")
+    if not _VALID.match(name):
+        raise InvalidNameError(kind, name, "only letters, digits, '%', '|', '_' and '-' are allowed")
+
+
+def validate_topic(name: str) -> None:
+    _check("topic", name, TOPIC_MAX_LENGTH)
+
+
+def validate_group(name: str) -> None:
+    _check("group", name, GROUP_MAX_LENGTH)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: RocketMQ stores it as a message's tag code, and clients send
+    the hashes of their subscribed tags, so ours must agree bit for bit."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
