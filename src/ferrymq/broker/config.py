@@ -1,0 +1,142 @@
+"""Broker configuration. Keys mirror RocketMQ's broker.conf in snake_case, so an operator's
+knowledge (and config files, after renaming) carries over."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..store import FlushDiskType
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"configuration {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    store_dir: Path = Path("ferrymq-data")
+    host: str = "127.0.0.1"
+    listen_port: int = 10911
+    namesrv_addr: str = "127.0.0.1:9876"
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_role: str = "ASYNC_MASTER"
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commitlog_ms: int = 500
+    sync_flush_timeout_ms: int = 5000
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    max_message_size: int = 4 * 1024 * 1024
+    file_reserved_time: float = 72.0  # hours
+    mapped_file_size_commitlog: int = 1 << 30
+    mapped_file_size_consume_queue_entries: int = 300_000
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    max_reconsume_times: int = 16
+    long_polling_enable: bool = True
+    short_polling_time_ms: int = 1000
+    register_broker_interval_ms: int = 30_000
+    flush_consumer_offset_interval_ms: int = 5_000
+    flush_delay_offset_interval_ms: int = 10_000
+    schedule_tick_ms: int = 100
+    channel_expired_timeout_ms: int = 120_000
+    rebalance_lock_max_live_time_ms: int = 60_000
+    disk_max_used_space_ratio: float = 0.75
+    disk_force_clean_ratio: float = 0.85
+    disk_refuse_ratio: float = 0.90
+    max_frame_size: int = 16 * 1024 * 1024
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.host}:{self.listen_port}"
+
+    @property
+    def flush_type(self) -> FlushDiskType:
+        return FlushDiskType[self.flush_disk_type]
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> BrokerConfig:
+        if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            raise ConfigError("flush_disk_type", "must be ASYNC_FLUSH or SYNC_FLUSH")
+        if self.broker_role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+            raise ConfigError("broker_role", "must be ASYNC_MASTER, SYNC_MASTER or SLAVE")
+        if self.broker_role != "ASYNC_MASTER":
+            # Replication is not built yet; refusing is safer than silently acting as a master.
+            raise ConfigError("broker_role", f"{self.broker_role} is not supported yet")
+        parse_delay_levels(self.message_delay_level)
+        if self.max_reconsume_times < 0:
+            raise ConfigError("max_reconsume_times", "must be >= 0")
+        return self
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """'1s 5s 1m' -> [1000, 5000, 60000]; also accepts 'ms' for tests with short levels."""
+    levels: list[int] = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1]
+        number = item[: -len(unit)]
+        if unit not in _UNITS or not number:
+            raise ConfigError("message_delay_level", f"bad level {item!r}")
+        try:
+            value = float(number)
+        except ValueError:
+            raise ConfigError("message_delay_level", f"bad level {item!r}") from None
+        levels.append(int(value * _UNITS[unit]))
+    if not levels:
+        raise ConfigError("message_delay_level", "no levels given")
+    return levels
+
+
+_CAMEL_ALIASES = {
+    "storePathRootDir": "store_dir",
+    "listenPort": "listen_port",
+    "namesrvAddr": "namesrv_addr",
+    "brokerName": "broker_name",
+    "brokerClusterName": "broker_cluster_name",
+    "brokerId": "broker_id",
+    "brokerRole": "broker_role",
+    "flushDiskType": "flush_disk_type",
+    "messageDelayLevel": "message_delay_level",
+    "maxMessageSize": "max_message_size",
+    "fileReservedTime": "file_reserved_time",
+    "autoCreateTopicEnable": "auto_create_topic_enable",
+    "defaultTopicQueueNums": "default_topic_queue_nums",
+    "mapedFileSizeCommitLog": "mapped_file_size_commitlog",
+    "mappedFileSizeCommitLog": "mapped_file_size_commitlog",
+    "brokerIP1": "host",
+}
+
+
+def load_config(path: Path | None, base: BrokerConfig | None = None, **overrides: Any) -> BrokerConfig:
+    """TOML file (snake_case or broker.conf camelCase keys), then explicit overrides."""
+    cfg = base or BrokerConfig()
+    values: dict[str, Any] = {}
+    if path is not None:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+        section = raw.get("broker", raw)
+        names = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+        for key, value in section.items():
+            if isinstance(value, dict):
+                continue
+            name = _CAMEL_ALIASES.get(key, key)
+            if name not in names:
+                raise ConfigError(key, "unknown key")
+            values[name] = Path(value) if name == "store_dir" else value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return dataclasses.replace(cfg, **values).validate()

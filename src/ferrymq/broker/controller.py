@@ -1,0 +1,263 @@
+"""The broker process: store, topic/offset/client state, request processors, registration with
+the name server and the periodic work (persisting offsets, expiring clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..common import jsonx
+from ..common.codes import RequestCode, ResponseCode
+from ..common.headers import fields
+from ..common.names import SCHEDULE_TOPIC
+from ..common import props as P
+from ..remoting import (
+    ClientConfig,
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RemotingServer,
+    ServerConfig,
+)
+from ..store import MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
+from .clients import ClientChannel, ClientRegistry, QueueLocks
+from .config import BrokerConfig, parse_delay_levels
+from .events import MessageEvent, MessageEventKind, MessageEvents
+from .longpoll import PullWaiters
+from .offsets import DelayOffsetManager, OffsetManager
+from .schedule import ScheduleService, to_scheduled
+from .topics import TopicManager
+
+log = logging.getLogger("ferrymq.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] | None = None,
+                 disk_usage: Callable[[Any], float] | None = None) -> None:
+        self.config = config.validate()
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._disk_usage = disk_usage
+        self.levels_ms = parse_delay_levels(config.message_delay_level)
+        config_dir = config.store_dir / "config"
+        self.topics = TopicManager(config_dir, default_queue_nums=config.default_topic_queue_nums,
+                                   on_change=self._topics_changed)
+        self.offsets = OffsetManager(config_dir)
+        self.delay_offsets = DelayOffsetManager(config_dir)
+        self.clients = ClientRegistry(channel_expired_ms=config.channel_expired_timeout_ms,
+                                      on_consumer_change=self._consumers_changed)
+        self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
+        self.events = MessageEvents()
+        self.server = RemotingServer(ServerConfig(host=config.host, port=config.listen_port,
+                                                  max_frame_size=config.max_frame_size))
+        self.namesrv_client = RemotingClient(ClientConfig())
+        self.store: MessageStore | None = None
+        self.waiters: PullWaiters | None = None
+        self.schedule: ScheduleService | None = None
+        self.addr = config.broker_addr
+        self.started_ms = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_soon = asyncio.Event()
+        self._stopping = False
+        from .processors import register_all
+
+        register_all(self)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self._clock()
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
+
+    async def start(self) -> str:
+        host, port = await self.server.start()
+        self.addr = f"{host}:{port}"
+        cfg = self.config
+        store_cfg = StoreConfig(
+            store_dir=cfg.store_dir,
+            commitlog_segment_size=cfg.mapped_file_size_commitlog,
+            consume_queue_entries_per_file=cfg.mapped_file_size_consume_queue_entries,
+            flush_disk_type=cfg.flush_type,
+            flush_interval_ms=cfg.flush_interval_commitlog_ms,
+            sync_flush_timeout_ms=cfg.sync_flush_timeout_ms,
+            file_reserved_time_hours=cfg.file_reserved_time,
+            disk_clean_ratio=cfg.disk_max_used_space_ratio,
+            disk_force_clean_ratio=cfg.disk_force_clean_ratio,
+            disk_refuse_ratio=cfg.disk_refuse_ratio,
+            max_message_size=cfg.max_message_size,
+            store_host=self.addr,
+            message_delay_level=cfg.message_delay_level,
+        )
+        store = MessageStore(store_cfg, clock=self._clock, disk_usage=self._disk_usage)
+        await asyncio.to_thread(store.start)
+        self.store = store
+        self.topics.load()
+        self.offsets.load()
+        self.delay_offsets.load()
+        self.waiters = PullWaiters(asyncio.get_running_loop())
+        store.add_arrival_listener(self._on_arrival)
+        self.schedule = ScheduleService(self, self.levels_ms)
+        self.schedule.start()
+        self.started_ms = self.now_ms()
+        self._tasks = [
+            asyncio.create_task(self._register_loop(), name="ferrymq-register"),
+            asyncio.create_task(self._persist_loop(), name="ferrymq-persist"),
+            asyncio.create_task(self._scan_loop(), name="ferrymq-scan"),
+        ]
+        if store.recovered_abnormally:
+            log.warning("store was not shut down cleanly; recovered")
+        log.info("broker %s listening on %s (store %s)", cfg.broker_name, self.addr, cfg.store_dir)
+        return self.addr
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.schedule is not None:
+            await self.schedule.stop()
+        if self.waiters is not None:
+            self.waiters.wake_all()
+        with contextlib.suppress(Exception):
+            await self._unregister()
+        await self.server.stop()
+        await self.namesrv_client.close()
+        self.offsets.persist()
+        self.delay_offsets.persist()
+        self.topics.persist()
+        if self.store is not None:
+            await asyncio.to_thread(self.store.shutdown)
+
+    # --- writes: every message enters the store here ---------------------------------------
+    async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:
+        store = self.store
+        assert store is not None
+        if allow_delay:
+            msgs = [self._maybe_schedule(m) for m in msgs]
+        result = await store.put_messages_async(msgs)
+        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT) and self.events.active:
+            for m, a in zip(msgs, result.messages, strict=False):
+                self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,
+                                              a.queue_offset, msg_id=m.properties.get(
+                                                  P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")))
+        return result
+
+    def _maybe_schedule(self, msg: StoreMessage) -> StoreMessage:
+        level_text = msg.properties.get(P.PROPERTY_DELAY_TIME_LEVEL)
+        if not level_text or msg.topic == SCHEDULE_TOPIC:
+            return msg
+        try:
+            level = int(level_text)
+        except ValueError:
+            return msg
+        if level <= 0:
+            return msg
+        return to_scheduled(msg, level, len(self.levels_ms))
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if self.waiters is not None:
+            self.waiters.notify(topic, queue_id, max_offset)
+        if topic == SCHEDULE_TOPIC and self.schedule is not None:
+            loop = self.waiters._loop if self.waiters is not None else None
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.schedule.poke)
+
+    # --- consumers -------------------------------------------------------------------------
+    def _consumers_changed(self, group: str, members: list[ClientChannel]) -> None:
+        cmd_fields = fields(consumerGroup=group)
+        for member in members:
+            conn: Connection = member.conn
+            if conn.closed:
+                continue
+            req = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=cmd_fields)
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().create_task(self._notify(conn, req))
+
+    async def _notify(self, conn: Connection, req: RemotingCommand) -> None:
+        try:
+            await conn.invoke_oneway(req)
+        except Exception as exc:  # the member may be gone; it rebalances on its own timer
+            log.debug("notify consumer %s failed: %s", conn.remote_addr, exc)
+
+    # --- name server registration ----------------------------------------------------------
+    def _topics_changed(self) -> None:
+        self._register_soon.set()
+
+    def register_body(self) -> bytes:
+        return jsonx.dumps_bytes({
+            "filterServerList": [],
+            "topicConfigSerializeWrapper": self.topics.wrapper_json(),
+        })
+
+    async def register_once(self) -> bool:
+        body = self.register_body()
+        import zlib
+
+        ok = False
+        for addr in self.namesrv_addrs:
+            req = RemotingCommand.request(
+                RequestCode.REGISTER_BROKER,
+                ext_fields=fields(
+                    brokerAddr=self.addr, brokerId=self.config.broker_id,
+                    brokerName=self.config.broker_name, clusterName=self.config.broker_cluster_name,
+                    haServerAddr=f"{self.addr.rsplit(':', 1)[0]}:{int(self.addr.rsplit(':', 1)[1]) + 1}",
+                    compressed=False, bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF,
+                ),
+                body=body,
+            )
+            try:
+                resp = await self.namesrv_client.invoke(addr, req, timeout=3.0)
+                ok = ok or resp.code == ResponseCode.SUCCESS
+            except RemotingError as exc:
+                log.warning("register to name server %s failed: %s", addr, exc)
+        return ok
+
+    async def _unregister(self) -> None:
+        for addr in self.namesrv_addrs:
+            req = RemotingCommand.request(
+                RequestCode.UNREGISTER_BROKER,
+                ext_fields=fields(brokerAddr=self.addr, brokerId=self.config.broker_id,
+                                  brokerName=self.config.broker_name,
+                                  clusterName=self.config.broker_cluster_name),
+            )
+            with contextlib.suppress(RemotingError):
+                await self.namesrv_client.invoke(addr, req, timeout=1.0)
+
+    async def _register_loop(self) -> None:
+        interval = self.config.register_broker_interval_ms / 1000
+        while True:
+            self._register_soon.clear()
+            try:
+                await self.register_once()
+            except Exception:
+                log.exception("registration failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._register_soon.wait(), interval)
+
+    async def _persist_loop(self) -> None:
+        interval = self.config.flush_consumer_offset_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self._persist_all)
+            except Exception:
+                log.exception("persisting offsets failed")
+
+    def _persist_all(self) -> None:
+        self.offsets.persist()
+        self.delay_offsets.persist()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(10)
+            self.clients.scan_expired(self.now_ms())

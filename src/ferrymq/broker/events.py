@@ -1,0 +1,57 @@
+"""Every change in a message's life on this broker passes through MessageEvents: stored,
+delivered to a consumer, acknowledged (offset committed), sent back for retry, scheduled,
+dead-lettered. Message trace, metrics and the status view subscribe here instead of each
+processor growing its own hooks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+log = logging.getLogger("ferrymq.broker.events")
+
+
+class MessageEventKind(Enum):
+    STORED = "stored"
+    DELIVERED = "delivered"
+    COMMITTED = "committed"
+    SENT_BACK = "sent_back"
+    SCHEDULED_DELIVERY = "scheduled_delivery"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    kind: MessageEventKind
+    topic: str
+    queue_id: int
+    queue_offset: int = -1
+    count: int = 1
+    group: str = ""
+    client: str = ""
+    msg_id: str = ""
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+Listener = Callable[[MessageEvent], None]
+
+
+class MessageEvents:
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._listeners)
+
+    def emit(self, event: MessageEvent) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # a broken observer must never fail a send or a pull
+                log.exception("message event listener failed on %s", event.kind.value)

@@ -1,0 +1,139 @@
+"""Consumer offsets (config/consumerOffset.json).
+
+The file keeps RocketMQ's shape, `{"offsetTable": {"topic@group": {queueId: offset}}}`, so its
+tools read it. Each queue's progress is a QueueProgress rather than a bare number: besides the
+committed offset it can carry offsets above it that are already acknowledged (precise
+acknowledgement), persisted under a separate key that RocketMQ's tools ignore."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..common import jsonx
+from ..store import atomic_write, read_json_file
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+@dataclass(slots=True)
+class QueueProgress:
+    offset: int
+    # Sorted, disjoint [start, end) ranges above `offset` already consumed (ferrymq clients only).
+    acked: list[tuple[int, int]] = field(default_factory=list)
+    last_update_ms: int = 0
+
+
+class OffsetManager:
+    def __init__(self, config_dir: Path) -> None:
+        self._path = config_dir / "consumerOffset.json"
+        self._lock = threading.Lock()
+        self.table: dict[str, dict[int, QueueProgress]] = {}
+        self._dirty = False
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
+
+    def load(self) -> None:
+        data = read_json_file(self._path, None)
+        if not isinstance(data, dict):
+            return
+        acked = data.get("ferrymqAckedRanges") or {}
+        for key, queues in (data.get("offsetTable") or {}).items():
+            per = self.table.setdefault(str(key), {})
+            for qid, offset in queues.items():
+                ranges = [(int(a), int(b)) for a, b in (acked.get(key, {}).get(str(qid)) or [])]
+                per[int(qid)] = QueueProgress(int(offset), ranges)
+
+    def persist(self) -> bool:
+        with self._lock:
+            if not self._dirty:
+                return False
+            table = {k: {q: p.offset for q, p in sorted(v.items())} for k, v in sorted(self.table.items())}
+            acked = {
+                k: {str(q): [list(r) for r in p.acked] for q, p in v.items() if p.acked}
+                for k, v in self.table.items()
+            }
+            self._dirty = False
+        body: dict[str, Any] = {"offsetTable": table}
+        acked = {k: v for k, v in acked.items() if v}
+        if acked:
+            body["ferrymqAckedRanges"] = acked
+        atomic_write(self._path, jsonx.dumps_bytes(body))
+        return True
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int, now_ms: int = 0,
+               acked: list[tuple[int, int]] | None = None) -> None:
+        with self._lock:
+            per = self.table.setdefault(self.key(topic, group), {})
+            progress = per.get(queue_id)
+            if progress is None:
+                per[queue_id] = QueueProgress(offset, list(acked or []), now_ms)
+            else:
+                progress.offset = offset
+                progress.last_update_ms = now_ms
+                if acked is not None:
+                    progress.acked = list(acked)
+                else:
+                    progress.acked = [(a, b) for a, b in progress.acked if b > offset]
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """-1 when the group has never committed on this queue."""
+        per = self.table.get(self.key(topic, group))
+        if per is None:
+            return -1
+        progress = per.get(queue_id)
+        return -1 if progress is None else progress.offset
+
+    def progress(self, group: str, topic: str, queue_id: int) -> QueueProgress | None:
+        per = self.table.get(self.key(topic, group))
+        return None if per is None else per.get(queue_id)
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        return {k[len(prefix):] for k in self.table if k.startswith(prefix)}
+
+    def topics_of_group(self, group: str) -> set[str]:
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        return {k[: -len(suffix)] for k in self.table if k.endswith(suffix)}
+
+    def queue_offsets(self, group: str, topic: str) -> dict[int, int]:
+        per = self.table.get(self.key(topic, group), {})
+        return {q: p.offset for q, p in per.items()}
+
+
+class DelayOffsetManager:
+    """config/delayOffset.json: how far each delay level's queue has been delivered."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self._path = config_dir / "delayOffset.json"
+        self.table: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+
+    def load(self) -> None:
+        data = read_json_file(self._path, None)
+        if isinstance(data, dict):
+            self.table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+
+    def get(self, level: int) -> int:
+        return self.table.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        with self._lock:
+            if self.table.get(level) != offset:
+                self.table[level] = offset
+                self._dirty = True
+
+    def persist(self) -> bool:
+        with self._lock:
+            if not self._dirty:
+                return False
+            body = {"offsetTable": dict(sorted(self.table.items()))}
+            self._dirty = False
+        atomic_write(self._path, jsonx.dumps_bytes(body))
+        return True

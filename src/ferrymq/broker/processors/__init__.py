@@ -1,0 +1,48 @@
+"""Request processors, one module per area. register_all wires them into the broker's server."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from ...common.codes import ResponseCode
+from ...common.headers import HeaderError
+from ...common.names import InvalidNameError
+from ...remoting import Connection, RemotingCommand
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+log = logging.getLogger("ferrymq.broker")
+
+Handler = Callable[["Broker", Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
+          ext_fields: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
+    return RemotingCommand.make_response_to(req, code, remark=remark, ext_fields=ext_fields, body=body)
+
+
+def _guard(broker: Broker, handler: Handler) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
+    @functools.wraps(handler)
+    async def run(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        if broker.store is None:
+            return reply(req, ResponseCode.SYSTEM_BUSY, "broker is starting")
+        try:
+            return await handler(broker, conn, req)
+        except HeaderError as exc:
+            return reply(req, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
+        except InvalidNameError as exc:
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+
+    return run
+
+
+def register_all(broker: Broker) -> None:
+    from . import admin, consumer, pull, send
+
+    for module in (send, pull, consumer, admin):
+        for code, handler in module.HANDLERS.items():
+            broker.server.register(code, _guard(broker, handler))

@@ -1,0 +1,275 @@
+"""Queries and administration: offsets by queue/time, message lookups, topics, runtime info,
+consume stats, connections and offset reset."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from typing import TYPE_CHECKING, Any
+
+from ...common import jsonx
+from ...common.codes import RequestCode, ResponseCode
+from ...common.headers import PERM_READ, PERM_WRITE, fields, opt_bool, opt_int, opt_str, req_int, req_str
+from ...common.ids import MessageIdError, decode_offset_msg_id
+from ...common.jsonx import FrozenKey
+from ...common.names import SCHEDULE_TOPIC, validate_topic
+from ...remoting import Connection, RemotingCommand
+from ..topics import TopicConfig
+from . import reply
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+
+def _mq_key(topic: str, broker_name: str, queue_id: int) -> FrozenKey:
+    return FrozenKey((("brokerName", broker_name), ("queueId", queue_id), ("topic", topic)))
+
+
+async def get_max_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    assert broker.store is not None
+    offset = broker.store.get_max_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
+    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
+
+
+async def get_min_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    assert broker.store is not None
+    offset = broker.store.get_min_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
+    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
+
+
+async def search_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    assert broker.store is not None
+    offset = broker.store.get_offset_by_time(req_str(ext, "topic"), req_int(ext, "queueId"),
+                                             req_int(ext, "timestamp"))
+    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
+
+
+async def earliest_store_time(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    assert broker.store is not None
+    ts = broker.store.get_earliest_store_time(req_str(ext, "topic"), req_int(ext, "queueId"))
+    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(timestamp=ts))
+
+
+async def view_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    assert broker.store is not None
+    offset = req_int(req.ext_fields, "offset")
+    raw = broker.store.read_record(offset)
+    if raw is None:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+    return reply(req, ResponseCode.SUCCESS, body=raw)
+
+
+async def query_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    store = broker.store
+    assert store is not None
+    topic, key = req_str(ext, "topic"), req_str(ext, "key")
+    max_num = max(1, min(opt_int(ext, "maxNum", 32), 1000))
+    if opt_bool(ext, "_UNIQUE_KEY_QUERY"):
+        offsets = store.query_by_uniq_key(topic, key)[:max_num]
+    else:
+        offsets = store.query_by_key(topic, key, max_num, opt_int(ext, "beginTimestamp", 0),
+                                     opt_int(ext, "endTimestamp", 2**63 - 1))
+    records = [r for r in (store.read_record(o) for o in offsets) if r is not None]
+    if not records:
+        return reply(req, ResponseCode.QUERY_NOT_FOUND, f"can not find message, topic {topic} key {key}")
+    return reply(req, ResponseCode.SUCCESS, body=b"".join(records), ext_fields=fields(
+        indexLastUpdateTimestamp=broker.now_ms(), indexLastUpdatePhyoffset=store.max_phy_offset))
+
+
+async def view_message_by_msg_id(broker: Broker, msg_id: str) -> bytes | None:
+    try:
+        decoded = decode_offset_msg_id(msg_id)
+    except MessageIdError:
+        return None
+    assert broker.store is not None
+    return broker.store.read_record(decoded.offset)
+
+
+async def update_topic(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    topic = req_str(ext, "topic")
+    validate_topic(topic)
+    if topic == broker.config.broker_cluster_name or topic == SCHEDULE_TOPIC:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words")
+    read = opt_int(ext, "readQueueNums", 4)
+    write = opt_int(ext, "writeQueueNums", 4)
+    if not (1 <= read <= 1024 and 1 <= write <= 1024):
+        return reply(req, ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
+    broker.topics.upsert(TopicConfig(topic, read, write, opt_int(ext, "perm", PERM_READ | PERM_WRITE),
+                                     opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order")))
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def delete_topic(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    topic = req_str(req.ext_fields, "topic")
+    broker.topics.delete(topic)
+    assert broker.store is not None
+    broker.store.delete_queue(topic)
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def all_topic_config(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(broker.topics.wrapper_json()))
+
+
+async def runtime_info(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    store = broker.store
+    assert store is not None
+    table = {
+        "brokerVersionDesc": "ferrymq 0.1.0",
+        "brokerVersion": str(req.version),
+        "bootTimestamp": str(broker.started_ms),
+        "commitLogMaxOffset": str(store.max_phy_offset),
+        "commitLogMinOffset": str(store.min_phy_offset),
+        "commitLogDiskRatio": f"{store.disk_ratio():.4f}",
+        "flushedOffset": str(store.flushed_offset),
+        "pullHeldRequests": str(broker.waiters.pending() if broker.waiters else 0),
+        "topicCount": str(len(broker.topics.topics)),
+        "consumerGroupCount": str(len(broker.clients.consumers)),
+        "runtime": f"python {platform.python_version()} pid {os.getpid()}",
+    }
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
+
+
+def consume_stats(broker: Broker, group: str, topic: str | None) -> dict[str, Any]:
+    store = broker.store
+    assert store is not None
+    topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group) | set(
+        (broker.clients.consumer_group(group).subscriptions if broker.clients.consumer_group(group) else {})))
+    table: dict[Any, Any] = {}
+    for t in topics:
+        cfg = broker.topics.get(t)
+        if cfg is None:
+            continue
+        for qid in range(cfg.read_queue_nums):
+            broker_offset = store.get_max_offset(t, qid)
+            consumer_offset = broker.offsets.query(group, t, qid)
+            consumer_offset = max(consumer_offset, 0)
+            last_ts = 0
+            if consumer_offset > 0:
+                with contextlib.suppress(Exception):
+                    last_ts = store.get_store_time(t, qid, consumer_offset - 1)
+            table[_mq_key(t, broker.config.broker_name, qid)] = {
+                "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last_ts,
+            }
+    return {"consumeTps": 0.0, "offsetTable": table}
+
+
+async def get_consume_stats(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    body = consume_stats(broker, req_str(ext, "consumerGroup"), opt_str(ext, "topic") or None)
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
+
+
+async def topic_stats(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    store = broker.store
+    assert store is not None
+    topic = req_str(req.ext_fields, "topic")
+    cfg = broker.topics.get(topic)
+    if cfg is None:
+        return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    table: dict[Any, Any] = {}
+    for qid in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
+        max_off = store.get_max_offset(topic, qid)
+        last = 0
+        if max_off > 0:
+            with contextlib.suppress(Exception):
+                last = store.get_store_time(topic, qid, max_off - 1)
+        table[_mq_key(topic, broker.config.broker_name, qid)] = {
+            "minOffset": store.get_min_offset(topic, qid), "maxOffset": max_off, "lastUpdateTimestamp": last,
+        }
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": table}))
+
+
+async def consumer_connections(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    group = req_str(req.ext_fields, "consumerGroup")
+    info = broker.clients.consumer_group(group)
+    if info is None or not info.channels:
+        return reply(req, ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+    body = {
+        "connectionSet": [
+            {"clientAddr": c.addr, "clientId": c.client_id, "language": c.language, "version": c.version}
+            for c in info.channels.values()
+        ],
+        "consumeFromWhere": info.consume_from_where,
+        "consumeType": info.consume_type,
+        "messageModel": info.message_model,
+        "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+    }
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
+
+
+async def reset_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """Move a group's offsets on a topic to a timestamp (-1 = the end), commit them here so an
+    offline group resumes there, and tell online members to drop what they hold."""
+    ext = req.ext_fields
+    store = broker.store
+    assert store is not None
+    topic, group = req_str(ext, "topic"), req_str(ext, "group")
+    timestamp = req_int(ext, "timestamp")
+    force = opt_bool(ext, "isForce", True)
+    cfg = broker.topics.get(topic)
+    if cfg is None:
+        return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    table: dict[Any, int] = {}
+    for qid in range(cfg.read_queue_nums):
+        if timestamp < 0:
+            target = store.get_max_offset(topic, qid)
+        else:
+            target = store.get_offset_by_time(topic, qid, timestamp)
+        current = broker.offsets.query(group, topic, qid)
+        if force or current < 0 or target < current:
+            broker.offsets.commit(group, topic, qid, target, broker.now_ms())
+            table[_mq_key(topic, broker.config.broker_name, qid)] = target
+    body = jsonx.dumps_bytes({"offsetTable": table})
+    info = broker.clients.consumer_group(group)
+    if info is not None:
+        notice = RemotingCommand.request(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+            ext_fields=fields(topic=topic, group=group, timestamp=timestamp, isForce=force), body=body)
+        for channel in list(info.channels.values()):
+            with contextlib.suppress(Exception):
+                await channel.conn.invoke_oneway(notice)
+    return reply(req, ResponseCode.SUCCESS, body=body)
+
+
+async def all_consumer_offsets(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    table = {k: {q: p.offset for q, p in v.items()} for k, v in broker.offsets.table.items()}
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": table}))
+
+
+async def all_delay_offsets(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": broker.delay_offsets.table}))
+
+
+async def topic_consumed_by(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    topic = req_str(req.ext_fields, "topic")
+    groups = broker.offsets.groups_of_topic(topic) | set(broker.clients.groups_subscribed_to(topic))
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"groupList": sorted(groups)}))
+
+
+HANDLERS = {
+    RequestCode.GET_MAX_OFFSET: get_max_offset,
+    RequestCode.GET_MIN_OFFSET: get_min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: search_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: earliest_store_time,
+    RequestCode.VIEW_MESSAGE_BY_ID: view_message,
+    RequestCode.QUERY_MESSAGE: query_message,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: update_topic,
+    RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: all_topic_config,
+    RequestCode.GET_BROKER_RUNTIME_INFO: runtime_info,
+    RequestCode.GET_CONSUME_STATS: get_consume_stats,
+    RequestCode.GET_TOPIC_STATS_INFO: topic_stats,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: consumer_connections,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset_offset,
+    RequestCode.GET_ALL_CONSUMER_OFFSET: all_consumer_offsets,
+    RequestCode.GET_ALL_DELAY_OFFSET: all_delay_offsets,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: topic_consumed_by,
+}

@@ -1,0 +1,154 @@
+"""Client management and consumer progress: HEART_BEAT, UNREGISTER_CLIENT,
+GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...common import jsonx
+from ...common.codes import RequestCode, ResponseCode
+from ...common.headers import fields, opt_str, req_int, req_str
+from ...common.names import retry_topic, validate_group
+from ...remoting import Connection, RemotingCommand
+from ..clients import ClientChannel, parse_subscription
+from ..events import MessageEvent, MessageEventKind
+from . import reply
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+_WATCHED = "_ferrymq_client_watch"
+
+
+def _watch(broker: Broker, conn: Connection) -> None:
+    if not getattr(conn, _WATCHED, False):
+        setattr(conn, _WATCHED, True)
+        conn.on_close(broker.clients.drop_connection)
+
+
+async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    try:
+        data: dict[str, Any] = jsonx.loads(req.body or b"{}")
+    except ValueError as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"heartbeat body is not JSON: {exc}")
+    client_id = str(data.get("clientID") or conn.remote_addr)
+    now = broker.now_ms()
+    _watch(broker, conn)
+    language = getattr(req.language, "name", str(req.language))
+    for consumer in data.get("consumerDataSet") or []:
+        group = str(consumer.get("groupName", ""))
+        validate_group(group)
+        subs = []
+        for s in consumer.get("subscriptionDataSet") or []:
+            topic = str(s.get("topic", ""))
+            subs.append(parse_subscription(topic, s.get("subString"), int(s.get("subVersion") or 0),
+                                           str(s.get("expressionType") or "TAG")))
+        model = str(consumer.get("messageModel", "CLUSTERING"))
+        if model == "CLUSTERING":
+            broker.topics.create_group_topic(retry_topic(group))
+        broker.clients.register_consumer(
+            group,
+            ClientChannel(client_id, conn, language, req.version, now),
+            consume_type=str(consumer.get("consumeType", "CONSUME_PASSIVELY")),
+            message_model=model,
+            consume_from_where=str(consumer.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
+            subscriptions=subs,
+        )
+    for producer in data.get("producerDataSet") or []:
+        broker.clients.register_producer(
+            str(producer.get("groupName", "")), ClientChannel(client_id, conn, language, req.version, now)
+        )
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def unregister_client(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    broker.clients.unregister(conn, producer_group=opt_str(ext, "producerGroup"),
+                              consumer_group=opt_str(ext, "consumerGroup"))
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def consumer_list(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    group = req_str(req.ext_fields, "consumerGroup")
+    info = broker.clients.consumer_group(group)
+    if info is None or not info.channels:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"consumerIdList": info.client_ids()}))
+
+
+async def query_consumer_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
+    offset = broker.offsets.query(group, topic, queue_id)
+    if offset >= 0:
+        return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
+    # A group that never committed here decides where to start itself (consume-from-where).
+    # RocketMQ answers 0 instead when the queue's first message is still in memory, which makes a
+    # new CONSUME_FROM_LAST_OFFSET group re-read history; ferrymq keeps the documented meaning.
+    return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+
+
+async def update_consumer_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
+    offset = req_int(ext, "commitOffset")
+    broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
+    if broker.events.active:
+        broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, topic, queue_id, offset, group=group,
+                                        client=conn.remote_addr))
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def update_ack_ranges(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """ferrymq extension: the committed offset plus the ranges above it already consumed."""
+    ext = req.ext_fields
+    group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
+    offset = req_int(ext, "commitOffset")
+    try:
+        raw = jsonx.loads(req.body or b"[]")
+        ranges = sorted((int(a), int(b)) for a, b in raw if int(b) > int(a) > offset)
+    except (ValueError, TypeError) as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"ack ranges must be [[start, end], ...]: {exc}")
+    broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms(), acked=ranges)
+    return reply(req, ResponseCode.SUCCESS)
+
+
+def _mq_list(body: dict[str, Any]) -> list[tuple[str, str, int]]:
+    return [(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in body.get("mqSet") or []]
+
+
+def _mq_json(mqs: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    return [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in mqs]
+
+
+async def lock_batch(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    body = jsonx.loads(req.body or b"{}")
+    group = str(body.get("consumerGroup", ""))
+    client_id = str(body.get("clientId", ""))
+    locked = broker.locks.try_lock_batch(group, client_id, _mq_list(body), broker.now_ms())
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"lockOKMQSet": _mq_json(locked)}))
+
+
+async def unlock_batch(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    body = jsonx.loads(req.body or b"{}")
+    broker.locks.unlock_batch(str(body.get("consumerGroup", "")), str(body.get("clientId", "")),
+                              _mq_list(body))
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def check_client_config(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    return reply(req, ResponseCode.SUCCESS)
+
+
+HANDLERS = {
+    RequestCode.HEART_BEAT: heart_beat,
+    RequestCode.UNREGISTER_CLIENT: unregister_client,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
+    RequestCode.QUERY_CONSUMER_OFFSET: query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: update_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_ACK_RANGES: update_ack_ranges,
+    RequestCode.LOCK_BATCH_MQ: lock_batch,
+    RequestCode.UNLOCK_BATCH_MQ: unlock_batch,
+    RequestCode.CHECK_CLIENT_CONFIG: check_client_config,
+}
+

@@ -1,0 +1,115 @@
+"""PULL_MESSAGE with long polling, tag filtering and the commit-offset piggy-back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...common.codes import RequestCode, ResponseCode
+from ...common.headers import (
+    PERM_READ,
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    fields,
+    opt_int,
+    opt_str,
+    req_int,
+    req_str,
+)
+from ...remoting import Connection, RemotingCommand
+from ...store import GetStatus
+from ..clients import Subscription, parse_subscription
+from ..events import MessageEvent, MessageEventKind
+from . import reply
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+MAX_PULL_BATCH = 1024
+
+_STATUS_CODES = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+async def pull_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    group = req_str(ext, "consumerGroup")
+    topic = req_str(ext, "topic")
+    queue_id = req_int(ext, "queueId")
+    offset = req_int(ext, "queueOffset")
+    max_nums = max(1, min(opt_int(ext, "maxMsgNums", 32), MAX_PULL_BATCH))
+    sys_flag = opt_int(ext, "sysFlag", 0)
+    suspend_ms = opt_int(ext, "suspendTimeoutMillis", 15_000)
+    cfg = broker.topics.get(topic)
+    if cfg is None:
+        return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    if not cfg.perm & PERM_READ:
+        return reply(req, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+    if queue_id < 0 or queue_id >= cfg.read_queue_nums:
+        return reply(req, ResponseCode.SYSTEM_ERROR,
+                     f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                     f"[{cfg.read_queue_nums}] consumer:[{conn.remote_addr}]")
+    if sys_flag & PULL_FLAG_SUBSCRIPTION:
+        sub: Subscription = parse_subscription(topic, opt_str(ext, "subscription", "*"),
+                                               opt_int(ext, "subVersion", 0),
+                                               opt_str(ext, "expressionType", "TAG") or "TAG")
+    else:
+        info = broker.clients.consumer_group(group)
+        if info is None:
+            return reply(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                         f"the consumer's group info not exist, group: {group}")
+        found = info.subscriptions.get(topic)
+        if found is None:
+            return reply(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                         f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        sub = found
+    if sys_flag & PULL_FLAG_COMMIT_OFFSET:
+        commit = opt_int(ext, "commitOffset", -1)
+        if commit >= 0:
+            broker.offsets.commit(group, topic, queue_id, commit, broker.now_ms())
+    allow_suspend = bool(sys_flag & PULL_FLAG_SUSPEND) and broker.config.long_polling_enable
+    return await _pull(broker, conn, req, group, topic, queue_id, offset, max_nums, sub,
+                       suspend_ms if allow_suspend else 0)
+
+
+async def _pull(broker: Broker, conn: Connection, req: RemotingCommand, group: str, topic: str,
+                queue_id: int, offset: int, max_nums: int, sub: Subscription,
+                suspend_ms: int) -> RemotingCommand:
+    store = broker.store
+    assert store is not None
+    tag_filter = None if sub.matches_all else sub.accepts
+    result = store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter)
+    code = _STATUS_CODES.get(result.status)
+    if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
+        code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if code == ResponseCode.PULL_NOT_FOUND and suspend_ms > 0 and broker.waiters is not None:
+        # Hold the request until a message arrives beyond `offset`, then pull once more.
+        await broker.waiters.wait(topic, queue_id, offset, suspend_ms / 1000)
+        return await _pull(broker, conn, req, group, topic, queue_id, offset, max_nums, sub, 0)
+    header = fields(
+        nextBeginOffset=result.next_begin_offset,
+        minOffset=result.min_offset,
+        maxOffset=result.max_offset,
+        suggestWhichBrokerId=0,
+    )
+    if code == ResponseCode.SUCCESS:
+        if broker.events.active:
+            broker.events.emit(MessageEvent(MessageEventKind.DELIVERED, topic, queue_id, offset,
+                                            count=result.count, group=group, client=conn.remote_addr))
+        return reply(req, code, ext_fields=header, body=result.data)
+    remark = {
+        ResponseCode.PULL_NOT_FOUND: "no new message",
+        ResponseCode.PULL_RETRY_IMMEDIATELY: "no matched message, pull again",
+        ResponseCode.PULL_OFFSET_MOVED: f"offset {offset} moved ({result.status.name})",
+    }.get(code)
+    return reply(req, code, remark, ext_fields=header)
+
+
+HANDLERS = {RequestCode.PULL_MESSAGE: pull_message}

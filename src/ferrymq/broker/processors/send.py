@@ -1,0 +1,210 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from ...common import props as P
+from ...common.codec import MessageDecodeError, decode_batch, decode_record
+from ...common.codes import RequestCode, ResponseCode
+from ...common.headers import (
+    PERM_WRITE,
+    fields,
+    opt_bool,
+    opt_int,
+    opt_str,
+    req_int,
+    req_str,
+    send_header_from_v2,
+)
+from ...common.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    dlq_topic,
+    is_retry_topic,
+    retry_topic,
+    validate_group,
+    validate_topic,
+)
+from ...remoting import Connection, RemotingCommand
+from ...store import PutResult, PutStatus, StoreMessage
+from ..events import MessageEvent, MessageEventKind
+from ..topics import TopicConfig
+from . import reply
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+class SendRejected(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def _resolve_topic(broker: Broker, topic: str, default_topic: str | None, queue_nums: int) -> TopicConfig:
+    validate_topic(topic)
+    cfg = broker.topics.get(topic)
+    if cfg is None and is_retry_topic(topic):
+        cfg = broker.topics.create_group_topic(topic)
+    if cfg is None and broker.config.auto_create_topic_enable:
+        cfg = broker.topics.create_in_send(topic, default_topic or AUTO_CREATE_TOPIC_KEY_TOPIC, queue_nums)
+    if cfg is None:
+        raise SendRejected(ResponseCode.TOPIC_NOT_EXIST,
+                           f"topic[{topic}] not exist, apply first please!")
+    if not cfg.perm & PERM_WRITE:
+        raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden")
+    return cfg
+
+
+def _pick_queue(cfg: TopicConfig, queue_id: int) -> int:
+    if queue_id < 0:
+        return random.randrange(cfg.write_queue_nums)
+    if queue_id >= cfg.write_queue_nums:
+        raise SendRejected(ResponseCode.SYSTEM_ERROR,
+                           f"request queueId[{queue_id}] is illegal, topic {cfg.topic_name} has "
+                           f"{cfg.write_queue_nums} write queues")
+    return queue_id
+
+
+def _retry_to_dlq(broker: Broker, topic: str, ext: dict[str, str], reconsume: int,
+                  props: dict[str, str]) -> tuple[str, int] | None:
+    """A client that sends straight to %RETRY% (send-back fallback) has its DLQ decided here."""
+    if not is_retry_topic(topic):
+        return None
+    group = topic[len("%RETRY%"):]
+    max_times = opt_int(ext, "maxReconsumeTimes", broker.config.max_reconsume_times)
+    if reconsume >= max_times:
+        dlq = broker.topics.create_group_topic(dlq_topic(group))
+        props.pop(P.PROPERTY_DELAY_TIME_LEVEL, None)
+        return dlq.topic_name, 0
+    return None
+
+
+def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Broker) -> RemotingCommand:
+    code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+    if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+        return reply(req, code, result.reason or f"store refused the message: {result.status.name}")
+    first = result.messages[0]
+    msg_id = ",".join(m.offset_msg_id for m in result.messages)
+    return reply(req, code, ext_fields=fields(
+        msgId=msg_id, queueId=queue_id, queueOffset=first.queue_offset,
+        MSG_REGION="DefaultRegion", TRACE_ON="true",
+    ))
+
+
+async def send_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    ext = req.ext_fields
+    if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in ext):
+        ext = send_header_from_v2(ext)
+    try:
+        topic = req_str(ext, "topic")
+        cfg = _resolve_topic(broker, topic, opt_str(ext, "defaultTopic"), opt_int(ext, "defaultTopicQueueNums", 4))
+        queue_id = _pick_queue(cfg, opt_int(ext, "queueId", -1))
+    except SendRejected as exc:
+        return reply(req, exc.code, exc.remark)
+    body = req.body or b""
+    born_ts = opt_int(ext, "bornTimestamp", broker.now_ms())
+    born_host = conn.remote_addr or "127.0.0.1:0"
+    sys_flag = opt_int(ext, "sysFlag", 0)
+    flag = opt_int(ext, "flag", 0)
+    reconsume = opt_int(ext, "reconsumeTimes", 0)
+    cluster = broker.config.broker_cluster_name
+    batch = req.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(ext, "batch")
+    if batch:
+        try:
+            items = decode_batch(body)
+        except MessageDecodeError as exc:
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, f"batch body is malformed: {exc}")
+        if not items:
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
+        msgs = []
+        for item in items:
+            props = item.properties
+            if P.PROPERTY_DELAY_TIME_LEVEL in props:
+                return reply(req, ResponseCode.MESSAGE_ILLEGAL, "a batch cannot carry delayed messages")
+            props[P.PROPERTY_CLUSTER] = cluster
+            msgs.append(StoreMessage(topic=topic, queue_id=queue_id, body=item.body, properties=props,
+                                     flag=item.flag, sys_flag=sys_flag, born_timestamp=born_ts,
+                                     born_host=born_host, reconsume_times=reconsume))
+    else:
+        props = P.string_to_properties(opt_str(ext, "properties", "") or "")
+        props[P.PROPERTY_CLUSTER] = cluster
+        dlq = _retry_to_dlq(broker, topic, ext, reconsume, props)
+        target_topic, target_qid = dlq if dlq else (topic, queue_id)
+        msgs = [StoreMessage(topic=target_topic, queue_id=target_qid, body=body, properties=props,
+                             flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
+                             born_host=born_host, reconsume_times=reconsume)]
+        queue_id = target_qid
+    result = await broker.put(msgs)
+    return _response(req, result, queue_id, broker)
+
+
+async def consumer_send_msg_back(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """A consumer gives a message back: it goes to %RETRY%<group> with a delay level, or to
+    %DLQ%<group> once it has been reconsumed max times (no delay on that last hop)."""
+    ext = req.ext_fields
+    group = req_str(ext, "group")
+    validate_group(group)
+    phys = req_int(ext, "offset")
+    store = broker.store
+    assert store is not None
+    raw = store.read_record(phys)
+    if raw is None:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
+    try:
+        msg = decode_record(raw, decompress=False)
+    except MessageDecodeError as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"message at offset {phys} is unreadable: {exc}")
+    props = dict(msg.properties)
+    props.setdefault(P.PROPERTY_RETRY_TOPIC, msg.topic)
+    props.pop(P.PROPERTY_WAIT_STORE_MSG_OK, None)
+    delay_level = opt_int(ext, "delayLevel", 0)
+    max_times = opt_int(ext, "maxReconsumeTimes", broker.config.max_reconsume_times)
+    origin_id = props.get(P.PROPERTY_ORIGIN_MESSAGE_ID) or opt_str(ext, "originMsgId") or msg.msg_id
+    props[P.PROPERTY_ORIGIN_MESSAGE_ID] = origin_id
+    if msg.reconsume_times >= max_times or delay_level < 0:
+        target = broker.topics.create_group_topic(dlq_topic(group))
+        props.pop(P.PROPERTY_DELAY_TIME_LEVEL, None)
+        kind = MessageEventKind.DEAD_LETTERED
+    else:
+        target = broker.topics.create_group_topic(retry_topic(group))
+        if delay_level == 0:
+            delay_level = 3 + msg.reconsume_times
+        props[P.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        kind = MessageEventKind.SENT_BACK
+    inner = StoreMessage(
+        topic=target.topic_name, queue_id=random.randrange(target.write_queue_nums), body=msg.body,
+        properties=props, flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host, reconsume_times=msg.reconsume_times + 1,
+    )
+    result = await broker.put([inner])
+    if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+        return reply(req, _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
+                     result.reason or result.status.name)
+    if broker.events.active:
+        broker.events.emit(MessageEvent(kind, msg.topic, msg.queue_id, msg.queue_offset, group=group,
+                                        msg_id=origin_id, detail={
+                                            "target": target.topic_name,
+                                            "reconsume_times": str(msg.reconsume_times + 1),
+                                            "delay_level": str(delay_level)}))
+    return reply(req, ResponseCode.SUCCESS)
+
+
+HANDLERS = {
+    RequestCode.SEND_MESSAGE: send_message,
+    RequestCode.SEND_MESSAGE_V2: send_message,
+    RequestCode.SEND_BATCH_MESSAGE: send_message,
+    RequestCode.CONSUMER_SEND_MSG_BACK: consumer_send_msg_back,
+}

@@ -1,0 +1,150 @@
+"""Topic configuration (config/topics.json, RocketMQ's TopicConfigManager format)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..common import jsonx
+from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
+from ..common.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    SCHEDULE_TOPIC,
+    is_dlq_topic,
+    is_retry_topic,
+    validate_topic,
+)
+from ..store import atomic_write, read_json_file
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicConfig:
+        return cls(
+            topic_name=str(data["topicName"]),
+            read_queue_nums=int(data.get("readQueueNums", 4)),
+            write_queue_nums=int(data.get("writeQueueNums", 4)),
+            perm=int(data.get("perm", PERM_READ | PERM_WRITE)),
+            topic_sys_flag=int(data.get("topicSysFlag", 0)),
+            order=bool(data.get("order", False)),
+        )
+
+
+class TopicManager:
+    def __init__(self, config_dir: Path, *, default_queue_nums: int = 8,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self._path = config_dir / "topics.json"
+        self._lock = threading.RLock()
+        self.topics: dict[str, TopicConfig] = {}
+        self.default_queue_nums = default_queue_nums
+        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        self.on_change = on_change
+
+    def load(self) -> None:
+        data = read_json_file(self._path, None)
+        if isinstance(data, dict):
+            for name, cfg in (data.get("topicConfigTable") or {}).items():
+                self.topics[str(name)] = TopicConfig.from_json(cfg)
+            version = data.get("dataVersion")
+            if isinstance(version, dict):
+                self.data_version = {"counter": int(version.get("counter", 0)),
+                                     "timestamp": int(version.get("timestamp", 0))}
+        # The system topics always exist. TBW102 inherits into auto-created topics.
+        self.topics.setdefault(
+            AUTO_CREATE_TOPIC_KEY_TOPIC,
+            TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, self.default_queue_nums,
+                        self.default_queue_nums, PERM_READ | PERM_WRITE | PERM_INHERIT),
+        )
+        self.topics.setdefault(SCHEDULE_TOPIC, TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE))
+
+    def persist(self) -> None:
+        with self._lock:
+            body = {
+                "dataVersion": dict(self.data_version),
+                "topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
+            }
+        atomic_write(self._path, jsonx.dumps_bytes(body))
+
+    def _changed(self) -> None:
+        self.data_version = {"counter": self.data_version["counter"] + 1,
+                             "timestamp": int(time.time() * 1000)}
+        self.persist()
+        if self.on_change is not None:
+            self.on_change()
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def upsert(self, cfg: TopicConfig) -> TopicConfig:
+        validate_topic(cfg.topic_name)
+        with self._lock:
+            self.topics[cfg.topic_name] = cfg
+            self._changed()
+        return cfg
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if self.topics.pop(topic, None) is None:
+                return False
+            self._changed()
+            return True
+
+    def create_in_send(self, topic: str, default_topic: str, requested_queue_nums: int) -> TopicConfig | None:
+        """Auto-create `topic` from `default_topic` (TBW102) when that topic allows inheriting."""
+        with self._lock:
+            existing = self.topics.get(topic)
+            if existing is not None:
+                return existing
+            base = self.topics.get(default_topic)
+            if base is None or not base.perm & PERM_INHERIT:
+                return None
+            nums = max(1, min(requested_queue_nums or self.default_queue_nums, base.write_queue_nums))
+            cfg = TopicConfig(topic, nums, nums, base.perm & ~PERM_INHERIT)
+            self.topics[topic] = cfg
+            self._changed()
+            return cfg
+
+    def create_group_topic(self, topic: str, queue_nums: int = 1, perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        """Retry and DLQ topics: created on first use with one queue, as RocketMQ does."""
+        with self._lock:
+            existing = self.topics.get(topic)
+            if existing is not None:
+                return existing
+            cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
+            self.topics[topic] = cfg
+            self._changed()
+            return cfg
+
+    def wrapper_json(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "dataVersion": dict(self.data_version),
+                "topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
+            }
+
+    @staticmethod
+    def is_group_topic(topic: str) -> bool:
+        return is_retry_topic(topic) or is_dlq_topic(topic)

@@ -1,0 +1,111 @@
+"""`ferrymq` entry point: server commands here, client commands from client_cmds."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..broker.config import BrokerConfig, ConfigError, load_config
+
+
+def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
+    p.add_argument("--config", type=Path, help="TOML file with broker keys (broker.conf names in snake_case)")
+    p.add_argument("--store-dir", type=Path, help="where the store lives (default ./ferrymq-data)")
+    p.add_argument("--host", help="address to listen on and advertise (default 127.0.0.1)")
+    p.add_argument("--broker-port", type=int, help="broker port, 0 picks a free one (default 10911)")
+    p.add_argument("--flush", choices=["async", "sync"], help="flush disk type (default async)")
+    p.add_argument("--message-delay-level", help='delay levels, e.g. "1s 5s 10s 30s 1m"')
+    p.add_argument("--max-reconsume-times", type=int, help="sends back before a message is dead-lettered")
+    p.add_argument("--broker-name", help="broker name (default broker-a)")
+    if standalone:
+        p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
+    else:
+        p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
+                       help="name server address(es), ';'-separated")
+
+
+def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfig:
+    flush = {"async": "ASYNC_FLUSH", "sync": "SYNC_FLUSH"}.get(args.flush or "")
+    overrides = {
+        "store_dir": args.store_dir,
+        "host": args.host,
+        "listen_port": args.broker_port,
+        "flush_disk_type": flush,
+        "message_delay_level": args.message_delay_level,
+        "max_reconsume_times": args.max_reconsume_times,
+        "broker_name": args.broker_name,
+    }
+    if not standalone:
+        overrides["namesrv_addr"] = args.namesrv
+    return load_config(args.config, **overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ferrymq", description="RocketMQ's messaging model in Python")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("standalone", help="name server and broker in one process")
+    _add_broker_flags(p, standalone=True)
+    p.set_defaults(func=_cmd_standalone)
+
+    p = sub.add_parser("namesrv", help="run a name server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9876)
+    p.set_defaults(func=_cmd_namesrv)
+
+    p = sub.add_parser("broker", help="run a broker that registers with a name server")
+    _add_broker_flags(p, standalone=False)
+    p.set_defaults(func=_cmd_broker)
+
+    import importlib.util
+
+    if importlib.util.find_spec("ferrymq.cli.client_cmds") is not None:  # TODO: drop guard once it lands
+        from .client_cmds import add_client_commands
+
+        add_client_commands(sub)
+    return parser
+
+
+def _cmd_standalone(args: argparse.Namespace) -> int:
+    from ..server_main import run_standalone
+
+    return run_standalone(_broker_config(args, standalone=True), args.namesrv_port)
+
+
+def _cmd_namesrv(args: argparse.Namespace) -> int:
+    from ..namesrv import NamesrvConfig
+    from ..server_main import run_namesrv
+
+    return run_namesrv(NamesrvConfig(host=args.host, port=args.port))
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from ..server_main import run_broker
+
+    return run_broker(_broker_config(args, standalone=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"ferrymq: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

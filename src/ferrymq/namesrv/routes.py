@@ -1,0 +1,200 @@
+"""The name server's route registry (RocketMQ's RouteInfoManager), free of networking so it can be
+tested with an injected clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common.headers import PERM_READ, PERM_WRITE
+
+
+@dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.broker_name,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
+            "brokerName": self.broker_name,
+            "cluster": self.cluster,
+        }
+
+
+@dataclass(slots=True)
+class BrokerLive:
+    last_update_ms: int
+    data_version: dict[str, Any]
+    ha_server_addr: str
+    channel: object | None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterResult:
+    master_addr: str
+    ha_server_addr: str
+
+
+class RouteRegistry:
+    def __init__(
+        self,
+        *,
+        broker_expire_ms: int = 120_000,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._lock = threading.RLock()
+        self._clock = clock
+        self.broker_expire_ms = broker_expire_ms
+        self.topic_queues: dict[str, dict[str, QueueData]] = {}
+        self.brokers: dict[str, BrokerData] = {}
+        self.clusters: dict[str, set[str]] = {}
+        self.live: dict[str, BrokerLive] = {}
+
+    def register_broker(
+        self,
+        *,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topic_config: dict[str, Any],
+        channel: object | None = None,
+    ) -> RegisterResult:
+        """topic_config is the TopicConfigSerializeWrapper JSON the broker sends."""
+        with self._lock:
+            self.clusters.setdefault(cluster, set()).add(broker_name)
+            bd = self.brokers.get(broker_name)
+            if bd is None:
+                bd = self.brokers[broker_name] = BrokerData(cluster, broker_name)
+            # One address per id: a broker that moved to a new address replaces the old one.
+            for bid, addr in list(bd.broker_addrs.items()):
+                if addr == broker_addr and bid != broker_id:
+                    del bd.broker_addrs[bid]
+            bd.broker_addrs[broker_id] = broker_addr
+            version = topic_config.get("dataVersion") or {}
+            if broker_id == 0:
+                table = topic_config.get("topicConfigTable") or {}
+                for name, cfg in table.items():
+                    self._update_queue_data(broker_name, str(name), cfg)
+                # A topic the master no longer reports has been deleted on that broker.
+                for topic, per_broker in list(self.topic_queues.items()):
+                    if broker_name in per_broker and topic not in table:
+                        del per_broker[broker_name]
+                        if not per_broker:
+                            del self.topic_queues[topic]
+            self.live[broker_addr] = BrokerLive(self._clock(), version, ha_server_addr, channel)
+            master = ""
+            if broker_id != 0:
+                master = bd.broker_addrs.get(0, "")
+            master_live = self.live.get(master) if master else None
+            return RegisterResult(master, master_live.ha_server_addr if master_live else "")
+
+    def _update_queue_data(self, broker_name: str, topic: str, cfg: dict[str, Any]) -> None:
+        qd = QueueData(
+            broker_name=broker_name,
+            read_queue_nums=int(cfg.get("readQueueNums", 0)),
+            write_queue_nums=int(cfg.get("writeQueueNums", 0)),
+            perm=int(cfg.get("perm", PERM_READ | PERM_WRITE)),
+            topic_sys_flag=int(cfg.get("topicSysFlag", 0)),
+        )
+        self.topic_queues.setdefault(topic, {})[broker_name] = qd
+
+    def unregister_broker(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
+        with self._lock:
+            self.live.pop(broker_addr, None)
+            bd = self.brokers.get(broker_name)
+            if bd is not None:
+                if bd.broker_addrs.get(broker_id) == broker_addr:
+                    del bd.broker_addrs[broker_id]
+                if not bd.broker_addrs:
+                    del self.brokers[broker_name]
+                    names = self.clusters.get(cluster)
+                    if names is not None:
+                        names.discard(broker_name)
+                        if not names:
+                            del self.clusters[cluster]
+                    self._remove_broker_topics(broker_name)
+
+    def _remove_broker_topics(self, broker_name: str) -> None:
+        for topic, per_broker in list(self.topic_queues.items()):
+            per_broker.pop(broker_name, None)
+            if not per_broker:
+                del self.topic_queues[topic]
+
+    def _drop_addr(self, addr: str) -> None:
+        self.live.pop(addr, None)
+        for name, bd in list(self.brokers.items()):
+            for bid, a in list(bd.broker_addrs.items()):
+                if a == addr:
+                    del bd.broker_addrs[bid]
+                    if not bd.broker_addrs:
+                        del self.brokers[name]
+                        for names in self.clusters.values():
+                            names.discard(name)
+                        for c in [c for c, n in self.clusters.items() if not n]:
+                            del self.clusters[c]
+                        self._remove_broker_topics(name)
+
+    def on_channel_closed(self, channel: object) -> list[str]:
+        with self._lock:
+            gone = [addr for addr, live in self.live.items() if live.channel is channel]
+            for addr in gone:
+                self._drop_addr(addr)
+            return gone
+
+    def scan_not_active(self) -> list[str]:
+        now = self._clock()
+        with self._lock:
+            gone = [a for a, live in self.live.items() if now - live.last_update_ms > self.broker_expire_ms]
+            for addr in gone:
+                self._drop_addr(addr)
+            return gone
+
+    def route(self, topic: str) -> dict[str, Any] | None:
+        with self._lock:
+            per_broker = self.topic_queues.get(topic)
+            if not per_broker:
+                return None
+            brokers = [self.brokers[b].to_json() for b in sorted(per_broker) if b in self.brokers]
+            if not brokers:
+                return None
+            return {
+                "brokerDatas": brokers,
+                "filterServerTable": {},
+                "queueDatas": [per_broker[b].to_json() for b in sorted(per_broker)],
+            }
+
+    def cluster_info(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "brokerAddrTable": {n: bd.to_json() for n, bd in sorted(self.brokers.items())},
+                "clusterAddrTable": {c: sorted(n) for c, n in sorted(self.clusters.items())},
+            }
+
+    def topic_list(self) -> list[str]:
+        with self._lock:
+            return sorted(self.topic_queues)

@@ -1,0 +1,130 @@
+"""The name server process: REGISTER/UNREGISTER_BROKER and route queries over remoting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from ..common import jsonx
+from ..common.codes import RequestCode, ResponseCode
+from ..common.headers import fields, opt_int, opt_str, req_int, req_str
+from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
+from .routes import RouteRegistry
+
+log = logging.getLogger("ferrymq.namesrv")
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    host: str = "127.0.0.1"
+    port: int = 9876
+    broker_expire_ms: int = 120_000
+    scan_interval_ms: int = 10_000
+
+
+class NameServer:
+    def __init__(self, config: NamesrvConfig = NamesrvConfig(), registry: RouteRegistry | None = None):
+        self.config = config
+        self.registry = registry or RouteRegistry(broker_expire_ms=config.broker_expire_ms)
+        self.server = RemotingServer(ServerConfig(host=config.host, port=config.port))
+        self._scan_task: asyncio.Task[None] | None = None
+        self.address = ""
+        s = self.server
+        s.register(RequestCode.REGISTER_BROKER, self._register_broker)
+        s.register(RequestCode.UNREGISTER_BROKER, self._unregister_broker)
+        s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
+        s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
+        s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._topic_list)
+        s.register(RequestCode.GET_KV_CONFIG, self._kv_config)
+        s.register(RequestCode.PUT_KV_CONFIG, self._ok)
+        s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
+
+    async def start(self) -> str:
+        host, port = await self.server.start()
+        self.address = f"{host}:{port}"
+        self._scan_task = asyncio.create_task(self._scan_loop())
+        log.info("name server listening on %s", self.address)
+        return self.address
+
+    async def stop(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+        await self.server.stop()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval_ms / 1000)
+            for addr in self.registry.scan_not_active():
+                log.warning("broker %s silent for over %d ms; dropped", addr, self.config.broker_expire_ms)
+
+    def _on_close(self, conn: Connection) -> None:
+        for addr in self.registry.on_channel_closed(conn):
+            log.info("broker %s disconnected; its routes are removed", addr)
+
+    async def _register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        body = jsonx.loads(req.body) if req.body else {}
+        wrapper = body.get("topicConfigSerializeWrapper") or {}
+        if conn.remote_addr and not getattr(conn, "_ferrymq_watch", False):
+            conn.on_close(self._on_close)
+            conn._ferrymq_watch = True  # type: ignore[attr-defined]
+        result = self.registry.register_broker(
+            cluster=req_str(ext, "clusterName"),
+            broker_addr=req_str(ext, "brokerAddr"),
+            broker_name=req_str(ext, "brokerName"),
+            broker_id=req_int(ext, "brokerId"),
+            ha_server_addr=opt_str(ext, "haServerAddr", "") or "",
+            topic_config=wrapper,
+            channel=conn,
+        )
+        return RemotingCommand.make_response_to(
+            req,
+            ResponseCode.SUCCESS,
+            ext_fields=fields(masterAddr=result.master_addr, haServerAddr=result.ha_server_addr),
+        )
+
+    async def _unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        self.registry.unregister_broker(
+            cluster=req_str(ext, "clusterName"),
+            broker_addr=req_str(ext, "brokerAddr"),
+            broker_name=req_str(ext, "brokerName"),
+            broker_id=opt_int(ext, "brokerId", 0),
+        )
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS)
+
+    async def _route(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req_str(req.ext_fields, "topic")
+        route = self.registry.route(topic)
+        if route is None:
+            return RemotingCommand.make_response_to(
+                req,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {topic}",
+            )
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(route))
+
+    async def _cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        body = jsonx.dumps_bytes(self.registry.cluster_info())
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
+
+    async def _topic_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        body = jsonx.dumps_bytes({"topicList": self.registry.topic_list()})
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
+
+    async def _kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # No KV config is kept; RocketMQ answers QUERY_NOT_FOUND for a missing key too.
+        return RemotingCommand.make_response_to(req, ResponseCode.QUERY_NOT_FOUND, remark="no such key")
+
+    async def _ok(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS)
+
+    async def _delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req_str(req.ext_fields, "topic")
+        with self.registry._lock:
+            self.registry.topic_queues.pop(topic, None)
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS)

@@ -1,0 +1,87 @@
+"""Running the servers: `ferrymq standalone`, `ferrymq namesrv`, `ferrymq broker`.
+
+Each runs one asyncio loop until SIGINT/SIGTERM, then stops cleanly: held pulls answered,
+offsets persisted, the store flushed and its abort file removed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from .broker.config import BrokerConfig
+from .broker.controller import Broker
+from .namesrv import NamesrvConfig, NameServer
+from .remoting.loop import install_uvloop
+
+log = logging.getLogger("ferrymq")
+
+
+async def _serve_until_signal(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    stopped = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stopped.set)
+    try:
+        line = await start()
+        print(line, flush=True)
+        await stopped.wait()
+    finally:
+        await stop()
+
+
+def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
+    install_uvloop()
+    namesrv = NameServer(NamesrvConfig(host=broker_config.host, port=namesrv_port))
+    holder: dict[str, Broker] = {}
+
+    async def start() -> str:
+        ns_addr = await namesrv.start()
+        broker = Broker(broker_config.replace(namesrv_addr=ns_addr))
+        holder["broker"] = broker
+        broker_addr = await broker.start()
+        # Ready means routable: the first registration has reached the name server.
+        await broker.register_once()
+        return f"namesrv={ns_addr} broker={broker_addr}"
+
+    async def stop() -> None:
+        if "broker" in holder:
+            await holder["broker"].stop()
+        await namesrv.stop()
+
+    return _run(start, stop)
+
+
+def run_namesrv(config: NamesrvConfig) -> int:
+    install_uvloop()
+    namesrv = NameServer(config)
+
+    async def start() -> str:
+        return f"namesrv={await namesrv.start()}"
+
+    return _run(start, namesrv.stop)
+
+
+def run_broker(config: BrokerConfig) -> int:
+    install_uvloop()
+    broker = Broker(config)
+
+    async def start() -> str:
+        addr = await broker.start()
+        await broker.register_once()
+        return f"broker={addr}"
+
+    return _run(start, broker.stop)
+
+
+def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:
+    try:
+        asyncio.run(_serve_until_signal(start, stop))
+    except OSError as exc:
+        print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
