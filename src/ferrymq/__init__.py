@@ -1,3 +1,71 @@
-"""ferrymq: Apache RocketMQ's messaging model in Python."""
+"""ferrymq: Apache RocketMQ's messaging model in Python.
+
+The client API is imported lazily, so `import ferrymq` stays cheap for the servers and the
+command line."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Producer": "ferrymq.client.producer",
+    "PushConsumer": "ferrymq.client.consumers",
+    "LitePullConsumer": "ferrymq.client.consumers",
+    "AdminClient": "ferrymq.client.admin",
+    "Message": "ferrymq.common.message",
+    "MessageExt": "ferrymq.common.message",
+    "MessageQueue": "ferrymq.common.message",
+    "SendResult": "ferrymq.client.results",
+    "SendStatus": "ferrymq.client.results",
+    "PullResult": "ferrymq.client.results",
+    "PullStatus": "ferrymq.client.results",
+    "ConsumeStatus": "ferrymq.client.consumer.types",
+    "ConsumeOrderlyStatus": "ferrymq.client.consumer.types",
+    "ConsumeConcurrentlyContext": "ferrymq.client.consumer.types",
+    "ConsumeOrderlyContext": "ferrymq.client.consumer.types",
+    "MessageModel": "ferrymq.client.consumer.types",
+    "ConsumeFromWhere": "ferrymq.client.consumer.types",
+    "ClientError": "ferrymq.client.errors",
+    "SendError": "ferrymq.client.errors",
+    "BrokerError": "ferrymq.client.errors",
+    "NoRouteError": "ferrymq.client.errors",
+    "MessageValidationError": "ferrymq.client.errors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from .client.admin import AdminClient as AdminClient
+    from .client.consumer.types import ConsumeConcurrentlyContext as ConsumeConcurrentlyContext
+    from .client.consumer.types import ConsumeFromWhere as ConsumeFromWhere
+    from .client.consumer.types import ConsumeOrderlyContext as ConsumeOrderlyContext
+    from .client.consumer.types import ConsumeOrderlyStatus as ConsumeOrderlyStatus
+    from .client.consumer.types import ConsumeStatus as ConsumeStatus
+    from .client.consumer.types import MessageModel as MessageModel
+    from .client.consumers import LitePullConsumer as LitePullConsumer
+    from .client.consumers import PushConsumer as PushConsumer
+    from .client.errors import BrokerError as BrokerError
+    from .client.errors import ClientError as ClientError
+    from .client.errors import MessageValidationError as MessageValidationError
+    from .client.errors import NoRouteError as NoRouteError
+    from .client.errors import SendError as SendError
+    from .client.producer import Producer as Producer
+    from .client.results import PullResult as PullResult
+    from .client.results import PullStatus as PullStatus
+    from .client.results import SendResult as SendResult
+    from .client.results import SendStatus as SendStatus
+    from .common.message import Message as Message
+    from .common.message import MessageExt as MessageExt
+    from .common.message import MessageQueue as MessageQueue
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ferrymq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

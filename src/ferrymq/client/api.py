@@ -26,7 +26,7 @@ from .errors import BrokerError
 from .results import PullStatus, RawPullResult
 from .route import TopicRoute
 
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,

@@ -1,0 +1,1 @@
+"""Push and lite pull consumers: rebalance, process queues, consume services, offset stores."""

@@ -1,0 +1,74 @@
+"""Consumer settings. Every interval RocketMQ hard-codes is a setting here, so tests can run
+rebalance, persistence and retries in milliseconds instead of tens of seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .allocate import AllocateStrategy
+from .types import ConsumeFromWhere, MessageModel
+
+HALF_HOUR_MS = 30 * 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
+    # ms since the epoch (or a datetime) for TIMESTAMP; None: 30 minutes before start().
+    consume_timestamp: int | dt.datetime | None = None
+    consume_threads: int = 20
+    consume_message_batch_max_size: int = 1
+    pull_batch_size: int = 32
+    max_reconsume_times: int = 16
+    # Flow control per queue: stop pulling at this many held messages or MiB of bodies.
+    pull_threshold_for_queue: int = 1000
+    pull_threshold_size_for_queue: int = 100
+    pull_suspend_timeout: float = 15.0  # long-poll hold on the broker
+    pull_interval: float = 0.0  # pause between pulls of a queue that found messages
+    pull_delay_on_error: float = 3.0
+    rebalance_interval: float = 20.0
+    persist_interval: float = 5.0
+    local_retry_delay: float = 5.0  # send-back failed: consume again locally after this
+    consume_timeout: float = 15 * 60.0  # a message held longer is sent back
+    suspend_current_queue_time: float = 1.0  # orderly: pause of a failed queue
+    lock_interval: float = 20.0  # orderly: renew broker locks this often
+    lock_max_live: float = 30.0  # orderly: stop consuming a queue whose lock is this old
+    lock_retry_delay: float = 3.0  # orderly: try a queue's lock again after this
+    shutdown_timeout: float = 30.0  # wait this long for batches in flight at shutdown
+    allocate_strategy: str | AllocateStrategy = "averagely"
+    offset_store_dir: Path | None = None  # broadcasting; default ~/.ferrymq/offsets
+    precise_ack: bool = True  # also report consumed ranges above the offset (ferrymq brokers)
+    route_refresh_interval: float = 30.0
+    heartbeat_interval: float = 30.0
+    request_timeout: float = 3.0
+
+    def validate(self) -> ConsumerOptions:
+        if self.consume_threads < 1:
+            raise ValueError("consume_threads must be >= 1")
+        if not 1 <= self.consume_message_batch_max_size <= 1024:
+            raise ValueError("consume_message_batch_max_size must be within 1..1024")
+        if not 1 <= self.pull_batch_size <= 1024:
+            raise ValueError("pull_batch_size must be within 1..1024")
+        if self.max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must be >= 0")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and value < 0:
+                raise ValueError(f"{f.name} must not be negative")
+        return self
+
+    def start_timestamp_ms(self) -> int:
+        ts = self.consume_timestamp
+        if ts is None:
+            return int(time.time() * 1000) - HALF_HOUR_MS
+        if isinstance(ts, dt.datetime):
+            return int(ts.timestamp() * 1000)
+        return int(ts)
+
+    def offsets_dir(self) -> Path:
+        return self.offset_store_dir or Path.home() / ".ferrymq" / "offsets"

@@ -1,0 +1,114 @@
+"""The pull loop of one assigned queue: long-poll the broker, hold what arrives in the
+queue's ProcessQueue and hand it to the consumer; pause while the queue is over its flow
+control thresholds. The locally held offset rides along on each pull (commit-offset flag)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ...common.codec import MessageDecodeError, decode_records
+from ...remoting import RemotingError
+from ..api import pull_sys_flag
+from ..errors import BrokerError, ClientError
+from ..lifecycle import State
+from ..results import PullStatus
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .base import ConsumerBase
+
+log = logging.getLogger("ferrymq.client.pull")
+
+# How often a paused queue looks again at whether it was dropped meanwhile.
+FLOW_CONTROL_RECHECK = 1.0
+
+
+async def pull_loop(c: ConsumerBase, pq: ProcessQueue, offset: int) -> None:
+    mq = pq.mq
+    opts = c.options
+    next_offset = offset
+    while not pq.dropped and c.state is State.RUNNING:
+        if pq.over_limit():
+            # Flow control: the queue holds too much; wait until consumption makes room.
+            try:
+                await asyncio.wait_for(pq.space.wait(), FLOW_CONTROL_RECHECK)
+            except TimeoutError:
+                pass
+            continue
+        if not c.may_pull(pq):
+            await asyncio.sleep(c.not_ready_delay())
+            continue
+        sub = c.effective_subscriptions().get(mq.topic)
+        if sub is None:
+            await asyncio.sleep(opts.pull_delay_on_error)
+            continue
+        commit_offset = c.offset_store.read_memory(mq) if c.clustering else -1
+        suspend_ms = int(opts.pull_suspend_timeout * 1000)
+        try:
+            addr = await c.inst.find_broker_addr(mq.broker_name, mq.topic)
+            if addr is None:
+                raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+            result = await c.inst.api.pull(
+                addr,
+                mq.broker_name,
+                group=c.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                offset=next_offset,
+                max_nums=opts.pull_batch_size,
+                sys_flag=pull_sys_flag(commit=commit_offset > 0, suspend=suspend_ms > 0),
+                commit_offset=max(commit_offset, 0),
+                suspend_ms=suspend_ms,
+                expression=sub.expression,
+                sub_version=sub.sub_version,
+            )
+        except (RemotingError, ClientError) as exc:
+            if pq.dropped or c.state is not State.RUNNING:
+                return
+            level = logging.DEBUG if isinstance(exc, BrokerError) else logging.WARNING
+            log.log(level, "%s: pull of %s at %d failed: %s", c.group, mq, next_offset, exc)
+            await asyncio.sleep(opts.pull_delay_on_error)
+            continue
+        if pq.dropped:
+            return
+        pq.last_pull_time = time.monotonic()
+        if result.status is PullStatus.FOUND:
+            try:
+                msgs = decode_records(result.body, broker=mq.broker_name)
+            except MessageDecodeError as exc:
+                log.error(
+                    "%s: undecodable pull body from %s at %d: %s", c.group, mq, next_offset, exc
+                )
+                await asyncio.sleep(opts.pull_delay_on_error)
+                continue
+            next_offset = result.next_begin_offset
+            wanted = msgs if sub.matches_all else [m for m in msgs if sub.accepts(m)]
+            added = pq.put(wanted)
+            if added:
+                c.dispatch(pq, added)
+            elif pq.empty:
+                c.offset_store.update(mq, next_offset, increase_only=True)
+        elif result.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+            next_offset = result.next_begin_offset
+            if pq.empty:
+                # Nothing held: everything below next_offset is done (filtered or consumed).
+                c.offset_store.update(mq, next_offset, increase_only=True)
+        else:  # OFFSET_ILLEGAL: the offset fell out of the queue (expired) or beyond its end
+            log.warning(
+                "%s: offset %d of %s is illegal; moving to %d",
+                c.group,
+                next_offset,
+                mq,
+                result.next_begin_offset,
+            )
+            c.drop_queue(mq)
+            c.offset_store.update(mq, result.next_begin_offset, increase_only=False, acked=[])
+            await c.offset_store.persist({mq})
+            c.offset_store.remove(mq)
+            c.trigger_rebalance()
+            return
+        if opts.pull_interval > 0:
+            await asyncio.sleep(opts.pull_interval)

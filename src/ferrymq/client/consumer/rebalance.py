@@ -1,0 +1,133 @@
+"""Rebalance (RocketMQ's RebalanceImpl): for every subscribed topic, split its readable queues
+among the group's live members, drop the queues this member lost and start pulling the ones
+it gained, from the committed offset or, for a queue the group never consumed, from where
+consume_from_where says."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from ...common.message import MessageQueue
+from ...common.names import is_retry_topic
+from ...remoting import RemotingError
+from ..errors import ClientError
+from ..lifecycle import State
+from ..route import TopicRoute
+from .allocate import resolve
+from .types import ConsumeFromWhere
+
+if TYPE_CHECKING:
+    from .base import ConsumerBase
+
+log = logging.getLogger("ferrymq.client.rebalance")
+
+
+class Rebalancer:
+    def __init__(self, consumer: ConsumerBase) -> None:
+        self.consumer = consumer
+        self.strategy = resolve(consumer.options.allocate_strategy)
+        self._lock = asyncio.Lock()
+
+    async def rebalance(self) -> None:
+        c = self.consumer
+        async with self._lock:
+            subs = c.effective_subscriptions()
+            for topic in sorted(subs):
+                if c.state is not State.RUNNING:
+                    return
+                try:
+                    assigned = await self._assignment(topic)
+                except (RemotingError, ClientError) as exc:
+                    log.warning("%s: rebalance of %s skipped: %s", c.group, topic, exc)
+                    continue
+                if assigned is not None:
+                    await self.update_table(topic, assigned)
+            # Queues of topics no longer subscribed.
+            for mq in [mq for mq in c.table if mq.topic not in subs]:
+                await self._remove(mq)
+
+    async def _assignment(self, topic: str) -> set[MessageQueue] | None:
+        c = self.consumer
+        route = c.inst.routes.get(topic)
+        if route is None or not route.read_queues():
+            route = await c.inst.update_route(topic)
+        if route is None:
+            log.debug("%s: no route for %s yet", c.group, topic)
+            return None
+        mqs = route.read_queues()
+        if not c.clustering:
+            return set(mqs)
+        cids = await self._member_ids(route)
+        if not cids:
+            log.debug("%s: no member list for %s yet", c.group, topic)
+            return None
+        return set(self.strategy(c.group, c.client_id, mqs, cids))
+
+    async def _member_ids(self, route: TopicRoute) -> list[str]:
+        c = self.consumer
+        addrs = list(route.brokers.values())
+        random.shuffle(addrs)
+        for addr in addrs:
+            try:
+                ids = await c.inst.api.consumer_ids(addr, c.group)
+            except (RemotingError, ClientError) as exc:
+                log.debug("%s: member list from %s failed: %s", c.group, addr, exc)
+                continue
+            if ids:
+                return ids
+        return []
+
+    async def update_table(self, topic: str, assigned: set[MessageQueue]) -> None:
+        c = self.consumer
+        for mq in [mq for mq in c.table if mq.topic == topic and mq not in assigned]:
+            await self._remove(mq)
+        for mq in sorted(assigned - set(c.table)):
+            if c.state is not State.RUNNING:
+                return
+            if not await c.lock_queue(mq):
+                log.debug("%s: %s is locked by another member; later", c.group, mq)
+                continue
+            c.offset_store.remove(mq)
+            try:
+                offset = await self.compute_pull_from(mq)
+            except (RemotingError, ClientError) as exc:
+                log.warning("%s: start offset of %s unknown (%s); later", c.group, mq, exc)
+                continue
+            pq = c.new_process_queue(mq)
+            if c.orderly:
+                pq.locked = True
+                pq.last_lock_time = time.monotonic()
+            # The start point counts as committed, so a restart before the first message
+            # resumes here instead of recomputing (a LAST_OFFSET group would skip messages).
+            c.offset_store.update(mq, offset, increase_only=False, acked=[])
+            log.info("%s: consuming %s from offset %d", c.group, mq, offset)
+            c.start_queue(mq, pq, offset)
+
+    async def _remove(self, mq: MessageQueue) -> None:
+        c = self.consumer
+        pq = c.drop_queue(mq)
+        if pq is not None:
+            log.info("%s: %s moved to another member", c.group, mq)
+            await c.release_queue(mq, pq)
+
+    async def compute_pull_from(self, mq: MessageQueue) -> int:
+        c = self.consumer
+        last = await c.offset_store.read_store(mq)
+        if last >= 0:
+            return last
+        if is_retry_topic(mq.topic):
+            return 0
+        addr = await c.inst.find_broker_addr(mq.broker_name, mq.topic)
+        if addr is None:
+            raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
+        api = c.inst.api
+        where = c.options.consume_from_where
+        if where is ConsumeFromWhere.FIRST_OFFSET:
+            return await api.min_offset(addr, mq.topic, mq.queue_id)
+        if where is ConsumeFromWhere.TIMESTAMP:
+            return await api.search_offset(addr, mq.topic, mq.queue_id, c.start_timestamp_ms)
+        return await api.max_offset(addr, mq.topic, mq.queue_id)

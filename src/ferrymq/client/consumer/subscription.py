@@ -1,0 +1,50 @@
+"""A consumer's subscription to one topic: a tag expression ('*' or 'TagA || TagB')."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...common.message import MessageExt
+from ...common.names import java_string_hash
+
+SUB_ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    expression: str
+    tags: frozenset[str]
+    sub_version: int
+
+    @classmethod
+    def parse(cls, topic: str, expression: str | None = SUB_ALL) -> Subscription:
+        expr = (expression or "").strip()
+        version = int(time.time() * 1000)
+        if not expr or expr == SUB_ALL:
+            return cls(topic, SUB_ALL, frozenset(), version)
+        tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+        if not tags:
+            raise ValueError(f"subscription expression {expression!r} names no tag")
+        return cls(topic, expr, tags, version)
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.tags
+
+    def accepts(self, msg: MessageExt) -> bool:
+        """The broker filters by tag hash; hashes collide, so the tag itself is checked here."""
+        return not self.tags or (msg.tags or "") in self.tags
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "classFilterMode": False,
+            "codeSet": sorted(java_string_hash(t) for t in self.tags),
+            "expressionType": "TAG",
+            "subString": self.expression,
+            "subVersion": self.sub_version,
+            "tagsSet": sorted(self.tags),
+            "topic": self.topic,
+        }

@@ -1,0 +1,448 @@
+"""The producer, async core: queue selection with latency fault tolerance, retries, topic
+auto-creation through TBW102, compression, unique ids and validation. `Producer` (blocking)
+and `ferrymq.aio.Producer` are this class."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..common import props as P
+from ..common.codec import SYSFLAG_COMPRESSED, encode_batch
+from ..common.codes import RequestCode, ResponseCode
+from ..common.ids import new_uniq_id
+from ..common.message import Message, MessageBatchItem, MessageQueue
+from ..common.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    SYSTEM_TOPICS,
+    is_retry_topic,
+    java_string_hash,
+    validate_group,
+    validate_topic,
+)
+from ..remoting import RemotingCommand, RemotingError
+from .errors import BrokerError, MessageValidationError, NoRouteError, SendError
+from .fault import LatencyFaultTolerance
+from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
+from .lifecycle import Lifecycle, State
+from .results import SendResult, SendStatus
+
+log = logging.getLogger("ferrymq.client.producer")
+
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+COMPRESS_LEVEL = 5  # RocketMQ's default zlib level
+# Response codes worth another attempt (on another broker for sync sends).
+RETRY_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.SYSTEM_BUSY,
+    }
+)
+_STATUS: dict[int, SendStatus] = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+# How often a topic that has no route yet is looked up again while borrowing TBW102's.
+NO_ROUTE_RECHECK = 1.0
+
+QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outgoing:
+    """A message as it goes on the wire, prepared once and reused by every attempt."""
+
+    topic: str
+    body: bytes
+    sys_flag: int
+    flag: int
+    properties: str
+    uniq_id: str
+    batch: bool
+    reconsume_times: int | None = None
+    max_reconsume_times: int | None = None
+
+
+def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
+    """Refuse what a broker would refuse, before any request is made."""
+    validate_topic(msg.topic)
+    if msg.topic in SYSTEM_TOPICS:
+        raise MessageValidationError("topic", f"{msg.topic} is reserved for the system")
+    if not msg.body:
+        raise MessageValidationError("body", "is empty")
+    if len(msg.body) > max_size:
+        raise MessageValidationError("body", f"is {len(msg.body)} bytes; the limit is {max_size}")
+    try:
+        P.properties_to_string(msg.properties)
+    except P.PropertyError as exc:
+        raise MessageValidationError("properties", str(exc)) from exc
+
+
+def hash_queue_index(key: object, n: int) -> int:
+    """RocketMQ's SelectMessageQueueByHash: Java hashCode of the key, modulo, made positive."""
+    if isinstance(key, bool):
+        h = 1231 if key else 1237
+    elif isinstance(key, int):
+        h = ((key + 2**31) % 2**32) - 2**31
+    else:
+        h = java_string_hash(str(key))
+    return abs(h) % n
+
+
+class AsyncProducer(Lifecycle):
+    kind = "Producer"
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        send_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        retry_times_when_send_async_failed: int = 2,
+        compress_over: int = 4096,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = 8,
+        create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
+        latency_fault_enabled: bool = True,
+        fault_isolation: float | None = 30.0,
+        route_refresh_interval: float = 30.0,
+        heartbeat_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        validate_group(group)
+        self.group = group
+        self.namesrv = namesrv
+        self.send_timeout = send_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
+        self.compress_over = compress_over
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.create_topic_key = create_topic_key
+        self.latency_fault_enabled = latency_fault_enabled
+        self.fault = LatencyFaultTolerance(isolation_seconds=fault_isolation)
+        self.instance_config = InstanceConfig(
+            namesrv, route_refresh_interval, heartbeat_interval, send_timeout
+        )
+        self._inst: ClientInstance | None = None
+        self._topics: set[str] = set()
+        self._rr: dict[str, int] = {}
+        self._no_route_checked: dict[str, float] = {}
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.require_created("start")
+        inst = acquire_async(self.instance_config, "P", self.group)
+        try:
+            await self.attach(inst)
+        except BaseException:
+            self.state = State.SHUTDOWN
+            await abandon(inst, "P", self.group)
+            raise
+
+    async def attach(self, inst: ClientInstance) -> None:
+        """Start on an instance already reserved for this group (the blocking wrapper's way)."""
+        self._inst = inst
+        inst.register_producer(self)
+        self.state = State.RUNNING
+        await inst.heartbeat_now()
+
+    async def shutdown(self) -> bool:
+        """Returns True when the shared instance was closed with it."""
+        if self.state is not State.RUNNING or self._inst is None:
+            self.state = State.SHUTDOWN
+            return False
+        self.state = State.SHUTDOWN
+        inst = self._inst
+        await inst.unregister(producer_group=self.group)
+        return await release(inst, "P", self.group)
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    @property
+    def instance(self) -> ClientInstance:
+        self.require_running("send")
+        assert self._inst is not None
+        return self._inst
+
+    def topics(self) -> set[str]:
+        return set(self._topics)
+
+    # --- queues ------------------------------------------------------------------------------
+    async def message_queues(self, topic: str) -> list[MessageQueue]:
+        """Writable queues of the topic; a topic without a route borrows TBW102's (the broker
+        then creates it on the first send)."""
+        inst = self.instance
+        self._topics.add(topic)
+        route = inst.routes.get(topic)
+        if route is None:
+            now = time.monotonic()
+            if now - self._no_route_checked.get(topic, 0.0) >= NO_ROUTE_RECHECK:
+                self._no_route_checked[topic] = now
+                route = await inst.update_route(topic)
+        if route is not None:
+            queues = route.write_queues()
+            if queues:
+                return queues
+        base = await inst.route(self.create_topic_key)
+        if base is not None:
+            queues = [
+                MessageQueue(topic, q.broker_name, i)
+                for q in base.queue_datas
+                if q.writable and q.broker_name in base.brokers
+                for i in range(min(self.default_topic_queue_nums, q.write_queue_nums))
+            ]
+            if queues:
+                return queues
+        raise NoRouteError(topic, self.namesrv)
+
+    def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
+        n = len(queues)
+        start = self._rr.get(topic)
+        if start is None:
+            start = random.randrange(n)
+        self._rr[topic] = start + 1
+        ok_broker: Callable[[str], bool] = (
+            self.fault.is_available if self.latency_fault_enabled else (lambda _b: True)
+        )
+        for i in range(n):
+            mq = queues[(start + i) % n]
+            if mq.broker_name != avoid and ok_broker(mq.broker_name):
+                return mq
+        if self.latency_fault_enabled:
+            for i in range(n):  # everyone is marked: any broker but the one that just failed
+                mq = queues[(start + i) % n]
+                if mq.broker_name != avoid:
+                    return mq
+        return queues[start % n]
+
+    # --- preparing ---------------------------------------------------------------------------
+    def _prepare(self, msg: Message) -> _Outgoing:
+        validate_message(msg, self.max_message_size)
+        uniq = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            uniq = new_uniq_id()
+            msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        props = dict(msg.properties)
+        reconsume = max_reconsume = None
+        if is_retry_topic(msg.topic):
+            # Straight to a retry topic (DLQ re-drive): the counters travel in the header.
+            text = props.pop(P.PROPERTY_RECONSUME_TIME, None)
+            reconsume = int(text) if text and text.isdigit() else 0
+            text = props.pop(P.PROPERTY_MAX_RECONSUME_TIMES, None)
+            max_reconsume = int(text) if text and text.isdigit() else None
+        body = msg.body
+        sys_flag = 0
+        if self.compress_over > 0 and len(body) > self.compress_over:
+            packed = zlib.compress(body, COMPRESS_LEVEL)
+            if len(packed) < len(body):
+                body, sys_flag = packed, SYSFLAG_COMPRESSED
+        return _Outgoing(
+            msg.topic,
+            body,
+            sys_flag,
+            msg.flag,
+            P.properties_to_string(props),
+            uniq,
+            False,
+            reconsume,
+            max_reconsume,
+        )
+
+    def _prepare_batch(self, msgs: Sequence[Message]) -> _Outgoing:
+        if not msgs:
+            raise MessageValidationError("batch", "is empty")
+        topic = msgs[0].topic
+        items: list[MessageBatchItem] = []
+        uniqs: list[str] = []
+        for m in msgs:
+            validate_message(m, self.max_message_size)
+            if m.topic != topic:
+                raise MessageValidationError("batch", "all messages of a batch need the same topic")
+            if m.delay_level > 0:
+                raise MessageValidationError("batch", "a batch cannot carry delayed messages")
+            if is_retry_topic(m.topic):
+                raise MessageValidationError("batch", "a batch cannot go to a retry topic")
+            uniq = m.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if not uniq:
+                uniq = new_uniq_id()
+                m.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            uniqs.append(uniq)
+            items.append(MessageBatchItem(m.flag, m.body, dict(m.properties)))
+        body = encode_batch(items)
+        if len(body) > self.max_message_size:
+            raise MessageValidationError(
+                "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
+            )
+        return _Outgoing(topic, body, 0, 0, "", ",".join(uniqs), True)
+
+    def _header(self, out: _Outgoing, mq: MessageQueue) -> dict[str, str]:
+        header = {
+            "producerGroup": self.group,
+            "topic": out.topic,
+            "defaultTopic": self.create_topic_key,
+            "defaultTopicQueueNums": str(self.default_topic_queue_nums),
+            "queueId": str(mq.queue_id),
+            "sysFlag": str(out.sys_flag),
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": str(out.flag),
+            "properties": out.properties,
+            "reconsumeTimes": str(out.reconsume_times or 0),
+            "unitMode": "false",
+            "batch": "true" if out.batch else "false",
+        }
+        if out.max_reconsume_times is not None:
+            header["maxReconsumeTimes"] = str(out.max_reconsume_times)
+        return header
+
+    # --- sending -----------------------------------------------------------------------------
+    async def _send_to(self, out: _Outgoing, mq: MessageQueue, timeout: float) -> SendResult:
+        inst = self.instance
+        addr = await inst.find_broker_addr(mq.broker_name, out.topic)
+        if addr is None:
+            raise NoRouteError(out.topic, self.namesrv, f"broker {mq.broker_name!r} has no address")
+        began = time.monotonic()
+        try:
+            resp = await inst.api.send(
+                addr, self._header(out, mq), out.body, batch=out.batch, timeout=timeout
+            )
+        except RemotingError:
+            self.fault.update(
+                mq.broker_name, int((time.monotonic() - began) * 1000), isolation=True
+            )
+            raise
+        self.fault.update(mq.broker_name, int((time.monotonic() - began) * 1000), isolation=False)
+        return self._result(resp, addr, mq, out)
+
+    def _result(
+        self, resp: RemotingCommand, addr: str, mq: MessageQueue, out: _Outgoing
+    ) -> SendResult:
+        status = _STATUS.get(resp.code)
+        if status is None:
+            code = RequestCode.SEND_BATCH_MESSAGE if out.batch else RequestCode.SEND_MESSAGE_V2
+            raise BrokerError(addr, code, resp.code, resp.remark)
+        e = resp.ext_fields
+        return SendResult(
+            status=status,
+            msg_id=out.uniq_id,
+            offset_msg_id=e.get("msgId", ""),
+            queue_id=int(e.get("queueId", mq.queue_id)),
+            queue_offset=int(e.get("queueOffset", -1)),
+            broker=mq.broker_name,
+        )
+
+    async def _send_with_retries(
+        self, out: _Outgoing, attempts: int, *, same_broker: bool, mq: MessageQueue | None = None
+    ) -> SendResult:
+        deadline = time.monotonic() + self.send_timeout
+        queues = await self.message_queues(out.topic) if mq is None else [mq]
+        last_error: BaseException | None = None
+        avoid: str | None = None
+        tried = 0
+        chosen = mq
+        for _ in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if chosen is None or not same_broker:
+                chosen = self._select(out.topic, queues, avoid)
+            tried += 1
+            try:
+                return await self._send_to(out, chosen, remaining)
+            except BrokerError as exc:
+                last_error = exc
+                if exc.code not in RETRY_CODES:
+                    break
+                self.fault.update(chosen.broker_name, 0, isolation=True)
+            except (RemotingError, NoRouteError) as exc:
+                last_error = exc
+            log.debug("send to %s failed (attempt %d): %s", chosen, tried, last_error)
+            avoid = chosen.broker_name
+            if not same_broker and mq is None:
+                queues = await self.message_queues(out.topic)
+        if last_error is None:
+            last_error = TimeoutError(f"send timeout {self.send_timeout}s elapsed")
+        raise SendError(out.topic, tried, last_error)
+
+    async def send(self, msg: Message) -> SendResult:
+        """Send and wait for the broker's answer; retried up to retry_times_when_send_failed
+        times, each time on another broker when there is one."""
+        self.require_running("send")
+        out = self._prepare(msg)
+        return await self._send_with_retries(
+            out, 1 + self.retry_times_when_send_failed, same_broker=False
+        )
+
+    async def send_to_queue(self, msg: Message, mq: MessageQueue) -> SendResult:
+        self.require_running("send")
+        out = self._prepare(msg)
+        self._topics.add(msg.topic)
+        return await self._send_with_retries(out, 1, same_broker=True, mq=mq)
+
+    async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
+        """Several messages of one topic in one request, stored in one queue consecutively."""
+        self.require_running("send")
+        out = self._prepare_batch(msgs)
+        return await self._send_with_retries(
+            out, 1 + self.retry_times_when_send_failed, same_broker=False
+        )
+
+    async def send_orderly(
+        self, msg: Message, sharding_key: object, *, selector: QueueSelector | None = None
+    ) -> SendResult:
+        """Messages with the same sharding key go to the same queue, so an orderly consumer
+        sees them in send order. No retry on another queue: that would break the order."""
+        self.require_running("send")
+        out = self._prepare(msg)
+        queues = await self.message_queues(msg.topic)
+        if selector is not None:
+            mq = selector(list(queues), msg, sharding_key)
+        else:
+            mq = queues[hash_queue_index(sharding_key, len(queues))]
+        try:
+            return await self._send_to(out, mq, self.send_timeout)
+        except (BrokerError, RemotingError, NoRouteError) as exc:
+            raise SendError(msg.topic, 1, exc) from exc
+
+    def send_async(self, msg: Message) -> asyncio.Task[SendResult]:
+        """Start a send; retries stay on the broker first chosen (RocketMQ's async rule)."""
+        self.require_running("send")
+        out = self._prepare(msg)
+        return asyncio.ensure_future(self._send_async(out))
+
+    async def _send_async(self, out: _Outgoing) -> SendResult:
+        queues = await self.message_queues(out.topic)
+        mq = self._select(out.topic, queues, None)
+        return await self._send_with_retries(
+            out, 1 + self.retry_times_when_send_async_failed, same_broker=True, mq=mq
+        )
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Fire and forget: no answer, no retry."""
+        self.require_running("send")
+        out = self._prepare(msg)
+        queues = await self.message_queues(out.topic)
+        mq = self._select(out.topic, queues, None)
+        addr = await self.instance.find_broker_addr(mq.broker_name, out.topic)
+        if addr is None:
+            raise NoRouteError(out.topic, self.namesrv, f"broker {mq.broker_name!r} has no address")
+        try:
+            await self.instance.api.send_oneway(addr, self._header(out, mq), out.body)
+        except RemotingError as exc:
+            raise SendError(out.topic, 1, exc) from exc
