@@ -120,8 +120,8 @@ class LitePullConsumer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def poll(self, timeout: float = 1.0) -> list[MessageExt]:
-        return self._run(self._impl.poll(timeout), timeout + 30)
+    def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        return self._run(self._impl.poll(timeout, max_messages), timeout + 30)
 
     def commit(self) -> None:
         self._run(self._impl.commit())

@@ -97,8 +97,9 @@ class AsyncLitePullConsumer(ConsumerBase):
         if self._available is not None:
             self._available.set()
 
-    async def poll(self, timeout: float = 1.0) -> list[MessageExt]:
-        """Up to pull_batch_size messages, waiting at most `timeout` seconds for some."""
+    async def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """Up to max_messages (default pull_batch_size) messages, waiting at most `timeout`
+        seconds for some."""
         self.require_running("poll")
         assert self._available is not None
         if self.auto_commit:
@@ -106,7 +107,7 @@ class AsyncLitePullConsumer(ConsumerBase):
         deadline = time.monotonic() + timeout
         while True:
             self._available.clear()
-            msgs = self._take(self.options.pull_batch_size)
+            msgs = self._take(max_messages or self.options.pull_batch_size)
             if msgs:
                 return msgs
             remaining = deadline - time.monotonic()

@@ -1,0 +1,221 @@
+"""`ferrymq dlq list|resend`: inspect a group's dead-letter queue and send its messages back
+through the group's retry path.
+
+Progress of the re-drive is the offset of the tools group on %DLQ%<group>: `list` shows what
+lies beyond it, `resend` moves it past what it sent, so nothing is re-driven twice."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from ..client.admin import AdminClient
+from ..client.errors import NoRouteError
+from ..client.producer import Producer
+from ..client.results import PullStatus
+from ..common import props as P
+from ..common.message import Message, MessageExt, MessageQueue
+from ..common.names import TOOLS_CONSUMER_GROUP, dlq_topic, retry_topic
+from .render import fail, fmt_time, preview, print_json, print_table, progress, stdout
+
+CLI_PRODUCER_GROUP = "ferrymq-cli-dlq"
+# Properties the broker sets on the way to the DLQ; a re-driven message starts clean.
+_BROKER_PROPERTIES = frozenset(
+    {
+        P.PROPERTY_CLUSTER,
+        P.PROPERTY_REAL_TOPIC,
+        P.PROPERTY_REAL_QUEUE_ID,
+        P.PROPERTY_DELAY_TIME_LEVEL,
+        P.PROPERTY_CONSUME_START_TIMESTAMP,
+        P.PROPERTY_MSG_REGION,
+        P.PROPERTY_TRACE_SWITCH,
+        P.PROPERTY_WAIT_STORE_MSG_OK,
+        P.PROPERTY_MAX_RECONSUME_TIMES,
+        P.PROPERTY_MIN_OFFSET,
+        P.PROPERTY_MAX_OFFSET,
+    }
+)
+
+
+@dataclass(slots=True)
+class DlqEntry:
+    mq: MessageQueue
+    msg: MessageExt
+
+    @property
+    def original_msg_id(self) -> str:
+        return self.msg.properties.get(P.PROPERTY_ORIGIN_MESSAGE_ID) or self.msg.msg_id
+
+    @property
+    def original_topic(self) -> str:
+        return self.msg.properties.get(P.PROPERTY_RETRY_TOPIC, "")
+
+    def matches(self, ids: set[str]) -> bool:
+        return bool(ids & {self.msg.msg_id, self.msg.offset_msg_id, self.original_msg_id})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "msg_id": self.msg.msg_id,
+            "original_msg_id": self.original_msg_id,
+            "original_topic": self.original_topic,
+            "reconsume_times": self.msg.reconsume_times,
+            "store_timestamp": self.msg.store_timestamp,
+            "body_preview": preview(self.msg.body),
+        }
+
+
+def pending(admin: AdminClient, group: str) -> list[DlqEntry]:
+    """DLQ messages beyond the tools group's offset."""
+    try:
+        mqs = admin.message_queues(dlq_topic(group))
+    except NoRouteError:
+        return []
+    entries: list[DlqEntry] = []
+    for mq in mqs:
+        offset = admin.query_consumer_offset(TOOLS_CONSUMER_GROUP, mq)
+        if offset < 0:
+            offset = admin.min_offset(mq)
+        end = admin.max_offset(mq)
+        while offset < end:
+            result = admin.pull(mq, offset, 32)
+            if result.status is PullStatus.FOUND:
+                entries += [DlqEntry(mq, m) for m in result.messages]
+            if result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
+    return entries
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        entries = pending(admin, args.group)
+    if args.json:
+        print_json([e.to_json() for e in entries])
+        return 0
+    if not entries:
+        stdout.print(f"the dead-letter queue of {args.group} has nothing to re-drive", markup=False)
+        return 0
+    print_table(
+        f"{dlq_topic(args.group)}: {len(entries)} message(s)",
+        ["msg_id", "original topic", "reconsumed", "stored", "body"],
+        (
+            [
+                e.msg.msg_id,
+                e.original_topic or "-",
+                e.msg.reconsume_times,
+                fmt_time(e.msg.store_timestamp),
+                preview(e.msg.body),
+            ]
+            for e in entries
+        ),
+        right=["reconsumed"],
+    )
+    return 0
+
+
+def redrive_message(group: str, entry: DlqEntry) -> Message:
+    """The DLQ message as a fresh retry of its group: original topic and id kept, reconsume
+    count back to zero, no delay."""
+    props = {k: v for k, v in entry.msg.properties.items() if k not in _BROKER_PROPERTIES}
+    props[P.PROPERTY_RECONSUME_TIME] = "0"
+    props.setdefault(P.PROPERTY_ORIGIN_MESSAGE_ID, entry.original_msg_id)
+    return Message(retry_topic(group), entry.msg.body, properties=props, flag=entry.msg.flag)
+
+
+def cmd_resend(args: argparse.Namespace) -> int:
+    wanted = set(args.msg_id or [])
+    if not wanted and not args.all:
+        return fail("name messages with --msg-id, or resend everything with --all")
+    with AdminClient(args.namesrv) as admin:
+        entries = pending(admin, args.group)
+        chosen = entries if args.all else [e for e in entries if e.matches(wanted)]
+        if wanted and not args.all:
+            missing = wanted - {
+                i for e in chosen for i in (e.msg.msg_id, e.msg.offset_msg_id, e.original_msg_id)
+            }
+            if missing:
+                return fail(f"not pending in {dlq_topic(args.group)}: {', '.join(sorted(missing))}")
+        sent: list[dict[str, Any]] = []
+        done: set[tuple[MessageQueue, int]] = set()
+        with (
+            Producer(CLI_PRODUCER_GROUP, args.namesrv) as producer,
+            progress("re-driving", len(chosen)) as bar,
+        ):
+            task = bar.add_task("resend", total=len(chosen))
+            for entry in chosen:
+                result = producer.send(redrive_message(args.group, entry))
+                done.add((entry.mq, entry.msg.queue_offset))
+                sent.append(
+                    {
+                        "msg_id": entry.msg.msg_id,
+                        "original_msg_id": entry.original_msg_id,
+                        "original_topic": entry.original_topic,
+                        "offset_msg_id": result.offset_msg_id,
+                    }
+                )
+                bar.update(task, advance=1)
+        skipped = _advance(admin, entries, done, everything=args.all)
+    if args.json:
+        print_json({"group": args.group, "resent": sent, "held_back": skipped})
+    else:
+        stdout.print(f"re-drove {len(sent)} message(s) to {retry_topic(args.group)}", markup=False)
+        if skipped:
+            stdout.print(
+                f"{skipped} re-driven message(s) lie behind older ones that were not; "
+                "they stay listed, and a later `dlq resend --all` sends them again",
+                markup=False,
+            )
+    return 0
+
+
+def _advance(
+    admin: AdminClient,
+    entries: list[DlqEntry],
+    done: set[tuple[MessageQueue, int]],
+    *,
+    everything: bool,
+) -> int:
+    """Move the tools offset past the re-driven messages. It can only pass a contiguous run
+    from the current offset; returns how many re-driven ones lie beyond an unsent message."""
+    held_back = 0
+    by_queue: dict[MessageQueue, list[int]] = {}
+    for e in entries:
+        by_queue.setdefault(e.mq, []).append(e.msg.queue_offset)
+    for mq, offsets in by_queue.items():
+        target = None
+        if everything:
+            # Not the queue's end: a message dead-lettered meanwhile was not re-driven.
+            target = max(offsets) + 1
+        else:
+            for i, off in enumerate(sorted(offsets)):
+                if (mq, off) not in done:
+                    held_back += sum(1 for o in sorted(offsets)[i:] if (mq, o) in done)
+                    break
+                target = off + 1
+        if target is not None:
+            admin.update_consumer_offset(TOOLS_CONSUMER_GROUP, mq, target)
+    return held_back
+
+
+def add(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("dlq", help="inspect and re-drive a group's dead-letter queue")
+    dsub = p.add_subparsers(dest="dlq_command", metavar="ACTION")
+    dsub.required = True
+    c = dsub.add_parser("list", parents=[common], help="messages waiting in the DLQ")
+    c.add_argument("group")
+    c.set_defaults(func=cmd_list)
+    c = dsub.add_parser(
+        "resend", parents=[common], help="send DLQ messages back to the group's retry topic"
+    )
+    c.add_argument("group")
+    c.add_argument(
+        "--msg-id",
+        action="append",
+        metavar="ID",
+        help="a message to re-drive (msg_id, offset id or original id; repeatable)",
+    )
+    c.add_argument("--all", action="store_true", help="re-drive every pending message")
+    c.set_defaults(func=cmd_resend)

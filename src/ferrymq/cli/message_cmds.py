@@ -1,0 +1,260 @@
+"""`ferrymq send`, `ferrymq consume`, `ferrymq msg show|find`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..client.admin import AdminClient
+from ..client.consumer.types import ConsumeFromWhere
+from ..client.consumers import LitePullConsumer
+from ..client.errors import ClientError, MessageNotFoundError
+from ..client.producer import Producer
+from ..common.ids import MessageIdError, decode_offset_msg_id
+from ..common.message import Message, MessageExt
+from ..remoting import RemotingError
+from .render import (
+    fail,
+    fmt_time,
+    message_detail,
+    message_json,
+    preview,
+    print_json,
+    print_table,
+    progress,
+    stdout,
+)
+
+CLI_PRODUCER_GROUP = "ferrymq-cli"
+
+
+def _body(arg: str) -> bytes:
+    """'-' reads stdin; '@path' reads a file; anything else is the text itself."""
+    if arg == "-":
+        return sys.stdin.buffer.read()
+    if arg.startswith("@") and len(arg) > 1:
+        with open(arg[1:], "rb") as fh:
+            return fh.read()
+    return arg.encode("utf-8")
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--property wants NAME=VALUE, got {pair!r}")
+        props[name] = value
+    return props
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    msg = Message(
+        args.topic,
+        _body(args.body),
+        tags=args.tags,
+        keys=args.keys,
+        delay_level=args.delay_level,
+        properties=_properties(args.property),
+    )
+    with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
+        result = producer.send(msg)
+    if args.json:
+        print_json(
+            {
+                "status": result.status.value,
+                "msg_id": result.msg_id,
+                "offset_msg_id": result.offset_msg_id,
+                "queue_id": result.queue_id,
+                "queue_offset": result.queue_offset,
+            }
+        )
+    else:
+        stdout.print(
+            f"{result.status.value} msg_id={result.msg_id} offset_msg_id="
+            f"{result.offset_msg_id} queue={result.broker}:{result.queue_id} "
+            f"offset={result.queue_offset}",
+            markup=False,
+        )
+    return 0
+
+
+def _print_message(m: MessageExt, as_json: bool) -> None:
+    if as_json:
+        print_json(message_json(m))
+    else:
+        stdout.print(
+            f"{m.queue_id}:{m.queue_offset} {m.msg_id} tags={m.tags or '-'} "
+            f"keys={m.keys or '-'} reconsumed={m.reconsume_times} "
+            f"{preview(m.body, 200)}",
+            markup=False,
+        )
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    where = ConsumeFromWhere.FIRST_OFFSET if args.from_ == "first" else ConsumeFromWhere.LAST_OFFSET
+    consumer = LitePullConsumer(
+        args.group,
+        args.namesrv,
+        auto_commit=False,
+        consume_from_where=where,
+        pull_suspend_timeout=2.0,
+        shutdown_timeout=5.0,
+    )
+    consumer.subscribe(args.topic, args.expression)
+    consumer.start()
+    printed = 0
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    try:
+        with progress("consuming", args.count) as bar:
+            task = bar.add_task("consume", total=args.count)
+            while args.count is None or printed < args.count:
+                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+                remaining = None if args.count is None else args.count - printed
+                msgs = consumer.poll(wait, remaining)
+                for m in msgs:
+                    _print_message(m, args.json)
+                printed += len(msgs)
+                if msgs:
+                    # Only what was printed is acknowledged: poll never hands out more.
+                    consumer.commit()
+                    bar.update(task, advance=len(msgs))
+                elif deadline is not None and time.monotonic() >= deadline:
+                    break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.shutdown()
+    if args.count is not None and printed < args.count:
+        return fail(f"received {printed} of {args.count} message(s) within {args.timeout}s")
+    return 0
+
+
+def _looks_like_offset_id(text: str) -> bool:
+    try:
+        decode_offset_msg_id(text)
+    except MessageIdError:
+        return False
+    return True
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        msg: MessageExt | None = None
+        errors: list[str] = []
+        if args.topic:
+            try:
+                msg = admin.query_by_uniq_key(args.topic, args.id)
+            except (MessageNotFoundError, ClientError, RemotingError) as exc:
+                errors.append(str(exc))
+        if msg is None and _looks_like_offset_id(args.id):
+            try:
+                msg = admin.view_message(args.id)
+            except (ClientError, RemotingError) as exc:
+                errors.append(str(exc))
+        if msg is None:
+            hint = "" if args.topic else " (a unique key needs --topic)"
+            return fail(f"message {args.id} not found{hint}: {'; '.join(errors) or 'no match'}")
+    detail = message_detail(msg)
+    if args.json:
+        print_json(detail)
+        return 0
+    rows = [
+        (k, fmt_time(v) if k.endswith("timestamp") else v)
+        for k, v in detail.items()
+        if k not in ("properties", "body", "body_b64")
+    ]
+    rows += [(f"property {k}", v) for k, v in sorted(msg.properties.items())]
+    rows.append(("body", preview(msg.body, 400)))
+    print_table(f"message {args.id}", ["field", "value"], rows)
+    return 0
+
+
+def cmd_find(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        msgs = admin.query_message(args.topic, args.key, max_num=args.limit)
+    if args.json:
+        print_json([message_detail(m) for m in msgs])
+        return 0
+    if not msgs:
+        return fail(f"no message with key {args.key!r} in topic {args.topic}")
+    print_table(
+        f"messages with key {args.key}",
+        ["msg_id", "offset_msg_id", "queue", "offset", "tags", "stored", "body"],
+        (
+            [
+                m.msg_id,
+                m.offset_msg_id,
+                f"{m.broker}:{m.queue_id}",
+                m.queue_offset,
+                m.tags or "-",
+                fmt_time(m.store_timestamp),
+                preview(m.body),
+            ]
+            for m in msgs
+        ),
+        right=["offset"],
+    )
+    return 0
+
+
+def add(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("send", parents=[common], help="send one message")
+    p.add_argument("topic")
+    p.add_argument("body", help="the body text; '-' reads stdin, '@FILE' reads a file")
+    p.add_argument("--tags", help="the message's tag")
+    p.add_argument("--keys", help="space-separated keys (indexed for `msg find`)")
+    p.add_argument("--delay-level", type=int, default=0, help="deliver after this delay level")
+    p.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a user property (repeatable)",
+    )
+    p.add_argument("--group", default=CLI_PRODUCER_GROUP, help="producer group")
+    p.add_argument("--timeout", type=float, default=3.0, help="send timeout in seconds")
+    p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser(
+        "consume",
+        parents=[common],
+        help="print messages as a member of a consumer group, committing them",
+    )
+    p.add_argument("topic")
+    p.add_argument("--group", required=True, help="consumer group")
+    p.add_argument(
+        "--from",
+        dest="from_",
+        choices=["first", "last"],
+        default="last",
+        help="where a group without committed offsets starts (default last)",
+    )
+    p.add_argument("--count", type=int, help="stop after this many messages")
+    p.add_argument("--expression", default="*", help="tag expression, e.g. 'TagA || TagB'")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="give up after this many seconds (with --count: exit 1 if short)",
+    )
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("msg", help="look messages up")
+    msub = p.add_subparsers(dest="msg_command", metavar="ACTION")
+    msub.required = True
+    c = msub.add_parser(
+        "show",
+        parents=[common],
+        help="one message by offset message id, or by unique key with --topic",
+    )
+    c.add_argument("id")
+    c.add_argument("--topic", help="the topic, to look the id up as a unique key (msg_id)")
+    c.set_defaults(func=cmd_show)
+    c = msub.add_parser("find", parents=[common], help="messages by key")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--key", required=True)
+    c.add_argument("--limit", type=int, default=32, help="at most this many per broker")
+    c.set_defaults(func=cmd_find)
