@@ -1,0 +1,87 @@
+"""ProcessQueue: the acknowledgement arithmetic of the seeds, as pure data structure tests."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ferrymq.client.consumer.process_queue import ProcessQueue
+from ferrymq.common.message import MessageExt, MessageQueue
+
+MQ = MessageQueue("t", "broker-a", 0)
+
+
+def msgs(offsets: range | list[int], size: int = 10) -> list[MessageExt]:
+    return [MessageExt("t", b"x" * size, queue_offset=o) for o in offsets]
+
+
+def test_oldest_unfinished_message_holds_the_offset_as_in_the_seed() -> None:
+    # 002: 2101..2200 pulled, 2102..2200 consumed, 2101 stuck -> the offset stays at 2101.
+    pq = ProcessQueue(MQ)
+    batch = msgs(range(2101, 2201))
+    pq.put(batch)
+    assert pq.remove(batch[1:]) == 2101
+    assert pq.acked_ranges() == [(2102, 2201)]
+    assert pq.remove(batch[:1]) == 2201  # max offset + 1 once empty
+    assert pq.acked_ranges() == []
+    assert pq.remove(batch[:1]) == -1  # nothing held: nothing to commit
+
+
+def test_partial_batch_keeps_the_first_unconsumed_offset() -> None:
+    # 000/001: m1 and m3 consumed, m2 failed and still held -> commit m2's offset.
+    pq = ProcessQueue(MQ)
+    m1, m2, m3 = msgs([5, 6, 7])
+    pq.put([m1, m2, m3])
+    assert pq.remove([m1, m3]) == 6
+    assert pq.acked_ranges() == [(7, 8)]
+
+
+def test_repeated_pull_does_not_hold_a_message_twice() -> None:
+    pq = ProcessQueue(MQ)
+    assert len(pq.put(msgs([1, 2, 3]))) == 3
+    assert [m.queue_offset for m in pq.put(msgs([2, 3, 4]))] == [4]
+    assert pq.count == 4
+
+
+@given(st.lists(st.integers(min_value=0, max_value=60), unique=True, min_size=1),
+       st.data())
+def test_commit_offset_is_smallest_held_or_max_plus_one(offsets: list[int], data: st.DataObject) -> None:
+    offsets.sort()
+    pq = ProcessQueue(MQ)
+    held = msgs(offsets)
+    pq.put(held)
+    done = data.draw(st.lists(st.sampled_from(held), unique_by=lambda m: m.queue_offset))
+    commit = pq.remove(done)
+    remaining = sorted(set(offsets) - {m.queue_offset for m in done})
+    assert commit == (remaining[0] if remaining else offsets[-1] + 1)
+    # Precise ranges: exactly the offsets above the commit point not held any more.
+    acked = {o for a, b in pq.acked_ranges() for o in range(a, b)}
+    expected = set(range(commit, offsets[-1] + 1)) - set(remaining) if remaining else set()
+    assert acked == expected
+
+
+def test_orderly_take_commit_and_reconsume_keep_offset_order() -> None:
+    pq = ProcessQueue(MQ)
+    pq.put(msgs(range(10, 15)))
+    first = pq.take(2)
+    assert [m.queue_offset for m in first] == [10, 11]
+    pq.reconsume(first)  # suspended: given back, consumed again first
+    again = pq.take(3)
+    assert [m.queue_offset for m in again] == [10, 11, 12]
+    assert pq.commit_offset() == 10
+    assert pq.commit() == 13
+    assert pq.commit_offset() == 13
+    assert [m.queue_offset for m in pq.take(5)] == [13, 14]
+    assert pq.commit() == 15 and pq.empty
+
+
+def test_flow_control_closes_and_reopens_on_count_and_bytes() -> None:
+    pq = ProcessQueue(MQ, max_count=3, max_bytes=1000)
+    batch = msgs(range(3))
+    pq.put(batch)
+    assert pq.over_limit() and not pq.space.is_set()
+    pq.remove(batch[:1])
+    assert not pq.over_limit() and pq.space.is_set()
+    big = ProcessQueue(MQ, max_count=100, max_bytes=100)
+    big.put(msgs([1], size=150))
+    assert big.over_limit()
