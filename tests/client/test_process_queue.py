@@ -43,9 +43,10 @@ def test_repeated_pull_does_not_hold_a_message_twice() -> None:
     assert pq.count == 4
 
 
-@given(st.lists(st.integers(min_value=0, max_value=60), unique=True, min_size=1),
-       st.data())
-def test_commit_offset_is_smallest_held_or_max_plus_one(offsets: list[int], data: st.DataObject) -> None:
+@given(st.lists(st.integers(min_value=0, max_value=60), unique=True, min_size=1), st.data())
+def test_commit_offset_is_smallest_held_or_max_plus_one(
+    offsets: list[int], data: st.DataObject
+) -> None:
     offsets.sort()
     pq = ProcessQueue(MQ)
     held = msgs(offsets)

@@ -1,0 +1,241 @@
+"""The `ferrymq` client commands as a user runs them: real processes, real broker, the JSON
+shapes other tools rely on, and exit codes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def ferrymq(
+    server: Any, *args: str, stdin: bytes | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, FERRYMQ_NAMESRV=server.namesrv)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ferrymq", *args],
+        capture_output=True,
+        env=env,
+        input=stdin.decode("latin-1") if stdin else None,
+        text=True,
+        timeout=60,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"ferrymq {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def json_out(server: Any, *args: str) -> Any:
+    return json.loads(ferrymq(server, *args, "--json").stdout)
+
+
+def test_topic_send_consume_and_progress_print_the_documented_json(standalone: Any) -> None:
+    assert json_out(standalone, "topic", "create", "cli-t", "--queues", "2")["brokers"] == [
+        "broker-a"
+    ]
+    assert "cli-t" in json_out(standalone, "topic", "list")
+
+    sent = json_out(standalone, "send", "cli-t", "hello", "--tags", "TagA", "--keys", "k1")
+    assert set(sent) == {"status", "msg_id", "offset_msg_id", "queue_id", "queue_offset"}
+    assert sent["status"] == "SEND_OK"
+    binary = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ferrymq",
+            "send",
+            "cli-t",
+            "-",
+            "--json",
+            "--namesrv",
+            standalone.namesrv,
+        ],
+        input=b"\xff\xfe\x00",
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(binary.stdout)["status"] == "SEND_OK"
+
+    status = json_out(standalone, "topic", "status", "cli-t")
+    assert {tuple(sorted(r)) for r in status} == {
+        ("broker", "last_update", "max_offset", "min_offset", "queue_id")
+    }
+    assert sum(r["max_offset"] for r in status) == 2
+
+    out = ferrymq(
+        standalone,
+        "consume",
+        "cli-t",
+        "--group",
+        "cli-g",
+        "--from",
+        "first",
+        "--count",
+        "2",
+        "--timeout",
+        "30",
+        "--json",
+    ).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 2
+    text = next(m for m in lines if not m.get("body_b64"))
+    raw = next(m for m in lines if m.get("body_b64"))
+    assert set(text) == {
+        "msg_id",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "keys",
+        "tags",
+        "body",
+        "reconsume_times",
+    }
+    assert (text["body"], text["tags"], text["keys"], text["msg_id"]) == (
+        "hello",
+        "TagA",
+        "k1",
+        sent["msg_id"],
+    )
+    assert base64.b64decode(raw["body"]) == b"\xff\xfe\x00"
+
+    progress = json_out(standalone, "group", "progress", "cli-g")
+    rows = [r for r in progress if r["topic"] == "cli-t"]
+    assert {tuple(sorted(r)) for r in rows} == {
+        ("broker", "broker_offset", "consumer_offset", "lag", "queue_id", "topic")
+    }
+    assert sum(r["consumer_offset"] for r in rows) == 2 and sum(r["lag"] for r in rows) == 0
+
+    # It committed what it printed: the same group has nothing more to show.
+    again = ferrymq(
+        standalone,
+        "consume",
+        "cli-t",
+        "--group",
+        "cli-g",
+        "--count",
+        "1",
+        "--timeout",
+        "1.5",
+        check=False,
+    )
+    assert again.returncode == 1 and "received 0 of 1" in again.stderr
+
+    reset = json_out(standalone, "group", "reset-offset", "cli-g", "--topic", "cli-t", "--to-start")
+    assert sum(o["offset"] for o in reset["offsets"]) == 0
+    assert (
+        sum(
+            r["lag"]
+            for r in json_out(standalone, "group", "progress", "cli-g")
+            if r["topic"] == "cli-t"
+        )
+        == 2
+    )
+
+    shown = json_out(standalone, "msg", "show", sent["offset_msg_id"])
+    assert shown["body"] == "hello" and shown["msg_id"] == sent["msg_id"]
+    by_uniq = json_out(standalone, "msg", "show", sent["msg_id"], "--topic", "cli-t")
+    assert by_uniq["offset_msg_id"] == sent["offset_msg_id"]
+    found = json_out(standalone, "msg", "find", "--topic", "cli-t", "--key", "k1")
+    assert [m["msg_id"] for m in found] == [sent["msg_id"]]
+
+
+def test_dlq_list_and_resend_drive_messages_back_once(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "cli-dlq", "--queues", "1")
+    sent = json_out(standalone, "send", "cli-dlq", "poison")
+    failing = PushConsumer(
+        "cli-dg",
+        standalone.namesrv,
+        max_reconsume_times=0,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        rebalance_interval=0.3,
+        route_refresh_interval=0.3,
+        pull_suspend_timeout=1.0,
+    )
+    failing.subscribe("cli-dlq")
+    failing.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
+    with failing:
+        listed = wait_for(lambda: json_out(standalone, "dlq", "list", "cli-dg"), what="a DLQ entry")
+    assert len(listed) == 1
+    entry = listed[0]
+    assert set(entry) == {
+        "msg_id",
+        "original_msg_id",
+        "original_topic",
+        "reconsume_times",
+        "store_timestamp",
+        "body_preview",
+    }
+    assert (entry["msg_id"], entry["original_topic"], entry["body_preview"]) == (
+        sent["msg_id"],
+        "cli-dlq",
+        "poison",
+    )
+
+    resent = json_out(standalone, "dlq", "resend", "cli-dg", "--all")
+    assert [m["msg_id"] for m in resent["resent"]] == [sent["msg_id"]]
+    assert json_out(standalone, "dlq", "list", "cli-dg") == []  # not resent twice
+    assert json_out(standalone, "dlq", "resend", "cli-dg", "--all")["resent"] == []
+
+    got: list[Any] = []
+    healthy = PushConsumer(
+        "cli-dg",
+        standalone.namesrv,
+        rebalance_interval=0.3,
+        route_refresh_interval=0.3,
+        pull_suspend_timeout=1.0,
+    )
+    healthy.subscribe("cli-dlq")
+    healthy.register_listener(lambda msgs, ctx: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    with healthy:
+        wait_for(lambda: got, what="the re-driven message")
+    (m,) = got
+    assert (m.body, m.topic, m.reconsume_times, m.msg_id) == (
+        b"poison",
+        "cli-dlq",
+        0,
+        sent["msg_id"],
+    )
+
+
+def test_failures_exit_1_with_a_message_and_bad_usage_exits_2(standalone: Any) -> None:
+    missing = ferrymq(standalone, "msg", "show", "0A0A0A0A00002A9F0000000000000000", check=False)
+    assert missing.returncode == 1 and missing.stderr.startswith("ferrymq:")
+    no_topic = ferrymq(standalone, "topic", "status", "nope", check=False)
+    assert no_topic.returncode == 1 and "no route" in no_topic.stderr
+    bad_name = ferrymq(standalone, "send", "bad topic!", "x", check=False)
+    assert bad_name.returncode == 1 and "invalid topic name" in bad_name.stderr
+    usage = ferrymq(standalone, "group", "reset-offset", "g", "--topic", "t", check=False)
+    assert usage.returncode == 2
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "ferrymq", "topic", "list", "--namesrv", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
+
+
+def test_namesrv_defaults_to_the_environment(standalone: Any) -> None:
+    out = ferrymq(standalone, "topic", "list", "--json")  # FERRYMQ_NAMESRV only
+    assert isinstance(json.loads(out.stdout), list)
