@@ -1,0 +1,391 @@
+"""End-to-end benchmark of the Python clients through a real `ferrymq standalone` broker
+(async flush), beside the same workload on Redis Streams (appendfsync everysec):
+
+- produce throughput of 1 KiB messages (send_async with a window / pipelined XADD),
+- consume-with-ack throughput (push consumer committing offsets / XREADGROUP + XACK),
+- end-to-end latency p50/p99 at a steady 2,000 msg/s.
+
+`run(quick)` returns one row per measurement, the median of 3 runs, Redis as the peer.
+The bench installs redis-server from Debian (`apt-get install -y redis-server`) if missing
+and runs its own instance on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
+
+BODY_SIZE = 1024
+WINDOW = 512  # messages in flight while producing
+RATE = 2000  # msg/s for the latency measurement
+RUNS = 3
+PEER = "Redis Streams (appendfsync everysec)"
+TARGETS = {"produce": 10_000.0, "consume": 5_000.0, "p50": 10.0, "p99": 50.0}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    messages: int
+    latency_seconds: float
+
+
+def sizes(quick: bool) -> Sizes:
+    return Sizes(5_000, 2.0) if quick else Sizes(30_000, 5.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def paced(total_seconds: float, rate: int) -> Iterator[int]:
+    """Yield message numbers at `rate` per second, catching up when late."""
+    start = time.perf_counter()
+    for i in range(int(total_seconds * rate)):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        yield i
+
+
+# --- ferrymq ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def ferrymq_server(store: Path) -> Iterator[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "ferrymq",
+        "standalone",
+        "--namesrv-port",
+        "0",
+        "--broker-port",
+        "0",
+        "--store-dir",
+        str(store),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("namesrv="):
+            raise RuntimeError(f"ferrymq standalone did not start: {line!r}")
+        yield dict(p.split("=", 1) for p in line.split())["namesrv"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def ferrymq_produce(namesrv: str, topic: str, n: int) -> float:
+    body = b"x" * BODY_SIZE
+    with Producer("bench-p", namesrv) as producer:
+        producer.send(Message(topic, body))  # route and connection warm
+        sem = threading.Semaphore(WINDOW)
+        errors: list[BaseException] = []
+
+        def done(f: Any) -> None:
+            sem.release()
+            if f.exception() is not None:
+                errors.append(f.exception())
+
+        began = time.perf_counter()
+        for _ in range(n):
+            sem.acquire()
+            producer.send_async(Message(topic, body)).add_done_callback(done)
+        for _ in range(WINDOW):
+            sem.acquire()
+        elapsed = time.perf_counter() - began
+    if errors:
+        raise RuntimeError(f"{len(errors)} sends failed: {errors[0]}")
+    return n / elapsed
+
+
+def ferrymq_consume(namesrv: str, topic: str, group: str, n: int) -> float:
+    count = [0]
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        with lock:
+            count[0] += len(msgs)
+            if count[0] >= n:
+                finished.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    began = time.perf_counter()
+    consumer.start()
+    try:
+        if not finished.wait(300):
+            raise RuntimeError(f"consumed {count[0]} of {n}")
+        elapsed = time.perf_counter() - began
+    finally:
+        consumer.shutdown()  # persists the acknowledged offsets
+    return n / elapsed
+
+
+def ferrymq_latency(namesrv: str, topic: str, group: str, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    expected = int(seconds * RATE)
+    finished = threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        now = time.perf_counter_ns()
+        with lock:
+            for m in msgs:
+                latencies.append((now - int(m.body[:20])) / 1e6)
+            if len(latencies) >= expected:
+                finished.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, namesrv)  # from the last offset: only what is sent now
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    pad = b"x" * (BODY_SIZE - 20)
+    with consumer, Producer("bench-lat", namesrv) as producer:
+        for _ in paced(seconds, RATE):
+            producer.send_async(Message(topic, b"%020d" % time.perf_counter_ns() + pad))
+        finished.wait(60)
+    return latencies
+
+
+def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
+    sz = sizes(quick)
+    out: dict[str, list[float]] = {"produce": [], "consume": [], "p50": [], "p99": []}
+    for run in range(RUNS):
+        with (
+            tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as tmp,
+            ferrymq_server(Path(tmp)) as namesrv,
+        ):
+            with AdminClient(namesrv) as admin:
+                admin.create_topic("bench", 4)
+                admin.create_topic("bench-lat", 4)
+            out["produce"].append(ferrymq_produce(namesrv, "bench", sz.messages))
+            out["consume"].append(
+                ferrymq_consume(namesrv, "bench", f"bench-c{run}", sz.messages + 1)
+            )
+            lat = ferrymq_latency(namesrv, "bench-lat", f"bench-l{run}", sz.latency_seconds)
+            out["p50"].append(percentile(lat, 0.50))
+            out["p99"].append(percentile(lat, 0.99))
+    return out
+
+
+# --- Redis Streams ---------------------------------------------------------------------------
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    subprocess.run(
+        ["apt-get", "install", "-y", "redis-server"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    found = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(found).exists():
+        raise RuntimeError("redis-server is not installed and apt-get did not provide it")
+    return found
+
+
+@contextlib.contextmanager
+def redis_server(tmp: Path) -> Iterator[Any]:
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            redis_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(tmp),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.05)
+        yield client
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(30)
+
+
+def redis_produce(r: Any, stream: str, n: int) -> float:
+    body = b"x" * BODY_SIZE
+    began = time.perf_counter()
+    sent = 0
+    while sent < n:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(min(WINDOW, n - sent)):
+            pipe.xadd(stream, {"b": body})
+        pipe.execute()
+        sent += min(WINDOW, n - sent)
+    return n / (time.perf_counter() - began)
+
+
+def redis_consume(r: Any, stream: str, group: str, n: int) -> float:
+    r.xgroup_create(stream, group, id="0")
+    began = time.perf_counter()
+    done = 0
+    while done < n:
+        resp = r.xreadgroup(group, "c1", {stream: ">"}, count=32, block=1000)
+        if not resp:
+            continue
+        ids = [mid for mid, _ in resp[0][1]]
+        r.xack(stream, group, *ids)
+        done += len(ids)
+    return n / (time.perf_counter() - began)
+
+
+def redis_latency(r: Any, stream: str, seconds: float) -> list[float]:
+    r.xgroup_create(stream, "lat", id="$", mkstream=True)
+    expected = int(seconds * RATE)
+    latencies: list[float] = []
+    consumer = r.__class__(connection_pool=r.connection_pool)
+
+    def consume() -> None:
+        while len(latencies) < expected:
+            resp = consumer.xreadgroup("lat", "c1", {stream: ">"}, count=32, block=1000)
+            if not resp:
+                continue
+            now = time.perf_counter_ns()
+            ids = []
+            for mid, fields in resp[0][1]:
+                latencies.append((now - int(fields[b"b"][:20])) / 1e6)
+                ids.append(mid)
+            consumer.xack(stream, "lat", *ids)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    pad = b"x" * (BODY_SIZE - 20)
+    for _ in paced(seconds, RATE):
+        r.xadd(stream, {"b": b"%020d" % time.perf_counter_ns() + pad})
+    t.join(60)
+    return latencies
+
+
+def redis_runs(quick: bool) -> dict[str, list[float]]:
+    sz = sizes(quick)
+    out: dict[str, list[float]] = {"produce": [], "consume": [], "p50": [], "p99": []}
+    for _ in range(RUNS):
+        with (
+            tempfile.TemporaryDirectory(prefix="ferrymq-bench-redis-") as tmp,
+            redis_server(Path(tmp)) as r,
+        ):
+            out["produce"].append(redis_produce(r, "bench", sz.messages))
+            out["consume"].append(redis_consume(r, "bench", "g", sz.messages))
+            lat = redis_latency(r, "bench-lat", sz.latency_seconds)
+            out["p50"].append(percentile(lat, 0.50))
+            out["p99"].append(percentile(lat, 0.99))
+    return out
+
+
+# --- rows ------------------------------------------------------------------------------------
+MEASUREMENTS: list[tuple[str, str, str]] = [
+    ("produce", "produce throughput, 1 KiB messages, async flush", "msg/s"),
+    ("consume", "consume-with-ack throughput, 1 KiB messages", "msg/s"),
+    ("p50", f"end-to-end latency p50 at {RATE} msg/s", "ms"),
+    ("p99", f"end-to-end latency p99 at {RATE} msg/s", "ms"),
+]
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    ours = ferrymq_runs(quick)
+    try:
+        theirs: dict[str, list[float]] | None = redis_runs(quick)
+        peer_error = ""
+    except Exception as exc:  # the peer is context; its absence must not hide our numbers
+        theirs, peer_error = None, str(exc)
+    rows: list[dict[str, Any]] = []
+    for key, measurement, unit in MEASUREMENTS:
+        row: dict[str, Any] = {
+            "area": "e2e clients",
+            "measurement": measurement,
+            "value": _median(ours[key]),
+            "unit": unit,
+            "target": TARGETS[key],
+            "peer": _median(theirs[key]) if theirs else None,
+            "runs": [round(v, 2) for v in ours[key]],
+            "peer_name": PEER,
+        }
+        if theirs:
+            row["peer_runs"] = [round(v, 2) for v in theirs[key]]
+        else:
+            row["peer_error"] = peer_error
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
+    for row in run(quick):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
