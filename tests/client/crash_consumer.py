@@ -40,5 +40,6 @@ consumer = PushConsumer(
 consumer.subscribe(topic)
 consumer.register_listener(listener)
 consumer.start()
-print("READY", flush=True)
+with out_lock:
+    print("READY", flush=True)
 threading.Event().wait()

@@ -248,14 +248,17 @@ def test_graceful_shutdown_and_restart_consumes_every_message_exactly_once(stand
 
     def make(rec: Recorder) -> PushConsumer:
         def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-            time.sleep(0.002)  # some work, so shutdown finds batches in flight
+            time.sleep(0.01)  # some work, so shutdown finds batches in flight
             rec.add(msgs)
             return ConsumeStatus.CONSUME_SUCCESS
 
+        # Flow control keeps little in memory, so the shutdown comes mid-stream.
         c = PushConsumer(
             "g-steady",
             standalone.namesrv,
             pull_batch_size=8,
+            consume_threads=4,
+            pull_threshold_for_queue=10,
             consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
             **FAST_CONSUMER,
         )
@@ -266,6 +269,7 @@ def test_graceful_shutdown_and_restart_consumes_every_message_exactly_once(stand
     a = make(first).start()
     wait_for(lambda: first.count() >= 100, what="a third of the messages")
     a.shutdown()
+    assert first.count() < 300  # it stopped mid-stream
     b = make(second).start()
     wait_for(lambda: first.count() + second.count() >= 300, what="the rest after the restart")
     b.shutdown()

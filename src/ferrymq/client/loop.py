@@ -87,3 +87,19 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         if not self.in_loop_thread:
             self._thread.join(timeout)
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for `event` at most `timeout` seconds; True when it is set.
+
+    asyncio.timeout rather than asyncio.wait_for: on Python 3.11, wait_for swallows a
+    cancellation that arrives just as the awaited event fires, and a loop built on it then
+    never stops."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return event.is_set()
+    return True

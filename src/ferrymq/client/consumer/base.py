@@ -5,7 +5,6 @@ rebalance and offset persistence, and the one place where acknowledgements chang
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -15,6 +14,7 @@ from ...common.names import is_retry_topic, retry_topic, validate_group, validat
 from ..errors import ClientError
 from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from ..lifecycle import Lifecycle, State
+from ..loop import wait_event
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
@@ -144,6 +144,13 @@ class ConsumerBase(Lifecycle):
             self._spawn(self._rebalance_loop(), "rebalance")
         self._spawn(self._persist_loop(), "persist")
 
+    async def __aenter__(self) -> ConsumerBase:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
     async def _before_first_rebalance(self) -> None:
         return None
 
@@ -166,7 +173,8 @@ class ConsumerBase(Lifecycle):
         self._tasks = []
         await self._stop_pulling()
         try:
-            await asyncio.wait_for(self._drain(), self.options.shutdown_timeout)
+            async with asyncio.timeout(self.options.shutdown_timeout):
+                await self._drain()
         except TimeoutError:
             log.warning(
                 "%s: batches still running after %.1fs; their offsets stay uncommitted",
@@ -199,9 +207,8 @@ class ConsumerBase(Lifecycle):
 
     async def _rebalance_loop(self) -> None:
         assert self._wakeup is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self.options.rebalance_interval)
+        while self.state is State.RUNNING:
+            await wait_event(self._wakeup, self.options.rebalance_interval)
             self._wakeup.clear()
             try:
                 await self.rebalancer.rebalance()
@@ -209,7 +216,7 @@ class ConsumerBase(Lifecycle):
                 log.exception("%s: rebalance failed", self.group)
 
     async def _persist_loop(self) -> None:
-        while True:
+        while self.state is State.RUNNING:
             await asyncio.sleep(self.options.persist_interval)
             try:
                 await self.persist_all()
@@ -341,7 +348,13 @@ class ConsumerBase(Lifecycle):
         return is_retry_topic(mq.topic)
 
 
-async def _wait_cancelled(tasks: list[asyncio.Task[None]]) -> None:
+async def _wait_cancelled(tasks: list[asyncio.Task[None]], timeout: float = 10.0) -> None:
+    """Wait for cancelled tasks to unwind; one that refuses is abandoned, not waited for."""
+    pending = [t for t in tasks if not t.done()]
+    if pending:
+        _, stuck = await asyncio.wait(pending, timeout=timeout)
+        for task in stuck:
+            log.warning("task %s did not stop when cancelled", task.get_name())
     for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log it as never retrieved

@@ -16,6 +16,7 @@ from ...common.message import MessageExt, MessageQueue
 from ...remoting import RemotingError
 from ..errors import ClientError, ClientStateError
 from ..lifecycle import State
+from ..loop import wait_event
 from .base import ConsumerBase
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
@@ -113,9 +114,7 @@ class AsyncLitePullConsumer(ConsumerBase):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.state is not State.RUNNING:
                 return []
-            try:
-                await asyncio.wait_for(self._available.wait(), remaining)
-            except TimeoutError:
+            if not await wait_event(self._available, remaining):
                 return []
 
     def _take(self, n: int) -> list[MessageExt]:

@@ -14,6 +14,7 @@ from ...remoting import RemotingError
 from ..api import pull_sys_flag
 from ..errors import BrokerError, ClientError
 from ..lifecycle import State
+from ..loop import wait_event
 from ..results import PullStatus
 from .process_queue import ProcessQueue
 
@@ -33,10 +34,7 @@ async def pull_loop(c: ConsumerBase, pq: ProcessQueue, offset: int) -> None:
     while not pq.dropped and c.state is State.RUNNING:
         if pq.over_limit():
             # Flow control: the queue holds too much; wait until consumption makes room.
-            try:
-                await asyncio.wait_for(pq.space.wait(), FLOW_CONTROL_RECHECK)
-            except TimeoutError:
-                pass
+            await wait_event(pq.space, FLOW_CONTROL_RECHECK)
             continue
         if not c.may_pull(pq):
             await asyncio.sleep(c.not_ready_delay())
