@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
-from .namesrv import NamesrvConfig, NameServer
+from .namesrv import NameServer, NamesrvConfig
 from .remoting.loop import install_uvloop
 
 log = logging.getLogger("ferrymq")

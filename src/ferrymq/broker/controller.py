@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..common import jsonx
+from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
 from ..common.names import SCHEDULE_TOPIC
-from ..common import props as P
 from ..remoting import (
     ClientConfig,
     Connection,

@@ -128,5 +128,6 @@ class SerializeType(IntEnum):
 RPC_TYPE_RESPONSE = 1
 RPC_ONEWAY = 2
 
-# The version RocketMQ 4.9.x clients put in their headers (MQVersion.Version.V4_9_4).
+# The version ferrymq puts in its headers: MQVersion.Version.V5_0_0's ordinal. It is >= 401,
+# so Java peers send and expect standard JSON bodies.
 DEFAULT_VERSION = 413

@@ -1,4 +1,4 @@
 from .routes import RouteRegistry
-from .server import NamesrvConfig, NameServer
+from .server import NameServer, NamesrvConfig
 
 __all__ = ['NameServer', 'NamesrvConfig', 'RouteRegistry']

@@ -25,7 +25,10 @@ def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
     return RemotingCommand.make_response_to(req, code, remark=remark, ext_fields=ext_fields, body=body)
 
 
-def _guard(broker: Broker, handler: Handler) -> Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]:
+Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def _guard(broker: Broker, handler: Handler) -> Served:
     @functools.wraps(handler)
     async def run(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         if broker.store is None:

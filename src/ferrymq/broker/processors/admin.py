@@ -141,7 +141,7 @@ def consume_stats(broker: Broker, group: str, topic: str | None) -> dict[str, An
     store = broker.store
     assert store is not None
     topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group) | set(
-        (broker.clients.consumer_group(group).subscriptions if broker.clients.consumer_group(group) else {})))
+        broker.clients.consumer_group(group).subscriptions if broker.clients.consumer_group(group) else {}))
     table: dict[Any, Any] = {}
     for t in topics:
         cfg = broker.topics.get(t)
