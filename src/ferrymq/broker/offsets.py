@@ -31,6 +31,8 @@ class OffsetManager:
         self._path = config_dir / "consumerOffset.json"
         self._lock = threading.Lock()
         self.table: dict[str, dict[int, QueueProgress]] = {}
+        # Lowest offset each group pulled from on a queue where it has no committed offset yet.
+        self._first_pull: dict[tuple[str, int], int] = {}
         self._dirty = False
 
     @staticmethod
@@ -65,11 +67,36 @@ class OffsetManager:
         atomic_write(self._path, jsonx.dumps_bytes(body))
         return True
 
+    def note_pull(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = self.key(topic, group)
+        per = self.table.get(key)
+        if per is not None and queue_id in per:
+            return
+        slot = (key, queue_id)
+        first = self._first_pull.get(slot)
+        if first is None or offset < first:
+            self._first_pull[slot] = offset
+
     def commit(self, group: str, topic: str, queue_id: int, offset: int, now_ms: int = 0,
                acked: list[tuple[int, int]] | None = None) -> None:
+        """A negative offset means "nothing consumed here since I started" (ali-ons sends -1 for
+        an empty queue, and for 0): it never overwrites a real offset, and with none stored it
+        becomes the lowest offset the group pulled from, so messages that arrive while the
+        consumer is down are not skipped on its restart."""
         with self._lock:
-            per = self.table.setdefault(self.key(topic, group), {})
+            key = self.key(topic, group)
+            per = self.table.setdefault(key, {})
             progress = per.get(queue_id)
+            if offset < 0:
+                if progress is not None and progress.offset >= 0:
+                    return
+                first = self._first_pull.get((key, queue_id))
+                if first is None:
+                    if not per:
+                        del self.table[key]
+                    return
+                offset = first
+            self._first_pull.pop((key, queue_id), None)
             if progress is None:
                 per[queue_id] = QueueProgress(offset, list(acked or []), now_ms)
             else:

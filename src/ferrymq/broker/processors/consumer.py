@@ -34,6 +34,7 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
     client_id = str(data.get("clientID") or conn.remote_addr)
     now = broker.now_ms()
     _watch(broker, conn)
+    created = False
     language = getattr(req.language, "name", str(req.language))
     for consumer in data.get("consumerDataSet") or []:
         group = str(consumer.get("groupName", ""))
@@ -44,8 +45,9 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
             subs.append(parse_subscription(topic, s.get("subString"), int(s.get("subVersion") or 0),
                                            str(s.get("expressionType") or "TAG")))
         model = str(consumer.get("messageModel", "CLUSTERING"))
-        if model == "CLUSTERING":
+        if model == "CLUSTERING" and broker.topics.get(retry_topic(group)) is None:
             broker.topics.create_group_topic(retry_topic(group))
+            created = True
         broker.clients.register_consumer(
             group,
             ClientChannel(client_id, conn, language, req.version, now),
@@ -58,6 +60,10 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
         broker.clients.register_producer(
             str(producer.get("groupName", "")), ClientChannel(client_id, conn, language, req.version, now)
         )
+    if created:
+        # The client asks the name server for %RETRY%<group>'s route right after this answer;
+        # registering first means it finds the route instead of waiting for its next poll.
+        await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -46,7 +46,8 @@ async def pull_message(broker: Broker, conn: Connection, req: RemotingCommand) -
     offset = req_int(ext, "queueOffset")
     max_nums = max(1, min(opt_int(ext, "maxMsgNums", 32), MAX_PULL_BATCH))
     sys_flag = opt_int(ext, "sysFlag", 0)
-    suspend_ms = opt_int(ext, "suspendTimeoutMillis", 15_000)
+    # Held pulls are answered well inside the 30 s after which ali-ons gives up on a request.
+    suspend_ms = min(opt_int(ext, "suspendTimeoutMillis", 15_000), 20_000)
     cfg = broker.topics.get(topic)
     if cfg is None:
         return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
@@ -74,6 +75,7 @@ async def pull_message(broker: Broker, conn: Connection, req: RemotingCommand) -
         commit = opt_int(ext, "commitOffset", -1)
         if commit >= 0:
             broker.offsets.commit(group, topic, queue_id, commit, broker.now_ms())
+    broker.offsets.note_pull(group, topic, queue_id, offset)
     allow_suspend = bool(sys_flag & PULL_FLAG_SUSPEND) and broker.config.long_polling_enable
     return await _pull(broker, conn, req, group, topic, queue_id, offset, max_nums, sub,
                        suspend_ms if allow_suspend else 0)
