@@ -9,9 +9,9 @@ import struct
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import Standalone
 from wire_util import Wire
 
+from conftest import Standalone
 from ferrymq.common.codec import decode_records
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.remoting import RemotingCommand, decode_frame, encode_frame

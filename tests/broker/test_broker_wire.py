@@ -8,9 +8,9 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import Standalone, start_standalone
 from wire_util import Wire, eventually
 
+from conftest import Standalone, start_standalone
 from ferrymq.common import jsonx
 from ferrymq.common.codec import decode_records
 from ferrymq.common.codes import RequestCode, ResponseCode
@@ -165,7 +165,8 @@ async def test_send_back_goes_to_retry_after_its_delay_then_to_the_dlq(wire: Wir
     offset = first.commit_log_offset
     for attempt in range(1, 4):  # max 3 reconsumes: three hops through %RETRY%g-sb
         await _send_back(wire, "g-sb", offset, 0)
-        retried = await eventually(lambda: wire.pull_all("%RETRY%g-sb", 0, attempt - 1), what="retry")
+        start = attempt - 1
+        retried = await eventually(lambda: wire.pull_all("%RETRY%g-sb", 0, start), what="retry")  # noqa: B023
         msg = retried[0]
         assert msg.topic == "%RETRY%g-sb" and msg.reconsume_times == attempt
         assert msg.properties["RETRY_TOPIC"] == "sb" and msg.properties["ORIGIN_MESSAGE_ID"] == origin
