@@ -38,7 +38,8 @@ class BrokerData:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
+            # String keys: standard JSON, which every client parses (fastjson's bare 0 is not).
+            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
             "brokerName": self.broker_name,
             "cluster": self.cluster,
         }
