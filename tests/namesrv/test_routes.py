@@ -29,7 +29,7 @@ def test_route_lists_queue_and_broker_data_for_registered_topic() -> None:
     assert route["queueDatas"] == [
         {"brokerName": "b", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}
     ]
-    assert route["brokerDatas"] == [{"brokerAddrs": {0: "127.0.0.1:10911"}, "brokerName": "b", "cluster": "C"}]
+    assert route["brokerDatas"] == [{"brokerAddrs": {"0": "127.0.0.1:10911"}, "brokerName": "b", "cluster": "C"}]
     assert reg.route("unknown") is None
 
 
