@@ -62,12 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker_flags(p, standalone=False)
     p.set_defaults(func=_cmd_broker)
 
-    import importlib.util
+    from .client_cmds import add_client_commands
 
-    if importlib.util.find_spec("ferrymq.cli.client_cmds") is not None:  # TODO: drop guard once it lands
-        from .client_cmds import add_client_commands
-
-        add_client_commands(sub)
+    add_client_commands(sub)
     return parser
 
 
