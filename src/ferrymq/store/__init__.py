@@ -1,0 +1,41 @@
+"""ferrymq's message store, in Apache RocketMQ's on-disk layout: commit-log segments,
+consume queues, a key index, checkpoint and abort files. See store.py for the whole."""
+
+from .checkpoint import Checkpoint
+from .config import FlushDiskType, StoreConfig, StoreConfigError
+from .errors import StoreCorruptionError, StoreError, StoreLayoutError, StoreStateError
+from .files import FileIO, atomic_write, read_json_file
+from .model import (
+    AppendedMessage,
+    GetResult,
+    GetStatus,
+    PutResult,
+    PutStatus,
+    QueueEntry,
+    StoreMessage,
+)
+from .store import CleanupReport, MessageStore, RecoveryReport
+
+__all__ = [
+    "AppendedMessage",
+    "Checkpoint",
+    "CleanupReport",
+    "FileIO",
+    "FlushDiskType",
+    "GetResult",
+    "GetStatus",
+    "MessageStore",
+    "PutResult",
+    "PutStatus",
+    "QueueEntry",
+    "RecoveryReport",
+    "StoreConfig",
+    "StoreConfigError",
+    "StoreCorruptionError",
+    "StoreError",
+    "StoreLayoutError",
+    "StoreMessage",
+    "StoreStateError",
+    "atomic_write",
+    "read_json_file",
+]

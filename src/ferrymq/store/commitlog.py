@@ -1,0 +1,229 @@
+"""The commit log: fixed-size segment files under commitlog/, each named by the 20-digit
+physical offset of its first byte, holding records back to back. A segment that cannot fit the
+next write (plus 8 spare bytes) is closed with a blank record (TOTALSIZE = bytes left,
+BLANK magic) and the write starts the next segment.
+
+pwrite, not mmap. Measured here with 32-record (35 KiB) writes into a 256 MiB sparse segment:
+pwrite and slice assignment into a mapping both reach ~2.1 GB/s on warm pages and ~0.4 / 0.24
+GB/s on first touch, and pread vs mapping slices read at ~5.3 / 5.6 GB/s. With no speed to win,
+error behaviour decides: a write into a mapping of a sparse file on a full disk raises SIGBUS
+and kills the process, while pwrite returns ENOSPC, which the store turns into DISK_FULL and
+rolls back. Recovery alone maps segments read-only, to CRC records without copying them."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+from ..common.codec import BLANK_MAGIC_CODE
+from .errors import StoreLayoutError
+from .files import FileIO, fsync_dir
+
+END_FILE_MIN_BLANK = 8
+BLANK_RECORD = struct.Struct(">ii")
+_NAME = re.compile(r"^\d{20}$")
+RETIRE_GRACE_S = 30.0
+
+
+def segment_name(start: int) -> str:
+    return f"{start:020d}"
+
+
+class Segment:
+    __slots__ = ("end", "fd", "path", "start")
+
+    def __init__(self, start: int, size: int, path: Path, fd: int) -> None:
+        self.start = start
+        self.end = start + size
+        self.path = path
+        self.fd = fd
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int, io: FileIO) -> None:
+        self.dir = directory
+        self.segment_size = segment_size
+        self.io = io
+        # Replaced, never mutated, so readers can index a snapshot without a lock.
+        self.segments: list[Segment] = []
+        self.write_pos = 0
+        self.flushed = 0
+        # Deleted segments keep their descriptor open for a while: a reader that picked the
+        # segment just before deletion must not pread a reused descriptor number.
+        self._retired: list[tuple[float, Segment]] = []
+
+    # --- files ------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        names = sorted(p for p in self.dir.iterdir() if _NAME.match(p.name))
+        segs: list[Segment] = []
+        for path in names:
+            start = int(path.name)
+            if start % self.segment_size:
+                raise StoreLayoutError(path, f"start is not a multiple of {self.segment_size}")
+            if segs and start != segs[-1].end:
+                raise StoreLayoutError(path, f"gap after segment ending at {segs[-1].end}")
+            size = path.stat().st_size
+            if size > self.segment_size:
+                raise StoreLayoutError(path, f"{size} bytes, larger than the segment size")
+            fd = os.open(path, os.O_RDWR)
+            if size < self.segment_size:
+                self.io.ftruncate(fd, self.segment_size)
+            segs.append(Segment(start, self.segment_size, path, fd))
+        self.segments = segs
+
+    def _create(self, start: int) -> Segment:
+        path = self.dir / segment_name(start)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # Sparse: space is taken by writes, where a full disk is an ENOSPC we can handle.
+            self.io.ftruncate(fd, self.segment_size)
+            fsync_dir(self.dir)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        seg = Segment(start, self.segment_size, path, fd)
+        self.segments = [*self.segments, seg]
+        return seg
+
+    def close(self) -> None:
+        for seg in self.segments:
+            with contextlib.suppress(OSError):
+                os.close(seg.fd)
+        self.segments = []
+        self.close_retired(force=True)
+
+    # --- positions --------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        segs = self.segments
+        return segs[0].start if segs else self.write_pos
+
+    def segment_for(self, pos: int) -> Segment | None:
+        segs = self.segments
+        if not segs:
+            return None
+        i = (pos - segs[0].start) // self.segment_size
+        if 0 <= i < len(segs):
+            return segs[i]
+        return None
+
+    def roll_next(self, pos: int) -> int:
+        return pos - pos % self.segment_size + self.segment_size
+
+    # --- writes (the caller serialises them) ----------------------------------------------------
+    def prepare(self, n: int) -> int:
+        """Where `n` contiguous bytes will go: closes the current segment with a blank record
+        and opens the next one when they do not fit. May raise OSError (disk full)."""
+        pos = self.write_pos
+        seg = self.segment_for(pos)
+        if seg is None:
+            seg = self._create(pos - pos % self.segment_size)
+        remaining = seg.end - pos
+        if n + END_FILE_MIN_BLANK <= remaining:
+            return pos
+        nxt = self.segment_for(seg.end) or self._create(seg.end)
+        self.io.write_fully(seg.fd, BLANK_RECORD.pack(remaining, BLANK_MAGIC_CODE), pos - seg.start)
+        self.write_pos = nxt.start
+        return nxt.start
+
+    def write(self, pos: int, data: bytes) -> None:
+        """One write of `data` at `pos` (from prepare). On failure the bytes that did land are
+        zeroed again, so nothing beyond write_pos can later pass for a record."""
+        seg = self.segment_for(pos)
+        assert seg is not None and pos + len(data) <= seg.end
+        try:
+            self.io.write_fully(seg.fd, data, pos - seg.start)
+        except OSError as exc:
+            written = getattr(exc, "written", 0)
+            if written:
+                with contextlib.suppress(OSError):
+                    os.pwrite(seg.fd, bytes(written), pos - seg.start)
+            raise
+
+    def unwrite(self, pos: int, n: int) -> None:
+        """Zero bytes written at `pos` by a batch that failed after its log write."""
+        seg = self.segment_for(pos)
+        if seg is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(seg.fd, bytes(n), pos - seg.start)
+
+    def flush(self, target: int) -> None:
+        """fsync every segment holding bytes in [flushed, target)."""
+        pos = self.flushed
+        if target <= pos:
+            return
+        segs = self.segments
+        if not segs:
+            return
+        first = max(0, (pos - segs[0].start) // self.segment_size)
+        last = (target - 1 - segs[0].start) // self.segment_size
+        for seg in segs[first : last + 1]:
+            self.io.fsync(seg.fd)
+        self.flushed = target
+
+    # --- reads ----------------------------------------------------------------------------------
+    def read(self, pos: int, n: int) -> bytes | None:
+        seg = self.segment_for(pos)
+        if seg is None or n <= 0 or pos + n > seg.end or pos + n > self.write_pos:
+            return None
+        try:
+            data = os.pread(seg.fd, n, pos - seg.start)
+        except OSError:
+            return None
+        return data if len(data) == n else None
+
+    def map_segment(self, seg: Segment) -> mmap.mmap:
+        return mmap.mmap(seg.fd, self.segment_size, prot=mmap.PROT_READ)
+
+    # --- truncation and deletion --------------------------------------------------------------
+    def truncate(self, pos: int) -> None:
+        """Drop everything from `pos` on: later segments are removed, the rest of pos's
+        segment becomes a hole (truncate down, then back up) so no old bytes remain."""
+        keep: list[Segment] = []
+        for seg in self.segments:
+            if seg.start >= pos:
+                os.close(seg.fd)
+                seg.path.unlink()
+                continue
+            keep.append(seg)
+            if seg.start <= pos < seg.end:
+                self.io.ftruncate(seg.fd, pos - seg.start)
+                self.io.ftruncate(seg.fd, self.segment_size)
+                self.io.fsync(seg.fd)
+        self.segments = keep
+        fsync_dir(self.dir)
+        self.write_pos = pos
+        self.flushed = min(self.flushed, pos)
+
+    def delete_head(self, count: int) -> list[Segment]:
+        """Delete the `count` oldest segments, never the one being written."""
+        segs = self.segments
+        count = min(count, len(segs) - 1)
+        if count <= 0:
+            return []
+        gone, self.segments = segs[:count], segs[count:]
+        now = time.monotonic()
+        for seg in gone:
+            with contextlib.suppress(FileNotFoundError):
+                seg.path.unlink()
+            self._retired.append((now, seg))
+        return gone
+
+    def close_retired(self, force: bool = False) -> None:
+        now = time.monotonic()
+        keep: list[tuple[float, Segment]] = []
+        for when, seg in self._retired:
+            if force or now - when > RETIRE_GRACE_S:
+                with contextlib.suppress(OSError):
+                    os.close(seg.fd)
+            else:
+                keep.append((when, seg))
+        self._retired = keep

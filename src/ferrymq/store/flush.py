@@ -1,0 +1,110 @@
+"""Commit-log flushing: one thread owns every fsync of the log.
+
+ASYNC_FLUSH: the thread flushes every flush_interval_ms. SYNC_FLUSH: a put registers the
+offset its bytes end at and wakes the thread; the thread fsyncs everything written so far and
+releases every waiter that fsync covered. Writers that arrive while an fsync runs are covered
+by the next one, so concurrent writers share fsyncs (group commit). Blocking callers wait on a
+condition; asyncio callers get their futures resolved on their own loop, one callback per loop
+per fsync."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import defaultdict
+
+from .commitlog import CommitLog
+
+log = logging.getLogger("ferrymq.store.flush")
+
+
+def _release(futures: list[asyncio.Future[bool]]) -> None:
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(True)
+
+
+class FlushService:
+    def __init__(self, commitlog: CommitLog, sync: bool, interval_ms: int) -> None:
+        self.log = commitlog
+        self.sync = sync
+        self.interval_s = interval_ms / 1000
+        self._wake = threading.Event()
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[int, asyncio.Future[bool], asyncio.AbstractEventLoop]] = []
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.last_error: OSError | None = None
+        self.fsyncs = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ferrymq-flush", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush_now()
+
+    # --- callers ---------------------------------------------------------------------------
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        if self.log.flushed >= offset:
+            return True
+        self._wake.set()
+        with self._cond:
+            return self._cond.wait_for(lambda: self.log.flushed >= offset, timeout_s)
+
+    def add_waiter(self, offset: int, fut: asyncio.Future[bool],
+                   loop: asyncio.AbstractEventLoop) -> None:
+        with self._cond:
+            self._waiters.append((offset, fut, loop))
+        self._wake.set()
+
+    def flush_now(self) -> None:
+        self._flush_once()
+
+    # --- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        # In SYNC_FLUSH puts wake the thread and the interval is a fallback; in ASYNC_FLUSH
+        # only stop() wakes it, so it flushes on the interval.
+        while not self._stopping:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stopping:
+                break
+            self._flush_once()
+
+    def _flush_once(self) -> None:
+        target = self.log.write_pos
+        if target > self.log.flushed:
+            try:
+                self.log.flush(target)
+                self.fsyncs += 1
+                self.last_error = None
+            except OSError as exc:
+                # Waiters are not released; they time out with FLUSH_DISK_TIMEOUT.
+                if self.last_error is None or self.last_error.errno != exc.errno:
+                    log.error("commit log fsync failed: %s", exc)
+                self.last_error = exc
+                return
+        flushed = self.log.flushed
+        ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = defaultdict(list)
+        with self._cond:
+            self._cond.notify_all()
+            if self._waiters:
+                keep = []
+                for item in self._waiters:
+                    if item[0] <= flushed:
+                        ready[item[2]].append(item[1])
+                    elif not item[1].done():
+                        keep.append(item)
+                self._waiters = keep
+        for loop, futures in ready.items():
+            try:
+                loop.call_soon_threadsafe(_release, futures)
+            except RuntimeError:  # the loop is closed; nobody is waiting any more
+                pass

@@ -1,0 +1,238 @@
+"""Key index under index/: RocketMQ's IndexFile layout, a hash table with chained entries in
+one file.
+
+    header (40 bytes): begin_ts i64, end_ts i64, begin_phys i64, end_phys i64,
+                       slot_count i32, entry_count i32
+    slots: slot_count x i32     the newest entry index for keys hashing there (0 = none)
+    entries: max_entries x 20   key hash i32, commit-log offset i64, ms after begin_ts i32,
+                                previous entry index i32
+
+Differences from RocketMQ, on purpose: the key hash is CRC32 of "topic#key" (Java's
+String.hashCode costs a Python loop per character), the time field is milliseconds (files
+roll before it overflows), and files are named by the 20-digit commit-log offset of their
+first entry. Files are preallocated so writes through the mapping cannot hit a full disk.
+
+Hash collisions and entries left behind by crash recovery are harmless: the store checks every
+candidate against the record it points at."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import re
+import struct
+import time
+import zlib
+from pathlib import Path
+
+from .files import FileIO
+
+log = logging.getLogger("ferrymq.store.index")
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size  # 20
+_I32 = struct.Struct(">i")
+_NAME = re.compile(r"^\d{20}(-\d+)?$")
+_MAX_DIFF = 0x7FFFFFFF
+RETIRE_GRACE_S = 30.0
+
+
+def key_hash(topic: str, key: str) -> int:
+    return zlib.crc32(f"{topic}#{key}".encode()) & 0x7FFFFFFF
+
+
+class IndexFile:
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap, slots: int, max_entries: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.mm = mm
+        self.slots = slots
+        self.max_entries = max_entries
+        self.entries_at = HEADER_SIZE + slots * 4
+        header = HEADER.unpack_from(mm, 0)
+        self.begin_ts: int = header[0]
+        self.end_ts: int = header[1]
+        self.begin_phys: int = header[2]
+        self.end_phys: int = header[3]
+        self.count: int = header[5]
+        if self.count < 1:
+            self.count = 1  # entry 0 means "no entry", as in RocketMQ
+
+    @staticmethod
+    def size_for(slots: int, max_entries: int) -> int:
+        return HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
+
+    def room(self) -> int:
+        return self.max_entries - self.count
+
+    def put(self, h: int, phys: int, ts: int) -> bool:
+        if self.count >= self.max_entries:
+            return False
+        if self.count == 1 and self.begin_ts == 0:
+            self.begin_ts, self.begin_phys = ts, phys
+        # A clock that stepped back must not make a new file per message: clamp to the start.
+        diff = max(0, ts - self.begin_ts)
+        if diff > _MAX_DIFF:
+            return False
+        mm = self.mm
+        slot_at = HEADER_SIZE + (h % self.slots) * 4
+        (prev,) = _I32.unpack_from(mm, slot_at)
+        if not 0 < prev < self.count:
+            prev = 0
+        ENTRY.pack_into(mm, self.entries_at + self.count * ENTRY_SIZE, h, phys, diff, prev)
+        _I32.pack_into(mm, slot_at, self.count)
+        self.count += 1
+        if phys > self.end_phys:
+            self.end_phys = phys
+        if ts > self.end_ts:
+            self.end_ts = ts
+        return True
+
+    def write_header(self) -> None:
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys,
+                         self.slots, self.count)
+
+    def lookup(self, h: int, begin_ts: int, end_ts: int, limit: int, out: list[int]) -> None:
+        mm = self.mm
+        count = self.count
+        (idx,) = _I32.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)
+        steps = 0
+        while 0 < idx < count and len(out) < limit and steps < count:
+            eh, phys, diff, prev = ENTRY.unpack_from(mm, self.entries_at + idx * ENTRY_SIZE)
+            if eh == h and begin_ts <= self.begin_ts + diff <= end_ts:
+                out.append(phys)
+            if prev >= idx:  # chains only go back; anything else is damage
+                break
+            idx = prev
+            steps += 1
+
+
+class Index:
+    def __init__(self, directory: Path, slots: int, max_entries: int, io: FileIO) -> None:
+        self.dir = directory
+        self.slots = slots
+        self.max_entries = max_entries
+        self.io = io
+        self.files: list[IndexFile] = []
+        self._retired: list[tuple[float, IndexFile]] = []
+
+    def load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(p for p in self.dir.iterdir() if _NAME.match(p.name)):
+            fd = os.open(path, os.O_RDWR)
+            mm = mmap.mmap(fd, 0)
+            _, _, _, _, slots, _ = HEADER.unpack_from(mm, 0)
+            if slots <= 0 or HEADER_SIZE + slots * 4 > len(mm):
+                log.error("index file %s has a bad header; ignoring it", path)
+                mm.close()
+                os.close(fd)
+                continue
+            max_entries = (len(mm) - HEADER_SIZE - slots * 4) // ENTRY_SIZE
+            self.files.append(IndexFile(path, fd, mm, slots, max_entries))
+
+    def _create(self, first_phys: int) -> IndexFile:
+        path = self.dir / f"{first_phys:020d}"
+        n = 1
+        while path.exists():
+            path = self.dir / f"{first_phys:020d}-{n}"
+            n += 1
+        size = IndexFile.size_for(self.slots, self.max_entries)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.io.fallocate(fd, 0, size)
+        except OSError:
+            os.close(fd)
+            path.unlink()
+            raise
+        mm = mmap.mmap(fd, size)
+        HEADER.pack_into(mm, 0, 0, 0, 0, 0, self.slots, 1)
+        f = IndexFile(path, fd, mm, self.slots, self.max_entries)
+        self.files = [*self.files, f]
+        return f
+
+    @property
+    def end_phys(self) -> int:
+        return self.files[-1].end_phys if self.files else -1
+
+    def ensure_room(self, n: int, first_phys: int, ts: int) -> None:
+        """Make sure the current file takes `n` more entries: called before a batch writes
+        anything, so a full disk at file creation refuses the batch instead of losing keys."""
+        if n == 0:
+            return
+        cur = self.files[-1] if self.files else None
+        if (cur is None or cur.room() < n
+                or (cur.count > 1 and ts - cur.begin_ts > _MAX_DIFF // 2)):
+            if cur is not None:
+                cur.write_header()
+            self._create(first_phys)
+
+    def put(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
+        cur = self.files[-1]
+        for key in keys:
+            if not cur.put(key_hash(topic, key), phys, ts):
+                cur.write_header()
+                cur = self._create(phys)
+                cur.put(key_hash(topic, key), phys, ts)
+
+    def finish_batch(self) -> None:
+        if self.files:
+            self.files[-1].write_header()
+
+    def query(self, topic: str, key: str, limit: int, begin_ts: int, end_ts: int) -> list[int]:
+        h = key_hash(topic, key)
+        out: list[int] = []
+        for f in reversed(self.files):
+            if len(out) >= limit:
+                break
+            if f.count <= 1 or f.begin_ts > end_ts or f.end_ts < begin_ts:
+                continue
+            try:
+                f.lookup(h, begin_ts, end_ts, limit, out)
+            except (ValueError, struct.error):  # a retired file closed under us
+                continue
+        return out
+
+    def flush(self) -> None:
+        for f in self.files[-2:]:
+            with contextlib.suppress(ValueError, OSError):
+                f.write_header()
+                f.mm.flush()
+
+    def delete_below(self, min_phys: int) -> None:
+        files = self.files
+        drop = 0
+        while drop < len(files) - 1 and files[drop].end_phys < min_phys:
+            drop += 1
+        if drop:
+            gone, self.files = files[:drop], files[drop:]
+            now = time.monotonic()
+            for f in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    f.path.unlink()
+                self._retired.append((now, f))
+
+    def close_retired(self, force: bool = False) -> None:
+        now = time.monotonic()
+        keep: list[tuple[float, IndexFile]] = []
+        for when, f in self._retired:
+            if force or now - when > RETIRE_GRACE_S:
+                with contextlib.suppress(OSError, ValueError):
+                    f.mm.close()
+                    os.close(f.fd)
+            else:
+                keep.append((when, f))
+        self._retired = keep
+
+    def close(self) -> None:
+        for f in self.files:
+            with contextlib.suppress(OSError, ValueError):
+                f.write_header()
+                f.mm.flush()
+                f.mm.close()
+                os.close(f.fd)
+        self.files = []
+        self.close_retired(force=True)

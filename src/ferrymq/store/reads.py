@@ -1,0 +1,129 @@
+"""Reads through the consume queue, following RocketMQ's DefaultMessageStore.getMessage: its
+statuses, its nextBeginOffset corrections and its scan limits. Records that lie back to back
+in the commit log are read with one pread; a pull of a queue written in batches is one read."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from ..common.codec import SYSFLAG_BORNHOST_V6
+from .commitlog import CommitLog
+from .consumequeue import ENTRY, ConsumeQueue
+from .model import GetResult, GetStatus
+
+# RocketMQ scans at most max(16000 bytes of entries, maxMsgNums entries) per pull when
+# filtering, so a pull over a long run of unmatched tags still moves the offset forward.
+FILTER_SCAN_ENTRIES = 16000 // ENTRY.size
+_STORE_TS_PROBE = 36 + 4 + 8 + 20 + 8  # enough bytes to reach STORETIMESTAMP for any host
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_iter_entries = ENTRY.iter_unpack
+
+
+def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
+                 tag_filter: Callable[[int], bool] | None, max_bytes: int) -> GetResult:
+    mn = cq.min_offset
+    mx = cq.max_offset
+    if mx == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, b"", 0, 0, mn, mx)
+    if offset < mn:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, b"", 0, mn, mn, mx)
+    if offset == mx:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, b"", 0, offset, mn, mx)
+    if offset > mx:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, b"", 0, mn if mn == 0 else mx, mn, mx)
+    max_nums = max(1, max_nums)
+    raw = cq.read_raw(offset, max_nums if tag_filter is None else
+                      max(FILTER_SCAN_ENTRIES, max_nums))
+    if raw is None:
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
+    min_phys = log.min_offset
+    status = GetStatus.NO_MATCHED_MESSAGE
+    skip_below = -1
+    runs: list[list[int]] = []
+    total = 0
+    count = 0
+    i = 0
+    for phys, size, tag in _iter_entries(raw):
+        if phys < skip_below:
+            i += 1
+            continue
+        if count and (count >= max_nums or total + size > max_bytes):
+            break
+        if tag_filter is not None and not tag_filter(tag):
+            i += 1
+            continue
+        if phys < min_phys:
+            if not count:
+                status = GetStatus.MESSAGE_WAS_REMOVING
+                skip_below = log.roll_next(phys)
+            i += 1
+            continue
+        if runs and runs[-1][1] == phys:
+            runs[-1][1] = phys + size
+        else:
+            runs.append([phys, phys + size])
+        total += size
+        count += 1
+        i += 1
+        status = GetStatus.FOUND
+        skip_below = -1
+    next_begin = offset + i
+    if not count:
+        return GetResult(status, b"", 0, next_begin, mn, mx)
+    data = _read_runs(log, runs, total)
+    if data is None:  # a segment was deleted between the check and the read
+        return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
+    return GetResult(GetStatus.FOUND, data, count, next_begin, mn, mx)
+
+
+def _read_runs(log: CommitLog, runs: list[list[int]], total: int) -> bytes | None:
+    if len(runs) == 1:
+        return log.read(runs[0][0], runs[0][1] - runs[0][0])
+    first, last = runs[0][0], runs[-1][1]
+    if last - first <= 2 * total + 65536:
+        # Records of other queues sit in between: one larger read and slicing beats a
+        # syscall per run.
+        span = log.read(first, last - first)
+        if span is not None:
+            view = memoryview(span)
+            return b"".join([view[a - first : b - first] for a, b in runs])
+    parts: list[bytes] = []
+    for a, b in runs:
+        part = log.read(a, b - a)
+        if part is None:
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+def store_time_at(log: CommitLog, phys: int) -> int:
+    """STORETIMESTAMP of the record at `phys`, -1 when it cannot be read."""
+    head = log.read(phys, min(_STORE_TS_PROBE, max(0, log.write_pos - phys)))
+    if head is None or len(head) < 64:
+        return -1
+    (sys_flag,) = _I32.unpack_from(head, 36)
+    at = 56 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    if len(head) < at + 8:
+        return -1
+    ts: int = _I64.unpack_from(head, at)[0]
+    return ts
+
+
+def offset_by_time(cq: ConsumeQueue, log: CommitLog, ts: int) -> int:
+    """The smallest queue offset whose store time is >= ts (RocketMQ 5's LOWER boundary):
+    every message older → max offset, ts before the first → min offset, empty → 0."""
+    if cq.max_offset == 0:
+        return 0
+    lo, hi = cq.min_offset, cq.max_offset
+    min_phys = log.min_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entry = cq.entry(mid)
+        t = -1 if entry is None or entry[0] < min_phys else store_time_at(log, entry[0])
+        if t < ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

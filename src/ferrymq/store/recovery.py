@@ -1,0 +1,187 @@
+"""Reading the commit log back after a crash: verify records from the last consistent point,
+find where the log really ends, and tell a torn tail from corruption in the middle.
+
+A record is valid when its TOTALSIZE fits its segment, its magic is a message's, its fields
+end exactly where TOTALSIZE says, its PHYSICALOFFSET field equals its own position and its
+body matches BODYCRC. The position check makes a stray copy of a record (inside a body, or in
+garbage) unable to pass for one.
+
+Policy for a bad record (checksum, size or magic wrong; or zeros where a record should be):
+if no valid record exists anywhere after it, it is a torn tail and the log is truncated
+there. If a valid record follows, the log is corrupt in the middle: recovery refuses with
+StoreCorruptionError naming the segment file and offset (unless the operator opted into
+truncation). Zero-filled holes are skipped with SEEK_DATA, so the search costs little."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..common.codec import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+)
+from ..common.props import string_to_properties
+from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_MAGIC_BYTES = _I32.pack(MESSAGE_MAGIC_CODE)
+
+
+@dataclass(slots=True)
+class RecordInfo:
+    pos: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_ts: int
+    properties: dict[str, str]
+
+
+@dataclass(slots=True)
+class ScanEnd:
+    end: int  # where the valid log ends
+    bad_reason: str  # "" when the log ends cleanly (zeros after the last record)
+
+
+def check_record(mm: mmap.mmap | bytes, o: int, pos: int, seg_end_o: int,
+                 decode: bool) -> tuple[int, RecordInfo | None] | str:
+    """Verify the record at segment offset `o` (physical `pos`). Returns (size, info) or the
+    reason it is not a valid record."""
+    if seg_end_o - o < MIN_RECORD_SIZE:
+        return "too few bytes left in the segment for a record"
+    total, magic, crc, qid, _flag, qo, phys, sys_flag, _born_ts = _HEAD.unpack_from(mm, o)
+    if magic != MESSAGE_MAGIC_CODE:
+        return f"magic {magic & 0xFFFFFFFF:#010x}"
+    if total < MIN_RECORD_SIZE or total + END_FILE_MIN_BLANK > seg_end_o - o:
+        return f"total size {total} does not fit the segment"
+    if phys != pos:
+        return f"PHYSICALOFFSET field {phys} is not the record's position"
+    p = o + _HEAD.size + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
+    (store_ts,) = _I64.unpack_from(mm, p)
+    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
+    (body_len,) = _I32.unpack_from(mm, p - 4)
+    end = o + total
+    if body_len < 0 or p + body_len + 3 > end:
+        return f"body length {body_len} overruns the record"
+    body_at = p
+    p += body_len
+    topic_len = mm[p]
+    p += 1
+    if p + topic_len + 2 > end:
+        return "topic overruns the record"
+    topic_at = p
+    p += topic_len
+    (props_len,) = _I16.unpack_from(mm, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return "properties do not end where the record ends"
+    if zlib.crc32(memoryview(mm)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+        return "body CRC mismatch"
+    if not decode:
+        return total, None
+    topic = bytes(mm[topic_at : topic_at + topic_len]).decode("utf-8", "replace")
+    props = string_to_properties(bytes(mm[p : p + props_len]).decode("utf-8", "replace"))
+    return total, RecordInfo(pos, total, topic, qid, qo, store_ts, props)
+
+
+class Scanner:
+    """Iterates valid records from `start`; afterwards `result` says where and why it
+    stopped."""
+
+    def __init__(self, log: CommitLog, start: int, decode: bool = True) -> None:
+        self.log = log
+        self.start = start
+        self.decode = decode
+        self.result = ScanEnd(start, "")
+
+    def __iter__(self) -> Iterator[RecordInfo]:
+        log = self.log
+        pos = self.start
+        while True:
+            seg = log.segment_for(pos)
+            if seg is None:
+                self.result = ScanEnd(pos, "")
+                return
+            mm = log.map_segment(seg)
+            try:
+                o = pos - seg.start
+                size_o = log.segment_size
+                while True:
+                    if size_o - o < END_FILE_MIN_BLANK:
+                        self.result = ScanEnd(pos, "segment ends without a blank record")
+                        return
+                    total, magic = struct.unpack_from(">ii", mm, o)
+                    if magic == BLANK_MAGIC_CODE:
+                        if total != size_o - o:
+                            self.result = ScanEnd(pos, f"blank record of size {total} does "
+                                                       f"not reach the segment end")
+                            return
+                        pos = seg.end
+                        break
+                    if total == 0 and magic == 0:
+                        self.result = ScanEnd(pos, "")
+                        return
+                    checked = check_record(mm, o, pos, size_o, self.decode)
+                    if isinstance(checked, str):
+                        self.result = ScanEnd(pos, checked)
+                        return
+                    size, info = checked
+                    if info is not None:
+                        yield info
+                    o += size
+                    pos += size
+            finally:
+                mm.close()
+
+
+def find_valid_after(log: CommitLog, pos: int) -> int | None:
+    """The position of the first valid record after `pos` (exclusive), or None. Looks for the
+    magic code in data regions only (holes cannot hold records)."""
+    for seg in log.segments:
+        if seg.end <= pos:
+            continue
+        mm = log.map_segment(seg)
+        try:
+            o = max(0, pos + 1 - seg.start)
+            for data_start, data_end in _data_regions(seg, o, log.segment_size):
+                at = max(data_start, o)
+                while True:
+                    hit = mm.find(_MAGIC_BYTES, at + 4, data_end)
+                    if hit < 0:
+                        break
+                    cand = hit - 4
+                    if cand >= o and not isinstance(
+                            check_record(mm, cand, seg.start + cand, log.segment_size, False), str):
+                        return seg.start + cand
+                    at = hit - 3
+        finally:
+            mm.close()
+    return None
+
+
+def _data_regions(seg: Segment, start: int, size: int) -> Iterator[tuple[int, int]]:
+    pos = start
+    while pos < size:
+        try:
+            data = os.lseek(seg.fd, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole remains
+            return
+        try:
+            hole = os.lseek(seg.fd, data, os.SEEK_HOLE)
+        except OSError:
+            hole = size
+        # A record found by its magic may start up to 4 bytes before the data region.
+        yield max(start, data - 4), min(hole, size)
+        pos = hole

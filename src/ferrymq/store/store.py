@@ -1,0 +1,612 @@
+"""MessageStore: the commit log, consume queues, key index, flushing, checkpoints, recovery
+and retention behind one thread-safe object.
+
+Appends are serialised by one lock and each batch is written with one pwrite; its
+consume-queue entries and index keys are written in the same critical section, so a reader
+that sees a queue offset can always read its record. Readers take no lock: the structures
+they walk are replaced, never mutated, and deleted files stay open for a grace period."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.codec import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
+from ..common.names import SCHEDULE_TOPIC
+from ..common.props import (
+    KEY_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+)
+from .checkpoint import Checkpoint, create_abort, read_checkpoint, remove_abort, write_checkpoint
+from .commitlog import CommitLog
+from .config import FlushDiskType, StoreConfig
+from .consumequeue import ENTRY, ConsumeQueue, QueueFile
+from .encoder import Encoder, IllegalMessage, encode, tag_code
+from .errors import StoreCorruptionError, StoreStateError
+from .files import FileIO, is_disk_full
+from .flush import FlushService
+from .index import Index
+from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, StoreMessage
+from .reads import get_messages, offset_by_time, store_time_at
+from .recovery import RecordInfo, Scanner, find_valid_after
+
+log = logging.getLogger("ferrymq.store")
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_HEAD = struct.Struct(">ii")
+_FORCE_CLEAN_MAX_SEGMENTS = 10
+_READ_AHEAD = 4096
+
+ArrivalListener = Callable[[str, int, int], None]
+
+
+def default_disk_usage(path: str) -> float:
+    st = os.statvfs(path)
+    if st.f_blocks == 0:
+        return 0.0
+    return (st.f_blocks - st.f_bfree) / st.f_blocks
+
+
+@dataclass
+class CleanupReport:
+    disk_ratio: float
+    deleted_segments: list[Path] = field(default_factory=list)
+    refusing_writes: bool = False
+
+
+@dataclass
+class RecoveryReport:
+    start: int
+    end: int
+    records: int
+    seconds: float
+    torn_tail: str = ""
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, clock: Callable[[], int] | None = None,
+                 disk_usage: Callable[[str], float] | None = None, *,
+                 file_io: FileIO | None = None) -> None:
+        self.config = config
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._disk_usage = disk_usage or default_disk_usage
+        self._io = file_io or FileIO()
+        root = config.root
+        self._root = root
+        self._log = CommitLog(root / "commitlog", config.commitlog_segment_size, self._io)
+        self._cq_root = root / "consumequeue"
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._index = Index(root / "index", config.index_hash_slots, config.index_max_entries,
+                            self._io)
+        self._encoder = Encoder(config.store_address, config.max_message_size,
+                                config.delay_levels_ms)
+        self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._flusher = FlushService(self._log, self._sync, config.flush_interval_ms)
+        self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._dirty: set[QueueFile] = set()
+        self._listeners: list[ArrivalListener] = []
+        self._state = "new"
+        self._refuse_reason = ""
+        self._last_store_ts = 0
+        self._maint_stop = threading.Event()
+        self._maint: threading.Thread | None = None
+        self.recovered_abnormally = False
+        self.last_recovery: RecoveryReport | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._state != "new":
+            raise StoreStateError("start", self._state)
+        root = self._root
+        root.mkdir(parents=True, exist_ok=True)
+        abort = root / "abort"
+        unclean = abort.exists()
+        cp = read_checkpoint(root / "checkpoint")
+        self._log.load()
+        self._load_queues()
+        self._index.load()
+        if not unclean and cp is not None and cp.clean and self._plausible_end(cp.log_flushed):
+            self._log.write_pos = self._log.flushed = cp.log_flushed
+        elif not unclean and cp is None and not self._log.segments:
+            pass  # a new store
+        else:
+            self.recovered_abnormally = True
+            self._recover(cp)
+        min_phys = self._log.min_offset
+        for cq in self._cqs.values():
+            cq.correct_min(min_phys)
+        create_abort(abort)
+        self._state = "running"
+        self.checkpoint()
+        self._refresh_disk()
+        self._flusher.start()
+        self._maint = threading.Thread(target=self._maintain, name="ferrymq-store-maint",
+                                       daemon=True)
+        self._maint.start()
+
+    def shutdown(self) -> None:
+        if self._state != "running":
+            return
+        self._state = "stopping"
+        self._maint_stop.set()
+        if self._maint is not None:
+            self._maint.join()
+        with self._lock:  # waits for a put in progress
+            pass
+        self._flusher.stop()
+        self.checkpoint(clean=True)
+        self._index.close()
+        for cq in self._cqs.values():
+            cq.close()
+        self._log.close()
+        remove_abort(self._root / "abort")
+        self._state = "stopped"
+
+    def _plausible_end(self, pos: int) -> bool:
+        segs = self._log.segments
+        if not segs:
+            return pos % self._log.segment_size == 0
+        return segs[0].start <= pos <= segs[-1].end
+
+    def _load_queues(self) -> None:
+        if not self._cq_root.is_dir():
+            return
+        per_file = self.config.consume_queue_entries_per_file
+        for tdir in self._cq_root.iterdir():
+            if not tdir.is_dir():
+                continue
+            for qdir in tdir.iterdir():
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = ConsumeQueue(tdir.name, int(qdir.name), qdir, per_file, self._io)
+                    cq.load()
+                    self._cqs[(tdir.name, int(qdir.name))] = cq
+
+    def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
+        cq = self._cqs.get(key)
+        if cq is None:
+            topic, qid = key
+            cq = ConsumeQueue(topic, qid, self._cq_root / topic / str(qid),
+                              self.config.consume_queue_entries_per_file, self._io)
+            self._cqs[key] = cq
+        return cq
+
+    # --- recovery ------------------------------------------------------------------------------
+    def _recover(self, cp: Checkpoint | None) -> None:
+        t0 = time.monotonic()
+        clog = self._log
+        start = cp.consistent if cp is not None else clog.min_offset
+        start = max(start, clog.min_offset)
+        if clog.segments:
+            start = min(start, clog.segments[-1].end)
+        for cq in self._cqs.values():
+            cq.truncate_phys(start)
+        scanner = Scanner(clog, start)
+        pending: dict[tuple[str, int], list[bytes]] = {}
+        records = 0
+        for info in scanner:
+            self._redispatch(info, pending)
+            records += 1
+            if records % 50_000 == 0:
+                self._write_pending(pending)
+        self._write_pending(pending)
+        end = scanner.result.end
+        reason = scanner.result.bad_reason
+        nxt = find_valid_after(clog, end)
+        if nxt is not None:
+            seg = clog.segment_for(end)
+            path = seg.path if seg is not None else clog.dir
+            why = reason or "zeros where a record should be"
+            if not self.config.truncate_on_corruption:
+                raise StoreCorruptionError(path, end, why, nxt)
+            log.error("commit log corrupted in %s at %d (%s), valid data follows at %d; "
+                      "truncating as configured", path, end, why, nxt)
+        if reason:
+            log.warning("torn commit-log tail at %d (%s): truncated", end, reason)
+        clog.truncate(end)
+        for cq in self._cqs.values():
+            cq.truncate_phys(end)
+        clog.flushed = min(clog.flushed, start)
+        clog.flush(end)
+        clog.flushed = end
+        self._index.finish_batch()
+        self.last_recovery = RecoveryReport(start, end, records, time.monotonic() - t0, reason)
+        log.info("recovered commit log from %d to %d (%d records) in %.3f s", start, end,
+                 records, self.last_recovery.seconds)
+
+    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]]) -> None:
+        key = (info.topic, info.queue_id)
+        cq = self._queue(key)
+        waiting = pending.setdefault(key, [])
+        expected = cq.max_offset + len(waiting)
+        if info.queue_offset < expected:
+            return  # already in the queue
+        if info.queue_offset > expected:
+            log.warning("queue %s/%d: record at %d has queue offset %d, queue expected %d",
+                        info.topic, info.queue_id, info.pos, info.queue_offset, expected)
+        props = info.properties
+        if info.topic == SCHEDULE_TOPIC:
+            levels = self.config.delay_levels_ms
+            raw_level = props.get(PROPERTY_DELAY_TIME_LEVEL, "1")
+            level = int(raw_level) if raw_level.isdigit() else 1
+            tag = info.store_ts + levels[min(max(level, 1), len(levels)) - 1]
+        else:
+            tags = props.get(PROPERTY_TAGS)
+            tag = tag_code(tags) if tags else 0
+        waiting.append(ENTRY.pack(info.pos, info.size, tag))
+        keys_text = props.get(PROPERTY_KEYS)
+        keys = [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else []
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if uniq:
+            keys.append(uniq)
+        if keys and info.pos > self._index.end_phys:
+            self._index.ensure_room(len(keys), info.pos, info.store_ts)
+            self._index.put(info.topic, keys, info.pos, info.store_ts)
+
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]]) -> None:
+        for key, entries in pending.items():
+            if entries:
+                cq = self._cqs[key]
+                cq.append(b"".join(entries), self._dirty)
+                cq.commit()
+        pending.clear()
+
+    # --- appends -------------------------------------------------------------------------------
+    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        self._listeners.append(cb)
+
+    def _append(self, msgs: Sequence[StoreMessage]) -> PutResult:
+        clog = self._log
+        if self._state != "running":
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, [], clog.write_pos,
+                             f"message store is {self._state}")
+        if not msgs:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos, "no messages")
+        if self._refuse_reason:
+            return PutResult(PutStatus.DISK_FULL, [], clog.write_pos, self._refuse_reason)
+        try:
+            batch = self._encoder.prepare(msgs)
+        except IllegalMessage as exc:
+            return PutResult(exc.status, [], clog.write_pos, exc.reason)
+        total = sum([p.size for p in batch])
+        if total + 8 > clog.segment_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos,
+                             f"batch of {total} bytes does not fit a commit-log segment")
+        nkeys = sum([len(p.keys) for p in batch if p.keys])
+        index = self._index
+        with self._lock:
+            now = self._clock()
+            if now < self._last_store_ts:
+                now = self._last_store_ts  # store times never go back: time search relies on it
+            self._last_store_ts = now
+            try:
+                index.ensure_room(nkeys, clog.write_pos, now)
+                pos = clog.prepare(total)
+                enc = encode(self._encoder, batch, pos, now, self._next_offset)
+                clog.write(pos, enc.data)
+            except OSError as exc:
+                return self._io_failure(exc, "commit log")
+            written: list[tuple[ConsumeQueue, list[tuple[QueueFile, int]]]] = []
+            try:
+                for key, entries in enc.entries.items():
+                    cq = self._queue(key)
+                    written.append((cq, cq.append(b"".join(entries), self._dirty)))
+            except OSError as exc:
+                for cq, undo in reversed(written):
+                    cq.rollback(undo)
+                clog.unwrite(pos, len(enc.data))
+                return self._io_failure(exc, "consume queue")
+            end = pos + len(enc.data)
+            clog.write_pos = end
+            for cq, _ in written:
+                cq.commit()
+            if enc.keys:
+                try:
+                    for topic, keys, phys in enc.keys:
+                        index.put(topic, keys, phys, now)
+                    index.finish_batch()
+                except OSError as exc:  # the data is stored; only lookups by key miss it
+                    log.error("index update failed at %d: %s", pos, exc)
+            arrivals = [(cq.topic, cq.queue_id, cq.max_offset) for cq, _ in written]
+        for cb in self._listeners:
+            for topic, qid, max_offset in arrivals:
+                try:
+                    cb(topic, qid, max_offset)
+                except Exception:
+                    log.exception("arrival listener failed")
+        return PutResult(PutStatus.PUT_OK, enc.appended, end)
+
+    def _next_offset(self, key: tuple[str, int]) -> int:
+        cq = self._cqs.get(key)
+        return cq.max_offset if cq is not None else 0
+
+    def _io_failure(self, exc: OSError, what: str) -> PutResult:
+        if is_disk_full(exc):
+            reason = (f"no space left on the device of {self._root} while writing the {what} "
+                      f"({exc.strerror}); nothing of this batch was stored, writes resume "
+                      "when space is freed")
+            log.error(reason)
+            return PutResult(PutStatus.DISK_FULL, [], self._log.write_pos, reason)
+        log.error("write to the %s failed: %s", what, exc)
+        return PutResult(PutStatus.UNKNOWN_ERROR, [], self._log.write_pos,
+                         f"write to the {what} failed: {exc}")
+
+    def put_messages(self, msgs: Sequence[StoreMessage]) -> PutResult:
+        result = self._append(msgs)
+        if self._sync and result.status is PutStatus.PUT_OK:
+            timeout = self.config.sync_flush_timeout_ms / 1000
+            if not self._flusher.wait_flushed(result.end_offset, timeout):
+                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+                result.reason = f"not flushed to disk within {self.config.sync_flush_timeout_ms} ms"
+        return result
+
+    async def put_messages_async(self, msgs: Sequence[StoreMessage]) -> PutResult:
+        """Append on the calling (loop) thread; under SYNC_FLUSH wait for the group commit
+        without blocking the loop."""
+        result = self._append(msgs)
+        if (not self._sync or result.status is not PutStatus.PUT_OK
+                or self._log.flushed >= result.end_offset):
+            return result
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._flusher.add_waiter(result.end_offset, fut, loop)
+        try:
+            await asyncio.wait_for(fut, self.config.sync_flush_timeout_ms / 1000)
+        except TimeoutError:
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            result.reason = f"not flushed to disk within {self.config.sync_flush_timeout_ms} ms"
+        return result
+
+    # --- reads ---------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int,
+                     tag_filter: Callable[[int], bool] | None = None,
+                     max_bytes: int = DEFAULT_MAX_BYTES) -> GetResult:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, b"", 0, 0, 0, 0)
+        return get_messages(cq, self._log, offset, max_nums, tag_filter, max_bytes)
+
+    def read_queue_entries(self, topic: str, queue_id: int, offset: int,
+                           max_n: int) -> list[QueueEntry]:
+        cq = self._cqs.get((topic, queue_id))
+        out: list[QueueEntry] = []
+        if cq is None:
+            return out
+        offset = max(offset, cq.min_offset)
+        while len(out) < max_n and offset < cq.max_offset:
+            raw = cq.read_raw(offset, max_n - len(out))
+            if not raw:
+                break
+            for phys, size, tag in ENTRY.iter_unpack(raw):
+                out.append(QueueEntry(offset, phys, size, tag))
+                offset += 1
+        return out
+
+    def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
+        clog = self._log
+        if phys_offset < clog.min_offset or phys_offset + MIN_RECORD_SIZE > clog.write_pos:
+            return None
+        if size is not None:
+            data = clog.read(phys_offset, size)
+            if data is None or len(data) < 8:
+                return None
+            total, magic = _HEAD.unpack_from(data)
+            return data if magic == MESSAGE_MAGIC_CODE and total == size else None
+        seg = clog.segment_for(phys_offset)
+        if seg is None:
+            return None
+        n = min(_READ_AHEAD, clog.write_pos - phys_offset, seg.end - phys_offset)
+        head = clog.read(phys_offset, n)
+        if head is None:
+            return None
+        total, magic = _HEAD.unpack_from(head)
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE:
+            return None
+        if total <= len(head):
+            return head[:total]
+        return clog.read(phys_offset, total)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return offset_by_time(cq, self._log, timestamp_ms) if cq is not None else 0
+
+    def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None or not cq.min_offset <= offset < cq.max_offset:
+            return -1
+        entry = cq.entry(offset)
+        if entry is None or entry[0] < self._log.min_offset:
+            return -1
+        return store_time_at(self._log, entry[0])
+
+    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
+        return self.get_store_time(topic, queue_id, self.get_min_offset(topic, queue_id))
+
+    def queues(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, qid in list(self._cqs):
+            out.setdefault(topic, []).append(qid)
+        for qids in out.values():
+            qids.sort()
+        return out
+
+    def delete_queue(self, topic: str) -> None:
+        with self._lock:
+            for key in [k for k in self._cqs if k[0] == topic]:
+                self._cqs.pop(key).destroy()
+            with contextlib.suppress(OSError):
+                (self._cq_root / topic).rmdir()
+
+    # --- index ---------------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0,
+                     end_ts: int = 0) -> list[int]:
+        if end_ts <= 0:
+            end_ts = 2**63 - 1
+        return self._query(topic, key, max_num, begin_ts, end_ts, uniq=False)
+
+    def query_by_uniq_key(self, topic: str, key: str) -> list[int]:
+        return self._query(topic, key, 32, 0, 2**63 - 1, uniq=True)
+
+    def _query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int,
+               uniq: bool) -> list[int]:
+        found: list[int] = []
+        seen: set[int] = set()
+        for phys in self._index.query(topic, key, max_num * 4 + 16, begin_ts, end_ts):
+            if phys in seen:
+                continue
+            seen.add(phys)
+            raw = self.read_record(phys)
+            if raw is None:
+                continue
+            try:
+                msg = decode_record(raw, decompress=False)
+            except MessageDecodeError:
+                continue
+            if msg.topic != topic:
+                continue
+            if uniq:
+                match = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key
+            else:
+                match = key in msg.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR)
+            if match:
+                found.append(phys)
+                if len(found) >= max_num:
+                    break
+        return sorted(found)
+
+    # --- positions -----------------------------------------------------------------------------
+    @property
+    def max_phy_offset(self) -> int:
+        return self._log.write_pos
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self._log.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed
+
+    def disk_ratio(self) -> float:
+        return float(self._disk_usage(str(self._root)))
+
+    # --- checkpoint and retention --------------------------------------------------------------
+    def checkpoint(self, clean: bool = False) -> Checkpoint:
+        """fsync consume queues and index, then record how far everything is on disk."""
+        with self._checkpoint_lock:
+            with self._lock:
+                dispatched = self._log.write_pos
+                dirty, self._dirty = self._dirty, set()
+            for qf in dirty:
+                with contextlib.suppress(OSError):
+                    self._io.fsync(qf.fd)
+            self._index.flush()
+            if clean:
+                self._flusher.flush_now()
+            flushed = self._log.flushed
+            cp = Checkpoint(flushed, min(dispatched, flushed), self._clock(), clean)
+            write_checkpoint(self._root / "checkpoint", cp)
+            return cp
+
+    def _maintain(self) -> None:
+        interval = self.config.checkpoint_interval_ms / 1000
+        cleanup_every = self.config.cleanup_interval_ms / 1000
+        next_cleanup = time.monotonic() + cleanup_every
+        while not self._maint_stop.wait(interval):
+            try:
+                self.checkpoint()
+                if time.monotonic() >= next_cleanup:
+                    next_cleanup = time.monotonic() + cleanup_every
+                    self.run_cleanup()
+                else:
+                    self._refresh_disk()
+            except Exception:
+                log.exception("store maintenance failed; retrying")
+
+    def _refresh_disk(self) -> float:
+        try:
+            ratio = self.disk_ratio()
+        except OSError as exc:
+            log.error("cannot measure disk usage of %s: %s", self._root, exc)
+            return 0.0
+        limit = self.config.disk_refuse_ratio
+        if ratio >= limit:
+            reason = (f"disk usage of {self._root} is {ratio:.1%}, at or above "
+                      f"disk_refuse_ratio {limit:.0%}: writes are refused until space is freed")
+            if not self._refuse_reason:
+                log.error(reason)
+            self._refuse_reason = reason
+        else:
+            if self._refuse_reason:
+                log.warning("disk usage %.1f%% is below the refuse ratio again; accepting "
+                            "writes", ratio * 100)
+            self._refuse_reason = ""
+        return ratio
+
+    def run_cleanup(self, now_ms: int | None = None) -> CleanupReport:
+        """Delete commit-log segments past file_reserved_time (by file modification time),
+        one more per run at disk_clean_ratio, up to ten per run at disk_force_clean_ratio,
+        never the segment being written; then move queue minimums and drop index files
+        below the new minimum."""
+        now = self._clock() if now_ms is None else now_ms
+        cfg = self.config
+        ratio = self._refresh_disk()
+        report = CleanupReport(ratio)
+        expired = 0
+        for seg in self._log.segments[:-1]:
+            try:
+                mtime_ms = int(seg.path.stat().st_mtime * 1000)
+            except FileNotFoundError:
+                break
+            if now - mtime_ms < cfg.file_reserved_ms:
+                break
+            expired += 1
+        if expired:
+            report.deleted_segments += self._delete_segments(expired)
+        if ratio >= cfg.disk_clean_ratio:
+            budget = _FORCE_CLEAN_MAX_SEGMENTS if ratio >= cfg.disk_force_clean_ratio else 1
+            while budget > 0 and len(self._log.segments) > 1:
+                report.deleted_segments += self._delete_segments(1)
+                budget -= 1
+                ratio = self._refresh_disk()
+                if ratio < cfg.disk_clean_ratio:
+                    break
+            report.disk_ratio = ratio
+        self._log.close_retired()
+        self._index.close_retired()
+        for cq in list(self._cqs.values()):
+            cq.close_retired()
+        report.refusing_writes = bool(self._refuse_reason)
+        return report
+
+    def _delete_segments(self, count: int) -> list[Path]:
+        with self._lock:
+            gone = self._log.delete_head(count)
+            if not gone:
+                return []
+            min_phys = self._log.min_offset
+            for cq in self._cqs.values():
+                cq.correct_min(min_phys)
+            self._index.delete_below(min_phys)
+        for seg in gone:
+            log.info("deleted commit-log segment %s", seg.path)
+        return [seg.path for seg in gone]
