@@ -1,18 +1,18 @@
-"""Turning StoreMessages into commit-log bytes, in two steps so a batch is checked before it
-touches any state: `prepare` validates and does the per-message work that does not depend on
-the position (properties text, CRC, sizes); `Batch.encode` fixes offsets and timestamps and
-produces the one buffer the batch is written with, its consume-queue entries and index keys.
+"""Turning StoreMessages into commit-log bytes: one pass per batch produces the buffer the
+batch is written with, its consume-queue entries, index keys and per-message results. The pass
+only reads shared state (a queue's next offset) and raises IllegalMessage before anything is
+written, so a bad message leaves no trace.
 
 The record layout is ferrymq.common.codec's (RocketMQ's stored message); the IPv4 fast path
 packs the fixed fields with one precompiled struct, other hosts go through codec.encode_record.
-"""
+On this machine a 1 KiB body costs ~0.7 us of CRC and the fixed fields ~0.7 us of packing, so
+everything else per message is kept to a few attribute reads and list appends."""
 
 from __future__ import annotations
 
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 
 from ..common.codec import (
     MAX_PROPERTIES_BYTES,
@@ -49,65 +49,34 @@ class IllegalMessage(Exception):
         self.reason = reason
 
 
-@lru_cache(maxsize=8192)
+_tag_codes: dict[str, int] = {}
+
+
 def tag_code(tags: str) -> int:
-    return java_string_hash(tags)
+    code = _tag_codes.get(tags)
+    if code is None:
+        code = java_string_hash(tags)
+        if len(_tag_codes) < 65536:
+            _tag_codes[tags] = code
+    return code
 
 
-@lru_cache(maxsize=1024)
-def _pack_born_host(host: str, port: int) -> bytes:
-    return pack_host(host, port)
+_born_hosts: dict[object, bytes] = {}
 
 
 def _born_host_bytes(value: tuple[str, int] | str) -> bytes:
+    raw = _born_hosts.get(value)
+    if raw is not None:
+        return raw
     host, port = parse_address(value) if isinstance(value, str) else value
     try:
-        return _pack_born_host(host, port)
+        raw = pack_host(host, port)
     except ValueError:
         # A host name, not an address: RocketMQ stores the resolved address; we have none.
-        return _pack_born_host("0.0.0.0", port)
-
-
-class Prepared:
-    """One message after prepare: everything but its offsets and store time."""
-
-    __slots__ = (
-        "body",
-        "born",
-        "born_ts",
-        "crc",
-        "delay_level",
-        "flag",
-        "keys",
-        "prep_tx",
-        "props_raw",
-        "qid",
-        "reconsume",
-        "size",
-        "sys_flag",
-        "tag",
-        "tail",
-        "topic",
-        "topic_raw",
-    )
-
-    body: bytes
-    born: bytes
-    crc: int
-    delay_level: int
-    flag: int
-    keys: list[str] | None
-    prep_tx: int
-    qid: int
-    reconsume: int
-    size: int
-    sys_flag: int
-    tag: int
-    tail: bytes
-    topic: str
-    born_ts: int
-    props_raw: bytes
-    topic_raw: bytes
+        raw = pack_host("0.0.0.0", port)
+    if len(_born_hosts) < 65536:
+        _born_hosts[value] = raw
+    return raw
 
 
 class Encoder:
@@ -115,149 +84,145 @@ class Encoder:
                  delay_levels_ms: tuple[int, ...]) -> None:
         self.store_host_raw = pack_host(*store_host)
         self.store_v4 = len(self.store_host_raw) == 8
-        self.store_ip = self.store_host_raw[:4]
-        self.store_port = int.from_bytes(self.store_host_raw[4:8], "big")
         # offset message id = hex(store ip, port, offset): the prefix never changes.
         self.msg_id_prefix = self.store_host_raw.hex().upper()
         self.max_message_size = max_message_size
         self.delay_levels_ms = delay_levels_ms
-        self._topics: dict[str, bytes] = {}
+        # topic -> (topic bytes, TOPIC length byte + topic bytes)
+        self._topics: dict[str, tuple[bytes, bytes]] = {}
 
     def offset_msg_id(self, phys: int) -> str:
         return f"{self.msg_id_prefix}{phys:016X}"
 
-    def _topic_bytes(self, topic: str) -> bytes:
-        raw = self._topics.get(topic)
-        if raw is None:
+    def topic_bytes(self, topic: str) -> tuple[bytes, bytes]:
+        cached = self._topics.get(topic)
+        if cached is None:
             raw = topic.encode()
             if not raw or len(raw) > MAX_TOPIC_BYTES:
                 raise IllegalMessage(PutStatus.MESSAGE_ILLEGAL,
                                      f"topic is {len(raw)} bytes; must be 1..{MAX_TOPIC_BYTES}")
+            cached = (raw, bytes((len(raw),)) + raw)
             if len(self._topics) < 100_000:
-                self._topics[topic] = raw
-        return raw
+                self._topics[topic] = cached
+        return cached
 
-    def prepare(self, msgs: Sequence[StoreMessage]) -> list[Prepared]:
-        out: list[Prepared] = []
-        for m in msgs:
-            p = Prepared()
-            props = m.properties
-            if props:
-                text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
-                # One count per separator instead of a scan of every name and value.
-                n = len(props)
-                if text.count("\x01") != n or text.count("\x02") != n:
-                    raise IllegalMessage(PutStatus.MESSAGE_ILLEGAL,
-                                         "a property name or value contains \\x01 or \\x02")
-                praw = text.encode()
-                if len(praw) > MAX_PROPERTIES_BYTES:
-                    raise IllegalMessage(PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                                         f"properties are {len(praw)} bytes; at most "
-                                         f"{MAX_PROPERTIES_BYTES}")
-                tags = props.get(PROPERTY_TAGS)
-                p.tag = tag_code(tags) if tags else 0
-                uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                keys_text = props.get(PROPERTY_KEYS)
-                keys = [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else []
-                if uniq:
-                    keys.append(uniq)
-                p.keys = keys or None
-                level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-                p.delay_level = int(level) if level and level.isdigit() else 0
-            else:
-                praw = b""
-                p.tag = 0
-                p.keys = None
-                p.delay_level = 0
-            topic = m.topic
-            traw = self._topic_bytes(topic)
-            body = m.body
-            born = _born_host_bytes(m.born_host)
-            size = MIN_RECORD_SIZE + len(body) + len(traw) + len(praw)
-            if len(born) != 8:
-                size += 12
-            if not self.store_v4:
-                size += 12
-            if size > self.max_message_size:
-                raise IllegalMessage(PutStatus.MESSAGE_ILLEGAL,
-                                     f"message of {size} bytes exceeds max_message_size "
-                                     f"{self.max_message_size}")
-            p.topic = topic
-            p.topic_raw = traw
-            p.props_raw = praw
-            p.qid = m.queue_id
-            p.flag = m.flag
-            p.body = body
-            p.sys_flag = m.sys_flag & _HOST_FLAGS
-            p.born_ts = m.born_timestamp
-            p.born = born
-            p.reconsume = m.reconsume_times
-            p.prep_tx = m.prepared_transaction_offset
-            p.crc = zlib.crc32(body) & 0x7FFFFFFF
-            p.size = size
-            p.tail = b"".join((bytes((len(traw),)), traw, _I16.pack(len(praw)), praw))
-            out.append(p)
-        return out
-
-    def schedule_tag(self, p: Prepared, store_ts: int) -> int:
+    def schedule_tag(self, delay_level: str | None, store_ts: int) -> int:
         """RocketMQ keeps a delayed message's delivery time as its tag code."""
         levels = self.delay_levels_ms
-        level = min(max(p.delay_level, 1), len(levels))
-        return store_ts + levels[level - 1]
+        level = int(delay_level) if delay_level and delay_level.isdigit() else 1
+        return store_ts + levels[min(max(level, 1), len(levels)) - 1]
 
 
 class Encoded:
-    __slots__ = ("appended", "data", "entries", "keys")
+    __slots__ = ("appended", "data", "entries", "keys", "nkeys")
 
     def __init__(self, data: bytes, entries: dict[tuple[str, int], list[bytes]],
-                 appended: list[AppendedMessage],
-                 keys: list[tuple[str, list[str], int]]) -> None:
+                 appended: list[AppendedMessage], keys: list[tuple[str, list[str], int]],
+                 nkeys: int) -> None:
         self.data = data
         self.entries = entries
         self.appended = appended
         self.keys = keys
+        self.nkeys = nkeys
 
 
-def encode(enc: Encoder, batch: list[Prepared], pos: int, store_ts: int,
+_join_pair = "\x01".join
+_join_props = "\x02".join
+_new_tuple = tuple.__new__
+
+
+def encode(enc: Encoder, msgs: Sequence[StoreMessage], pos: int, store_ts: int,
            next_offset: Callable[[tuple[str, int]], int]) -> Encoded:
-    """Fix positions and produce the batch's bytes. `next_offset` gives a queue's next offset
+    """Encode a batch as if written at `pos`. `next_offset` gives a queue's next offset
     before this batch; offsets within the batch continue from it."""
     parts: list[bytes] = []
+    add = parts.append
     entries: dict[tuple[str, int], list[bytes]] = {}
     counters: dict[tuple[str, int], int] = {}
     appended: list[AppendedMessage] = []
     keys: list[tuple[str, list[str], int]] = []
+    nkeys = 0
     prefix = enc.msg_id_prefix
-    sip, sport, v4 = enc.store_ip, enc.store_port, enc.store_v4
+    v4 = enc.store_v4
+    store_raw = enc.store_host_raw
+    store_ip, store_port = store_raw[:4], int.from_bytes(store_raw[4:8], "big")
+    max_size = enc.max_message_size
     fixed = _FIXED_V4.pack
     entry = ENTRY.pack
+    i16 = _I16.pack
+    crc32 = zlib.crc32
+    born_cache = _born_hosts
+    topic_bytes = enc.topic_bytes
     phys = pos
-    for p in batch:
-        q = (p.topic, p.qid)
+    for m in msgs:
+        props = m.properties
+        if props:
+            text = _join_props(map(_join_pair, props.items()))
+            # One count per separator instead of a scan of every name and value.
+            n = len(props)
+            if text.count("\x01") != n or text.count("\x02") != n - 1:
+                raise IllegalMessage(PutStatus.MESSAGE_ILLEGAL,
+                                     "a property name or value contains \\x01 or \\x02")
+            praw = (text + "\x02").encode()
+            if len(praw) > MAX_PROPERTIES_BYTES:
+                raise IllegalMessage(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                                     f"properties are {len(praw)} bytes; at most "
+                                     f"{MAX_PROPERTIES_BYTES}")
+            tags = props.get(PROPERTY_TAGS)
+            tag = tag_code(tags) if tags else 0
+            uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            keys_text = props.get(PROPERTY_KEYS)
+            if uniq or keys_text:
+                mkeys = [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else []
+                if uniq:
+                    mkeys.append(uniq)
+                keys.append((m.topic, mkeys, phys))
+                nkeys += len(mkeys)
+        else:
+            praw = b""
+            tag = 0
+        topic = m.topic
+        traw, tpart = topic_bytes(topic)
+        body = m.body
+        born = born_cache.get(m.born_host) or _born_host_bytes(m.born_host)
+        size = MIN_RECORD_SIZE + len(body) + len(traw) + len(praw)
+        if len(born) != 8:
+            size += 12
+        if not v4:
+            size += 12
+        if size > max_size:
+            raise IllegalMessage(PutStatus.MESSAGE_ILLEGAL,
+                                 f"message of {size} bytes exceeds max_message_size {max_size}")
+        qid = m.queue_id
+        q = (topic, qid)
         qo = counters.get(q)
         if qo is None:
             qo = next_offset(q)
             entries[q] = []
         counters[q] = qo + 1
-        size = p.size
-        born = p.born
+        crc = crc32(body) & 0x7FFFFFFF
+        sys_flag = m.sys_flag & _HOST_FLAGS
         if v4 and len(born) == 8:
-            parts.append(fixed(size, MESSAGE_MAGIC_CODE, p.crc, p.qid, p.flag, qo, phys,
-                               p.sys_flag, p.born_ts, born[:4], int.from_bytes(born[4:], "big"),
-                               store_ts, sip, sport, p.reconsume, p.prep_tx, len(p.body)))
-            parts.append(p.body)
-            parts.append(p.tail)
+            add(fixed(size, MESSAGE_MAGIC_CODE, crc, qid, m.flag, qo, phys, sys_flag,
+                      m.born_timestamp, born[:4], int.from_bytes(born[4:], "big"), store_ts,
+                      store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset,
+                      len(body)))
+            add(body)
+            add(tpart)
+            add(i16(len(praw)))
+            add(praw)
         else:
-            parts.append(encode_record(
-                topic=p.topic_raw, queue_id=p.qid, flag=p.flag, body=p.body,
-                properties=p.props_raw, sys_flag=p.sys_flag, born_timestamp=p.born_ts,
-                born_host=born, store_timestamp=store_ts, store_host=enc.store_host_raw,
-                reconsume_times=p.reconsume, prepared_transaction_offset=p.prep_tx,
-                queue_offset=qo, physical_offset=phys, crc=p.crc))
-        tag = enc.schedule_tag(p, store_ts) if p.topic == SCHEDULE_TOPIC else p.tag
+            add(encode_record(
+                topic=traw, queue_id=qid, flag=m.flag, body=body, properties=praw,
+                sys_flag=sys_flag, born_timestamp=m.born_timestamp, born_host=born,
+                store_timestamp=store_ts, store_host=store_raw,
+                reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset,
+                queue_offset=qo, physical_offset=phys, crc=crc))
+        if topic == SCHEDULE_TOPIC:
+            tag = enc.schedule_tag(props.get(PROPERTY_DELAY_TIME_LEVEL), store_ts)
         entries[q].append(entry(phys, size, tag))
-        if p.keys:
-            keys.append((p.topic, p.keys, phys))
-        appended.append(AppendedMessage(phys, size, qo, store_ts, f"{prefix}{phys:016X}"))
+        appended.append(_new_tuple(AppendedMessage,
+                                   (phys, size, qo, store_ts, f"{prefix}{phys:016X}")))
         phys += size
-    return Encoded(b"".join(parts), entries, appended, keys)
+    return Encoded(b"".join(parts), entries, appended, keys, nkeys)

@@ -275,25 +275,27 @@ class MessageStore:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos, "no messages")
         if self._refuse_reason:
             return PutResult(PutStatus.DISK_FULL, [], clog.write_pos, self._refuse_reason)
-        try:
-            batch = self._encoder.prepare(msgs)
-        except IllegalMessage as exc:
-            return PutResult(exc.status, [], clog.write_pos, exc.reason)
-        total = sum([p.size for p in batch])
-        if total + 8 > clog.segment_size:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos,
-                             f"batch of {total} bytes does not fit a commit-log segment")
-        nkeys = sum([len(p.keys) for p in batch if p.keys])
         index = self._index
         with self._lock:
             now = self._clock()
             if now < self._last_store_ts:
                 now = self._last_store_ts  # store times never go back: time search relies on it
             self._last_store_ts = now
+            pos = clog.write_pos
             try:
-                index.ensure_room(nkeys, clog.write_pos, now)
-                pos = clog.prepare(total)
-                enc = encode(self._encoder, batch, pos, now, self._next_offset)
+                enc = encode(self._encoder, msgs, pos, now, self._next_offset)
+            except IllegalMessage as exc:
+                return PutResult(exc.status, [], pos, exc.reason)
+            size = len(enc.data)
+            if size + 8 > clog.segment_size:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, [], pos,
+                                 f"batch of {size} bytes does not fit a commit-log segment")
+            try:
+                index.ensure_room(enc.nkeys, pos, now)
+                new_pos = clog.prepare(size)
+                if new_pos != pos:  # rolled to a new segment: offsets change
+                    pos = new_pos
+                    enc = encode(self._encoder, msgs, pos, now, self._next_offset)
                 clog.write(pos, enc.data)
             except OSError as exc:
                 return self._io_failure(exc, "commit log")

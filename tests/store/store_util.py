@@ -1,0 +1,87 @@
+"""Helpers for the store tests: configs with tiny files, message factories, crash images."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ferrymq.store import FileIO, MessageStore, StoreConfig, StoreMessage
+
+SMALL_SEGMENT = 64 * 1024
+
+
+def small_config(store_dir: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "commitlog_segment_size": SMALL_SEGMENT,
+        "consume_queue_entries_per_file": 64,
+        "index_hash_slots": 256,
+        "index_max_entries": 1024,
+        "flush_interval_ms": 50,
+        "checkpoint_interval_ms": 100,
+        "cleanup_interval_ms": 3_600_000,  # tests call run_cleanup themselves
+        "store_host": "127.0.0.1:10911",
+    }
+    values.update(overrides)
+    return StoreConfig(store_dir, **values)
+
+
+def msg(topic: str = "T", queue_id: int = 0, body: bytes = b"hello", *, tags: str | None = None,
+        keys: str | None = None, uniq: str | None = None, **props: str) -> StoreMessage:
+    properties = dict(props)
+    if tags is not None:
+        properties["TAGS"] = tags
+    if keys is not None:
+        properties["KEYS"] = keys
+    if uniq is not None:
+        properties["UNIQ_KEY"] = uniq
+    return StoreMessage(topic, queue_id, body, properties, born_timestamp=1_700_000_000_000,
+                        born_host=("10.0.0.7", 4321))
+
+
+class FakeClock:
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.now = start_ms
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def open_store(store_dir: Path, *, clock: Callable[[], int] | None = None,
+               disk_usage: Callable[[str], float] | None = None, file_io: FileIO | None = None,
+               **overrides: Any) -> MessageStore:
+    store = MessageStore(small_config(store_dir, **overrides), clock=clock, disk_usage=disk_usage,
+                         file_io=file_io)
+    store.start()
+    return store
+
+
+def crash_image(store: MessageStore, dest: Path) -> Path:
+    """What a SIGKILL leaves behind: the files as they are now in the page cache, with the
+    abort file present. Taken between puts, so no write is half done."""
+    shutil.copytree(store.config.root, dest)
+    assert (dest / "abort").exists()
+    return dest
+
+
+def segment_files(store_dir: Path) -> list[Path]:
+    return sorted((store_dir / "commitlog").iterdir())
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0,
+               message: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.005)
+
+
+def file_size(path: Path) -> int:
+    return os.stat(path).st_size
