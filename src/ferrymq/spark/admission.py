@@ -1,0 +1,41 @@
+"""Admission control: how far each queue may advance in one micro-batch.
+
+`maxOffsetsPerTrigger` caps the rows of a micro-batch; the cap is shared among queues in
+proportion to their backlog (as Spark's Kafka source does), so a queue far behind catches up
+faster and no queue starves. Pure functions, unit-tested."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .offsets import QueueKey
+
+
+def split_limit(
+    start: Mapping[QueueKey, int], latest: Mapping[QueueKey, int], max_rows: int
+) -> dict[QueueKey, int]:
+    """End offsets advancing at most `max_rows` rows in total beyond `start` (which must name
+    every queue of `latest`). A queue whose start is past its latest end stays at its start:
+    offsets never move backwards.
+
+    Every queue gets floor(max_rows * backlog / total); the rows left by rounding go one each
+    to the queues with the largest remainders (ties by queue order), so the whole budget is
+    used whenever the backlog is at least `max_rows`, and the result is deterministic."""
+    backlog = {k: max(latest[k] - start[k], 0) for k in latest}
+    total = sum(backlog.values())
+    if total <= max_rows:
+        return {k: start[k] + backlog[k] for k in latest}
+    grant: dict[QueueKey, int] = {}
+    remainders: list[tuple[int, QueueKey]] = []
+    for key in sorted(backlog):
+        share, rest = divmod(max_rows * backlog[key], total)
+        grant[key] = share
+        remainders.append((-rest, key))
+    left = max_rows - sum(grant.values())
+    for _neg_rest, key in sorted(remainders):
+        if left <= 0:
+            break
+        if grant[key] < backlog[key]:
+            grant[key] += 1
+            left -= 1
+    return {k: start[k] + grant[k] for k in latest}

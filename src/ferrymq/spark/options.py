@@ -1,0 +1,230 @@
+"""The `ferrymq` source and sink options, parsed once into frozen dataclasses.
+
+Names follow Spark's Kafka source where the meaning is the same (startingOffsets,
+endingOffsets, startingOffsetsByTimestamp, maxOffsetsPerTrigger, failOnDataLoss); option
+keys are case-insensitive, as Spark passes them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..common.names import InvalidNameError as TopicNameError
+from ..common.names import validate_group, validate_topic
+from .errors import OffsetFormatError, OptionError
+from .offsets import EARLIEST, LATEST, QueueKey, parse_queue_json
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_PULL_BATCH = 1024  # the broker's cap on messages per PULL_MESSAGE
+DEFAULT_ROWS_PER_BATCH = 8192  # Arrow batch size: amortises per-kernel overhead in decoding
+DEFAULT_PRODUCER_GROUP = "ferrymq-spark-writer"
+DEFAULT_SEND_BATCH = 256
+
+
+class StartKind(Enum):
+    GROUP = "group"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSETS = "offsets"  # per-queue JSON; queues not listed start at earliest
+    TIMESTAMP = "timestamp"  # per-queue JSON or one epoch-ms value for every queue
+
+
+@dataclass(frozen=True)
+class Position:
+    kind: StartKind
+    offsets: Mapping[QueueKey, int] = field(default_factory=dict)
+    timestamps: Mapping[QueueKey, int] = field(default_factory=dict)
+    timestamp: int | None = None  # applies to queues without their own entry
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    namesrv: str
+    topics: tuple[str, ...]
+    group: str | None
+    starting: Position
+    ending: Position  # batch reads only
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    pull_batch_size: int
+    rows_per_batch: int
+    max_rows_per_partition: int | None
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    namesrv: str
+    topic: str | None  # rows without a `topic` column (or with a null one) go here
+    producer_group: str
+    send_batch_size: int
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark hands a case-insensitive dict; plain dicts (tests) are matched the same way.
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return None if value is None else str(value)
+    return None
+
+
+def _int(
+    options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1
+) -> int | None:
+    text = _get(options, name)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise OptionError(name, text, "expected an integer") from exc
+    if value < minimum:
+        raise OptionError(name, text, f"must be at least {minimum}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = _get(options, name)
+    if text is None:
+        return default
+    if text.strip().lower() in ("true", "1", "yes"):
+        return True
+    if text.strip().lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(name, text, "expected true or false")
+
+
+def namesrv_of(options: Mapping[str, str]) -> str:
+    text = _get(options, "namesrv") or os.environ.get("FERRYMQ_NAMESRV") or DEFAULT_NAMESRV
+    if not text.strip():
+        raise OptionError("namesrv", text, "expected HOST:PORT")
+    return text.strip()
+
+
+def parse_topics(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        raise OptionError("topic", None, "name one topic or a comma-separated list")
+    topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    if not topics:
+        raise OptionError("topic", text, "name one topic or a comma-separated list")
+    for t in topics:
+        try:
+            validate_topic(t)
+        except TopicNameError as exc:
+            raise OptionError("topic", text, str(exc)) from exc
+    return topics
+
+
+def parse_position(
+    options: Mapping[str, str], prefix: str, default: StartKind, *, allow_group: bool
+) -> Position:
+    """`<prefix>Offsets` and `<prefix>OffsetsByTimestamp` (prefix: starting or ending)."""
+    by_ts_name = f"{prefix}OffsetsByTimestamp"
+    by_ts = _get(options, by_ts_name)
+    if by_ts is not None and by_ts.strip():
+        text = by_ts.strip()
+        if text.lstrip("-").isdigit():
+            return Position(StartKind.TIMESTAMP, timestamp=int(text))
+        try:
+            return Position(StartKind.TIMESTAMP, timestamps=parse_queue_json(text))
+        except OffsetFormatError as exc:
+            raise OptionError(by_ts_name, text, exc.reason) from exc
+    name = f"{prefix}Offsets"
+    text = (_get(options, name) or "").strip()
+    if not text:
+        return Position(default)
+    lowered = text.lower()
+    if lowered in ("earliest", "latest") or (lowered == "group" and allow_group):
+        return Position(StartKind(lowered))
+    if lowered == "group":
+        raise OptionError(name, text, "'group' is only a starting position")
+    try:
+        offsets = parse_queue_json(text)
+    except OffsetFormatError as exc:
+        raise OptionError(
+            name, text, f"expected group, earliest, latest or JSON: {exc.reason}"
+        ) from exc
+    bad = [str(k) for k, v in offsets.items() if v < EARLIEST]
+    if bad:
+        raise OptionError(name, text, f"offsets below -2 for {', '.join(bad)}")
+    return Position(StartKind.OFFSETS, offsets=offsets)
+
+
+def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
+    group = _get(options, "group")
+    if group is not None:
+        group = group.strip() or None
+    if group is not None:
+        try:
+            validate_group(group)
+        except TopicNameError as exc:
+            raise OptionError("group", group, str(exc)) from exc
+    # A stream with a group resumes where the group left off (falling back to earliest when it
+    # never committed); without a group, like Kafka: streams start at latest, batches at earliest.
+    default_start = (
+        StartKind.GROUP if group else (StartKind.LATEST if streaming else StartKind.EARLIEST)
+    )
+    starting = parse_position(options, "starting", default_start, allow_group=True)
+    if starting.kind is StartKind.GROUP and group is None:
+        raise OptionError("startingOffsets", "group", "needs the 'group' option")
+    ending = parse_position(options, "ending", StartKind.LATEST, allow_group=False)
+    if streaming and _get(options, "endingOffsets") is not None:
+        raise OptionError(
+            "endingOffsets", _get(options, "endingOffsets"), "is for batch reads only"
+        )
+    return ReaderOptions(
+        namesrv=namesrv_of(options),
+        topics=parse_topics(_get(options, "topic")),
+        group=group,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        pull_batch_size=_int(options, "pullBatchSize", DEFAULT_PULL_BATCH) or DEFAULT_PULL_BATCH,
+        rows_per_batch=_int(options, "rowsPerBatch", DEFAULT_ROWS_PER_BATCH)
+        or DEFAULT_ROWS_PER_BATCH,
+        max_rows_per_partition=_int(options, "maxRowsPerPartition", None),
+    )
+
+
+def writer_options(options: Mapping[str, str]) -> WriterOptions:
+    topic = _get(options, "topic")
+    if topic is not None:
+        topic = topic.strip() or None
+    if topic is not None:
+        try:
+            validate_topic(topic)
+        except TopicNameError as exc:
+            raise OptionError("topic", topic, str(exc)) from exc
+    group = (_get(options, "producerGroup") or DEFAULT_PRODUCER_GROUP).strip()
+    try:
+        validate_group(group)
+    except TopicNameError as exc:
+        raise OptionError("producerGroup", group, str(exc)) from exc
+    return WriterOptions(
+        namesrv=namesrv_of(options),
+        topic=topic,
+        producer_group=group,
+        send_batch_size=_int(options, "sendBatchSize", DEFAULT_SEND_BATCH) or DEFAULT_SEND_BATCH,
+    )
+
+
+def describe(options: ReaderOptions) -> str:
+    return json.dumps(
+        {"namesrv": options.namesrv, "topics": list(options.topics), "group": options.group}
+    )
+
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Position",
+    "ReaderOptions",
+    "StartKind",
+    "WriterOptions",
+    "reader_options",
+    "writer_options",
+]

@@ -1,0 +1,199 @@
+"""Executor side: read one queue's offset range into Arrow record batches.
+
+A pull thread keeps the next PULL_MESSAGE in flight while the task decodes and hands the
+previous batch to Spark, so the broker round trip and the decoding overlap. Responses are
+joined until `rows_per_batch` rows (decoding many rows at once amortises the Arrow kernel
+overhead). One AdminClient per name server is kept per Python worker process: Spark reuses
+workers across tasks, and a connection per micro-batch would cost more than the pull."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from ..client.admin import AdminClient
+from ..client.results import PullStatus
+from .decode import decode_to_batch
+from .errors import DataLossError
+from .offsets import QueueKey
+
+log = logging.getLogger("ferrymq.spark")
+
+_PREFETCH = 4  # pull responses buffered ahead of the decoder
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):  # type: ignore[misc]
+    """One Spark partition: offsets [start, end) of one queue. Picklable, connection-free."""
+
+    namesrv: str
+    key: QueueKey
+    start: int
+    end: int
+    fail_on_data_loss: bool
+    pull_batch_size: int
+    rows_per_batch: int
+
+    def __repr__(self) -> str:
+        return f"QueueRange({self.key} [{self.start}, {self.end}))"
+
+
+_clients: dict[str, AdminClient] = {}
+_clients_lock = threading.Lock()
+
+
+def admin_for(namesrv: str) -> AdminClient:
+    with _clients_lock:
+        client = _clients.get(namesrv)
+        if client is None:
+            client = _clients[namesrv] = AdminClient(namesrv)
+        return client
+
+
+def drop_admin(namesrv: str) -> None:
+    """Forget a client after an error, so the next task starts on a fresh connection."""
+    with _clients_lock:
+        client = _clients.pop(namesrv, None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # closing a broken client must not hide the original error
+            log.debug("closing admin client failed", exc_info=True)
+
+
+@atexit.register
+def _close_all() -> None:
+    for namesrv in list(_clients):
+        drop_admin(namesrv)
+
+
+class _Done:
+    pass
+
+
+_DONE = _Done()
+
+
+def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of `part` in queue order, each offset exactly once."""
+    if part.end <= part.start:
+        return
+    try:
+        yield from _read(part, admin_for(part.namesrv))
+    except Exception:
+        drop_admin(part.namesrv)
+        raise
+
+
+def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
+    responses: queue.Queue[tuple[bytes, int] | _Done | BaseException] = queue.Queue(_PREFETCH)
+    stop = threading.Event()
+    puller = threading.Thread(
+        target=_pull_loop, args=(part, admin, responses, stop), name="ferrymq-pull", daemon=True
+    )
+    puller.start()
+    try:
+        pending: list[bytes] = []
+        pending_rows = 0
+        while True:
+            item = responses.get()
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, _Done):
+                break
+            body, count = item
+            pending.append(body)
+            pending_rows += count
+            if pending_rows >= part.rows_per_batch:
+                batch = _decode(pending, part)
+                pending, pending_rows = [], 0
+                yield batch
+        if pending:
+            batch = _decode(pending, part)
+            if batch.num_rows:
+                yield batch
+    finally:
+        stop.set()
+        # Unblock a puller waiting on a full queue; it checks `stop` after every put.
+        while puller.is_alive():
+            try:
+                responses.get(timeout=0.1)
+            except queue.Empty:
+                pass
+            puller.join(0.1)
+
+
+def _decode(bodies: list[bytes], part: QueueRange) -> pa.RecordBatch:
+    batch = decode_to_batch(bodies[0] if len(bodies) == 1 else b"".join(bodies), part.key.broker)
+    offsets = batch.column(3)
+    last = offsets[-1].as_py() if batch.num_rows else None
+    if last is not None and last >= part.end:
+        # A broker may answer with more than asked for; the range's end is exact.
+        batch = batch.filter(pc.less(offsets, pa.scalar(part.end, pa.int64())))
+    return batch
+
+
+def _pull_loop(
+    part: QueueRange,
+    admin: AdminClient,
+    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+    stop: threading.Event,
+) -> None:
+    """Pull [start, end) in order; each item is a response body and its message count."""
+    mq = part.key.mq
+    offset = part.start
+    try:
+        while offset < part.end and not stop.is_set():
+            want = min(part.pull_batch_size, part.end - offset)
+            res = admin.pull_raw(mq, offset, want)
+            if res.status is PullStatus.FOUND:
+                count = min(res.next_begin_offset, part.end) - offset
+                if count <= 0:
+                    raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
+                out.put((res.body, count))
+                offset = res.next_begin_offset
+                continue
+            if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
+                offset = res.next_begin_offset  # filtered out by the broker: nothing to return
+                continue
+            # NO_NEW_MSG or OFFSET_ILLEGAL before the planned end: the messages are gone.
+            first = res.min_offset
+            if offset < first:
+                if part.fail_on_data_loss:
+                    raise DataLossError(str(part.key), offset, first)
+                log.warning("data loss on %s: skipping offsets %d..%d", part.key, offset, first - 1)
+                offset = first
+                continue
+            if part.fail_on_data_loss:
+                raise DataLossError(
+                    str(part.key),
+                    offset,
+                    first,
+                    f"the queue ends at {res.max_offset}, the batch was planned up to {part.end}",
+                )
+            log.warning("data loss on %s: offsets %d..%d are gone", part.key, offset, part.end - 1)
+            break
+        out.put(_DONE)
+    except BaseException as exc:  # handed to the task thread, which raises it
+        _put_until_stopped(out, exc, stop)
+
+
+def _put_until_stopped(
+    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+    item: BaseException,
+    stop: threading.Event,
+) -> None:
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue

@@ -1,0 +1,171 @@
+"""Connector pieces that need neither Spark's JVM nor a broker: schema, decoding, options,
+offsets, admission control, UNIQ_KEY."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
+
+from ferrymq.common.codec import decode_records, encode_record, pack_host  # noqa: E402
+from ferrymq.common.props import properties_to_string  # noqa: E402
+from ferrymq.spark import decode  # noqa: E402
+from ferrymq.spark.admission import split_limit  # noqa: E402
+from ferrymq.spark.decode import decode_to_batch, messages_to_batch, record_starts  # noqa: E402
+from ferrymq.spark.errors import OptionError  # noqa: E402
+from ferrymq.spark.offsets import QueueKey, SourceOffset, parse_queue_json  # noqa: E402
+from ferrymq.spark.options import StartKind, reader_options, writer_options  # noqa: E402
+from ferrymq.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA  # noqa: E402
+from ferrymq.spark.writer import uniq_key  # noqa: E402
+
+
+def record(
+    i: int,
+    *,
+    body: bytes | None = None,
+    props: dict[str, str] | None = None,
+    compress: bool = False,
+    v6: bool = False,
+    topic: bytes = b"orders",
+) -> bytes:
+    body = body if body is not None else b"body-%d" % i
+    if props is None:
+        props = {"UNIQ_KEY": f"{i:032X}", "KEYS": f"k{i}", "WAIT": "true"}
+        if i % 2:
+            props["TAGS"] = "t%d" % i
+    sys_flag = 0
+    if compress:
+        body, sys_flag = zlib.compress(body), 1
+    host = pack_host("::1", 1) if v6 else pack_host("127.0.0.1", 5555)
+    return encode_record(
+        topic=topic,
+        queue_id=3,
+        flag=0,
+        body=body,
+        properties=properties_to_string(props).encode(),
+        sys_flag=sys_flag,
+        born_timestamp=1_700_000_000_000 + i,
+        born_host=host,
+        store_timestamp=1_700_000_000_500 + i,
+        store_host=pack_host("127.0.0.1", 10911),
+        reconsume_times=i % 3,
+        queue_offset=100 + i,
+        physical_offset=1000 * i,
+    )
+
+
+def exact(buf: bytes) -> pa.RecordBatch:
+    return messages_to_batch(decode_records(buf, broker="broker-a"), "broker-a")
+
+
+def test_arrow_schema_is_what_spark_checks() -> None:
+    assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+    assert [f.name for f in SPARK_SCHEMA.fields] == ARROW_SCHEMA.names
+
+
+@pytest.mark.parametrize("n", [1, 7, 1024, 3000])
+def test_fast_decoding_equals_the_exact_codec(n: int) -> None:
+    buf = b"".join(record(i, body=bytes([i % 251]) * (i % 300)) for i in range(n))
+    # An empty body is legal on the wire; keep one to cover zero-length gathers.
+    fast = decode._fast(buf, "broker-a", record_starts(buf))  # no fallback allowed here
+    assert fast.schema.equals(ARROW_SCHEMA)
+    assert fast.equals(exact(buf))
+    if n == 1:
+        return
+    row = fast.slice(1, 1).to_pylist()[0]
+    assert row["msg_id"] == f"{1:032X}" and row["keys"] == "k1" and row["tags"] == "t1"
+    assert row["queue_offset"] == 101 and row["queue_id"] == 3 and row["reconsume_times"] == 1
+    assert row["store_timestamp"].timestamp() == pytest.approx(1_700_000_000.501)
+
+
+@pytest.mark.parametrize(
+    "special",
+    [
+        {"compress": True},
+        {"v6": True},
+        {"props": {}},
+        {"props": {"KEYS": "no-uniq-key"}},
+        {"props": {"UNIQ_KEY": "X", "Ü": "ö\u00e9"}},
+    ],
+)
+def test_unusual_records_fall_back_to_the_exact_path(special: dict[str, object]) -> None:
+    buf = record(0) + record(1, **special) + record(2)  # type: ignore[arg-type]
+    batch = decode_to_batch(buf, "broker-a")
+    assert batch.schema.equals(ARROW_SCHEMA)
+    assert batch.equals(exact(buf))
+    if special.get("compress"):
+        assert batch.column(7)[1].as_py() == b"body-1"
+
+
+def test_truncated_response_is_an_error() -> None:
+    buf = record(0) + record(1)
+    with pytest.raises(ValueError):
+        record_starts(buf[:-3])
+    assert decode_to_batch(b"", "b").num_rows == 0
+
+
+def test_options_parse_and_refuse() -> None:
+    opts = reader_options(
+        {"Topic": "a, b,a", "group": "g", "maxOffsetsPerTrigger": "10"}, streaming=True
+    )
+    assert opts.topics == ("a", "b") and opts.starting.kind is StartKind.GROUP
+    assert opts.max_offsets_per_trigger == 10 and opts.fail_on_data_loss
+    assert reader_options({"topic": "a"}, streaming=True).starting.kind is StartKind.LATEST
+    assert reader_options({"topic": "a"}, streaming=False).starting.kind is StartKind.EARLIEST
+    js = reader_options(
+        {"topic": "a", "startingOffsets": '{"a": {"broker-a": {"0": 5, "1": -2}}}'},
+        streaming=True,
+    )
+    assert js.starting.offsets == {
+        QueueKey("a", "broker-a", 0): 5,
+        QueueKey("a", "broker-a", 1): -2,
+    }
+    ts = reader_options(
+        {"topic": "a", "startingOffsetsByTimestamp": "1700000000000"}, streaming=False
+    )
+    assert ts.starting.kind is StartKind.TIMESTAMP and ts.starting.timestamp == 1_700_000_000_000
+    for bad in (
+        {},
+        {"topic": "bad topic"},
+        {"topic": "a", "startingOffsets": "group"},
+        {"topic": "a", "startingOffsets": "{nope"},
+        {"topic": "a", "maxOffsetsPerTrigger": "0"},
+        {"topic": "a", "failOnDataLoss": "maybe"},
+    ):
+        with pytest.raises(OptionError):
+            reader_options(bad, streaming=True)
+    assert writer_options({"topic": "out"}).topic == "out"
+
+
+def test_offsets_round_trip_through_json() -> None:
+    q = {QueueKey("t", "broker-a", 0): 3, QueueKey("%DLQ%g", "broker-b", 1): 9}
+    doc = SourceOffset(q, "127.0.0.1:9876", "g").to_json()
+    import json
+
+    back = SourceOffset.from_json(json.loads(json.dumps(doc)))
+    assert back.queues == q and back.group == "g" and back.namesrv == "127.0.0.1:9876"
+    assert parse_queue_json('{"t": {"broker-a": {"0": 3}}}') == {QueueKey("t", "broker-a", 0): 3}
+
+
+def test_split_limit_is_proportional_exact_and_deterministic() -> None:
+    a, b, c = (QueueKey("t", "b", i) for i in range(3))
+    start = {a: 0, b: 100, c: 5}
+    latest = {a: 900, b: 200, c: 5}  # backlogs 900, 100, 0
+    ends = split_limit(start, latest, 100)
+    assert ends == {a: 90, b: 110, c: 5}
+    assert split_limit(start, latest, 10_000) == latest
+    odd = split_limit({a: 0, b: 0, c: 0}, {a: 1, b: 1, c: 1}, 2)
+    assert sum(odd.values()) == 2 and odd == split_limit({a: 0, b: 0, c: 0}, {a: 1, b: 1, c: 1}, 2)
+    # never backwards, never past latest
+    assert split_limit({a: 50}, {a: 40}, 5) == {a: 50}
+
+
+def test_uniq_key_is_deterministic_and_shaped_like_rocketmq_ids() -> None:
+    k = uniq_key("q", 3, 1, 7)
+    assert k == uniq_key("q", 3, 1, 7) and len(k) == 32 and k == k.upper()
+    assert len({uniq_key("q", b, p, r) for b in range(3) for p in range(3) for r in range(3)}) == 27
