@@ -70,7 +70,7 @@ def check_record(mm: mmap.mmap | bytes, o: int, pos: int, seg_end_o: int,
         return f"PHYSICALOFFSET field {phys} is not the record's position"
     p = o + _HEAD.size + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
     (store_ts,) = _I64.unpack_from(mm, p)
-    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 12
+    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 16  # + RECONSUME, PREPARED, BODYLEN
     (body_len,) = _I32.unpack_from(mm, p - 4)
     end = o + total
     if body_len < 0 or p + body_len + 3 > end:

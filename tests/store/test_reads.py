@@ -1,0 +1,147 @@
+"""Reads: get_messages statuses and nextBeginOffset as RocketMQ's getMessage, tag filtering,
+contiguous reads, time search, key and unique-key lookups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from store_util import FakeClock, msg, open_store
+
+from ferrymq.common.codec import decode_records
+from ferrymq.common.names import java_string_hash
+from ferrymq.store import GetStatus, MessageStore, PutStatus
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> MessageStore:
+    s = open_store(tmp_path / "s", clock=clock)
+    yield s  # type: ignore[misc]
+    s.shutdown()
+
+
+def test_statuses_and_corrections(store: MessageStore) -> None:
+    r = store.get_messages("nope", 0, 5, 32)
+    assert (r.status, r.next_begin_offset) == (GetStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+    store.put_messages([msg("T", 0, bytes([i])) for i in range(10)])
+    r = store.get_messages("T", 0, 0, 4)
+    assert (r.status, r.count, r.next_begin_offset, r.min_offset, r.max_offset) == (
+        GetStatus.FOUND, 4, 4, 0, 10)
+    assert [m.body for m in decode_records(r.data)] == [bytes([i]) for i in range(4)]
+    r = store.get_messages("T", 0, 10, 4)
+    assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 10)
+    r = store.get_messages("T", 0, 11, 4)
+    # min offset is 0, so RocketMQ corrects to 0 rather than to max
+    assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+    r = store.get_messages("T", 0, 9, 100)
+    assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 1, 10)
+
+
+def test_max_bytes_returns_at_least_one(store: MessageStore) -> None:
+    store.put_messages([msg(body=b"x" * 500) for _ in range(5)])
+    r = store.get_messages("T", 0, 0, 32, max_bytes=100)
+    assert (r.count, r.next_begin_offset) == (1, 1)
+    r = store.get_messages("T", 0, 0, 32, max_bytes=1500)
+    assert r.count == 2
+
+
+def test_tag_filter(store: MessageStore) -> None:
+    tags = ["A", "B", "A", "C", "B", "A"]
+    store.put_messages([msg(tags=t, body=t.encode() + bytes([i])) for i, t in enumerate(tags)])
+    a = java_string_hash("A")
+    r = store.get_messages("T", 0, 0, 32, tag_filter=lambda code: code == a)
+    assert r.status is GetStatus.FOUND and r.count == 3
+    assert [m.body for m in decode_records(r.data)] == [b"A\x00", b"A\x02", b"A\x05"]
+    assert r.next_begin_offset == 6
+    r = store.get_messages("T", 0, 0, 2, tag_filter=lambda code: code == a)
+    assert (r.count, r.next_begin_offset) == (2, 3)
+    r = store.get_messages("T", 0, 0, 32, tag_filter=lambda code: False)
+    # nothing matched: the offset still moves past what was scanned
+    assert (r.status, r.count, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 0, 6)
+
+
+def test_interleaved_queues_read_back_exactly(store: MessageStore) -> None:
+    for i in range(30):
+        store.put_messages([msg("T", i % 3, f"{i}".encode()), msg("U", 0, b"noise" * 10)])
+    r = store.get_messages("T", 1, 0, 100)
+    assert [m.body for m in decode_records(r.data)] == [f"{i}".encode() for i in range(1, 30, 3)]
+    # a queue written in batches is one contiguous slice
+    res = store.put_messages([msg("V", 0, bytes([i]) * 40) for i in range(20)])
+    r = store.get_messages("V", 0, 0, 100)
+    first = res.messages[0].phys_offset
+    assert r.data == store._log.read(first, res.end_offset - first)
+
+
+def test_offset_by_time(store: MessageStore, clock: FakeClock) -> None:
+    assert store.get_offset_by_time("T", 0, 0) == 0
+    base = clock.now
+    for i in range(10):
+        store.put_messages([msg(body=bytes([i]))])
+        clock.advance(1000 if i != 4 else 0)  # offsets 4 and 5 share a store time
+    assert store.get_offset_by_time("T", 0, base - 1) == 0
+    assert store.get_offset_by_time("T", 0, base) == 0
+    assert store.get_offset_by_time("T", 0, base + 1) == 1
+    assert store.get_offset_by_time("T", 0, base + 4000) == 4
+    assert store.get_offset_by_time("T", 0, base + 4001) == 6
+    assert store.get_offset_by_time("T", 0, base + 8000) == 9
+    assert store.get_offset_by_time("T", 0, base + 10**9) == 10
+    assert store.get_store_time("T", 0, 3) == base + 3000
+    assert store.get_store_time("T", 0, 10) == -1
+    assert store.get_earliest_store_time("T", 0) == base
+    assert store.get_earliest_store_time("T", 9) == -1
+
+
+def test_store_time_never_goes_back(store: MessageStore, clock: FakeClock) -> None:
+    a = store.put_messages([msg()])
+    clock.advance(-5000)
+    b = store.put_messages([msg()])
+    assert b.messages[0].store_timestamp == a.messages[0].store_timestamp
+
+
+def test_key_and_uniq_lookups(store: MessageStore, clock: FakeClock) -> None:
+    t0 = clock.now
+    r1 = store.put_messages([msg(keys="order-1 user-9", uniq="U1"), msg(keys="order-2", uniq="U2")])
+    clock.advance(60_000)
+    r2 = store.put_messages([msg(keys="order-1", uniq="U3"), msg("Other", 0, keys="order-1")])
+    p = [a.phys_offset for a in r1.messages + r2.messages]
+    assert store.query_by_key("T", "order-1", 10, 0, 0) == [p[0], p[2]]
+    assert store.query_by_key("T", "order-1", 1, 0, 0) == [p[2]]  # newest first, then sorted
+    assert store.query_by_key("T", "order-1", 10, t0 + 1, 2**62) == [p[2]]
+    assert store.query_by_key("T", "order-1", 10, 0, t0) == [p[0]]
+    assert store.query_by_key("T", "user-9", 10, 0, 0) == [p[0]]
+    assert store.query_by_key("Other", "order-1", 10, 0, 0) == [p[3]]
+    assert store.query_by_key("T", "missing", 10, 0, 0) == []
+    assert store.query_by_uniq_key("T", "U2") == [p[1]]
+    assert store.query_by_uniq_key("T", "order-1") == []  # a KEYS value is not a unique key
+    assert store.query_by_uniq_key("Other", "U2") == []
+
+
+def test_index_rolls_files(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s", index_max_entries=50)
+    try:
+        res = [s.put_messages([msg(uniq=f"K{i}")]) for i in range(200)]
+        assert len(list((tmp_path / "s" / "index").iterdir())) >= 4
+        for i in (0, 77, 199):
+            assert s.query_by_uniq_key("T", f"K{i}") == [res[i].messages[0].phys_offset]
+    finally:
+        s.shutdown()
+
+
+def test_read_queue_entries_and_delete_queue(store: MessageStore, tmp_path: Path) -> None:
+    res = store.put_messages([msg("D", 1, bytes([i])) for i in range(100)])
+    entries = store.read_queue_entries("D", 1, 60, 10)
+    assert [e.queue_offset for e in entries] == list(range(60, 70))  # crosses a 64-entry file
+    assert [e.phys_offset for e in entries] == [a.phys_offset for a in res.messages[60:70]]
+    assert store.read_queue_entries("D", 1, 95, 10)[-1].queue_offset == 99
+    assert store.read_queue_entries("nope", 0, 0, 10) == []
+    store.delete_queue("D")
+    assert "D" not in store.queues()
+    assert store.get_max_offset("D", 1) == 0
+    assert not (tmp_path / "s" / "consumequeue" / "D").exists()
+    assert store.put_messages([msg("D", 1)]).messages[0].queue_offset == 0
+    assert store.put_messages([msg("D", 1)]).status is PutStatus.PUT_OK
