@@ -37,7 +37,7 @@ def record(
     if props is None:
         props = {"UNIQ_KEY": f"{i:032X}", "KEYS": f"k{i}", "WAIT": "true"}
         if i % 2:
-            props["TAGS"] = "t%d" % i
+            props["TAGS"] = f"t{i}"
     sys_flag = 0
     if compress:
         body, sys_flag = zlib.compress(body), 1

@@ -1,0 +1,321 @@
+"""The `ferrymq` data source end to end: one SparkSession (local[2]) and one standalone broker
+for the module. Every wait is on a condition (query termination, listener events, broker
+state), never a bare sleep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ferrymq.spark  # sets the Spark environment (before any session exists)
+from conftest import Standalone, start_standalone, wait_until
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    Producer,
+    PushConsumer,
+)
+from ferrymq.spark.writer import uniq_key
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    s = start_standalone(tmp_path_factory.mktemp("spark-store"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ferrymq-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    ferrymq.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> Iterator[AdminClient]:
+    with AdminClient(server.namesrv) as client:
+        yield client
+
+
+def produce(namesrv: str, topic: str, n: int, *, start: int = 0, batch: int = 100) -> None:
+    with Producer("spark-test-producer", namesrv) as producer:
+        for lo in range(start, start + n, batch):
+            hi = min(lo + batch, start + n)
+            producer.send_batch(
+                [Message(topic, f"m{i}".encode(), keys=f"k{i}", tags="t") for i in range(lo, hi)]
+            )
+
+
+def max_offsets(admin: AdminClient, topic: str) -> dict[tuple[str, int], int]:
+    return {(r.broker, r.queue_id): r.max_offset for r in admin.topic_status(topic)}
+
+
+def stream(spark: Any, server: Standalone, topic: str, **options: str) -> Any:
+    reader = spark.readStream.format("ferrymq").option("namesrv", server.namesrv)
+    reader = reader.option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(df: Any, name: str, checkpoint: Path) -> Any:
+    query = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return query
+
+
+def test_available_now_reads_exactly_what_is_available(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("an-orders", 4)
+    produce(server.namesrv, "an-orders", 200)
+    df = stream(spark, server, "an-orders", startingOffsets="earliest")
+    run_available_now(df, "an1", tmp_path / "cp")
+    rows = spark.sql("select queue_id, queue_offset, msg_id, body from an1").collect()
+    assert len(rows) == 200
+    assert len({(r.queue_id, r.queue_offset) for r in rows}) == 200
+    assert sorted(r.body.decode() for r in rows) == sorted(f"m{i}" for i in range(200))
+    per_queue: dict[int, list[int]] = {}
+    for r in rows:
+        per_queue.setdefault(r.queue_id, []).append(r.queue_offset)
+    ends = max_offsets(admin, "an-orders")
+    for qid, offsets in per_queue.items():
+        assert sorted(offsets) == list(range(ends[("broker-a", qid)]))
+
+    # The same checkpoint picks up exactly what was added since.
+    produce(server.namesrv, "an-orders", 50, start=200)
+    run_available_now(df, "an2", tmp_path / "cp")
+    again = spark.sql("select body from an2").collect()
+    assert sorted(r.body.decode() for r in again) == sorted(f"m{i}" for i in range(200, 250))
+
+
+def test_max_offsets_per_trigger_splits_into_batches(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("limited", 4)
+    produce(server.namesrv, "limited", 100)
+    df = stream(spark, server, "limited", startingOffsets="earliest", maxOffsetsPerTrigger="30")
+    query = run_available_now(df, "lim", tmp_path / "cp")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 100
+    assert len(sizes) >= 4 and max(sizes) <= 30
+    assert spark.sql("select count(distinct queue_id, queue_offset) from lim").first()[0] == 100
+
+
+def test_group_offsets_reach_the_broker_after_the_query_stops(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("grouped", 4)
+    produce(server.namesrv, "grouped", 120)
+    df = stream(spark, server, "grouped", group="spark-grp", startingOffsets="earliest")
+    query = run_available_now(df, "grp", tmp_path / "cp")
+    assert ferrymq.spark.wait_committed(query, 30)
+    ends = max_offsets(admin, "grouped")
+    committed = {
+        (r.broker, r.queue_id): r.consumer_offset
+        for r in admin.consume_stats("spark-grp", "grouped")
+    }
+    assert committed == ends
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ferrymq",
+            "group",
+            "progress",
+            "spark-grp",
+            "--json",
+            "--namesrv",
+            server.namesrv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows = [r for r in json.loads(out.stdout) if r["topic"] == "grouped"]
+    assert len(rows) == 4 and all(r["lag"] == 0 for r in rows)
+
+
+def test_batch_read_of_a_dlq_topic(spark: Any, server: Standalone, admin: AdminClient) -> None:
+    produce(server.namesrv, "poison", 6)
+    group = "spark-dlq-grp"
+    consumer = PushConsumer(
+        group,
+        server.namesrv,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        max_reconsume_times=1,
+    )
+    consumer.subscribe("poison")
+    consumer.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
+    consumer.start()
+    try:
+        dlq = f"%DLQ%{group}"
+
+        def dead_lettered() -> int:
+            try:
+                return sum(r.max_offset for r in admin.topic_status(dlq))
+            except Exception:
+                return 0
+
+        wait_until(lambda: dead_lettered() >= 6, timeout=60, message="6 messages in the DLQ")
+    finally:
+        consumer.shutdown()
+    df = spark.read.format("ferrymq").option("namesrv", server.namesrv).option("topic", dlq).load()
+    rows = df.collect()
+    assert len(rows) == 6
+    assert {r.topic for r in rows} == {dlq}
+    assert sorted(r.body.decode() for r in rows) == sorted(f"m{i}" for i in range(6))
+    assert all(r.keys and r.keys.startswith("k") for r in rows)
+    # Bounded by offsets: the first two only.
+    part = (
+        spark.read.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", dlq)
+        .option("endingOffsets", json.dumps({dlq: {"broker-a": {"0": 2}}}))
+        .load()
+    )
+    assert part.count() == 2
+
+
+def test_writer_round_trip_batch_and_stream(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import MapType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("body", StringType()),
+            StructField("keys", StringType()),
+            StructField("tags", StringType()),
+            StructField("properties", MapType(StringType(), StringType())),
+        ]
+    )
+    data = [(f"w{i}", f"key{i}", "tagA" if i % 2 else None, {"n": str(i)}) for i in range(40)]
+    admin.create_topic("written", 2)
+    spark.createDataFrame(data, schema).repartition(2).write.format("ferrymq").option(
+        "namesrv", server.namesrv
+    ).option("topic", "written").mode("append").save()
+    back = (
+        spark.read.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "written")
+        .load()
+        .collect()
+    )
+    assert sorted(r.body.decode() for r in back) == sorted(d[0] for d in data)
+    by_body = {r.body.decode(): r for r in back}
+    for body, keys, tags, props in data:
+        row = by_body[body]
+        assert row.keys == keys and row.tags == tags and row.properties["n"] == props["n"]
+    assert len({r.msg_id for r in back}) == 40
+
+    # Stream writer: copy `written` into `copied`; UNIQ_KEYs follow (query, batch, partition, row).
+    admin.create_topic("copied", 2)
+    src = stream(spark, server, "written", startingOffsets="earliest").selectExpr("body", "keys")
+    query = (
+        src.writeStream.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "copied")
+        .option("checkpointLocation", str(tmp_path / "wcp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    copied = (
+        spark.read.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "copied")
+        .load()
+        .collect()
+    )
+    assert sorted(r.body for r in copied) == sorted(r.body for r in back)
+    expected = {uniq_key(str(query.id), 0, p, i) for p in range(4) for i in range(40)}
+    assert {r.msg_id for r in copied} <= expected
+
+
+def test_stream_kill_restart_no_loss_no_duplicates(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    n = 3000
+    admin.create_topic("killed", 4)
+    produce(server.namesrv, "killed", n)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+
+    def child(mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "stream_child.py"),
+                server.namesrv,
+                "killed",
+                str(out),
+                str(cp),
+                "300",
+                mode,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+
+    first = child("run")
+    assert first.stdout is not None
+    batches = 0
+    for line in first.stdout:
+        if line.startswith("batch") and not line.rstrip().endswith("rows 0"):
+            batches += 1
+            if batches == 3:
+                break
+    assert batches == 3, "the first driver never completed three micro-batches"
+    os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
+    first.wait()
+
+    second = child("available-now")
+    assert second.wait(timeout=300) == 0
+    rows = spark.read.parquet(str(out)).collect()
+    assert len(rows) == n
+    assert len({(r.queue_id, r.queue_offset) for r in rows}) == n
+    assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(n))
+    committed = {
+        (r.broker, r.queue_id): r.consumer_offset
+        for r in admin.consume_stats("kill-test", "killed")
+    }
+    assert committed == max_offsets(admin, "killed")
