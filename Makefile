@@ -5,8 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COMPAT := tests/compat
 NODE_STAMP := $(COMPAT)/node_modules/.installed
+CPP_VENV := $(COMPAT)/cpp/.venv
+CPP_STAMP := $(CPP_VENV)/.installed
 
-.PHONY: all venv node demo test test-fast lint bench clean
+.PHONY: all venv node compat-cpp demo test test-fast lint bench clean
 
 all: test
 
@@ -24,10 +26,18 @@ $(NODE_STAMP): $(COMPAT)/package.json $(COMPAT)/package-lock.json
 
 node: $(NODE_STAMP)
 
+# PyPI `rocketmq` (the RocketMQ C++ client) in a venv of its own: its module name clashes.
+$(CPP_STAMP): $(COMPAT)/cpp/requirements.txt
+	@test -x $(CPP_VENV)/bin/python || $(PYTHON) -m venv $(CPP_VENV)
+	$(CPP_VENV)/bin/python -m pip install --quiet -r $(COMPAT)/cpp/requirements.txt
+	@touch $(CPP_STAMP)
+
+compat-cpp: $(CPP_STAMP)
+
 demo: venv
 	$(PY) -m examples.pipeline.run
 
-test: venv node
+test: venv node compat-cpp
 	$(PY) -m pytest -q tests
 
 test-fast: venv
@@ -41,4 +51,4 @@ bench: venv
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT)/node_modules .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) .pytest_cache .mypy_cache
