@@ -287,7 +287,9 @@ def test_offsets_and_delayed_messages_survive_a_clean_restart(tmp_path) -> None:
     try:
         asyncio.run(_with_wire(server, before))
         assert server.stop() == 0
-        assert json.loads((tmp_path / "s" / "config" / "consumerOffset.json").read_text())
+        # RocketMQ's own shape, fastjson's bare integer queue ids included.
+        saved = jsonx.loads((tmp_path / "s" / "config" / "consumerOffset.json").read_bytes())
+        assert saved["offsetTable"]["durable@g-d"] == {0: 1}
         assert not (tmp_path / "s" / "abort").exists()
         server = start_standalone(tmp_path / "s", "--message-delay-level", levels)
         asyncio.run(_with_wire(server, after))
