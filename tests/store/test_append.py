@@ -181,7 +181,7 @@ def test_read_record_edges(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s")
     try:
         res = store.put_messages([msg(body=b"a" * 50), msg(body=b"b" * 50)])
-        a, b = res.messages
+        a, _b = res.messages
         assert store.read_record(a.phys_offset, a.size) == store.read_record(a.phys_offset)
         assert store.read_record(a.phys_offset, a.size + 1) is None
         assert store.read_record(a.phys_offset + 3) is None  # not a record boundary

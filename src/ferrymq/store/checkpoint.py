@@ -2,19 +2,30 @@
 
 `consistent` is a commit-log offset below which every record, its consume-queue entry and its
 index entries were fsynced before the checkpoint was written; crash recovery verifies records
-from there and trusts what lies before. `clean` is set only by an orderly shutdown."""
+from there and trusts what lies before. `clean` is set only by an orderly shutdown.
+
+The file holds two 512-byte slots written alternately in place, each with a sequence number
+and a CRC; the valid slot with the higher sequence wins. Rewriting allocated bytes needs no
+free space, so checkpoints keep working on a full disk, and a torn write spoils one slot only.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+import struct
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from .files import atomic_write, fsync_dir, read_json_file
+from .files import fsync_dir
 
 log = logging.getLogger("ferrymq.store")
+
+SLOT_SIZE = 512
+_SLOT = struct.Struct(">iqqqqb")
+_CRC = struct.Struct(">I")
+_MAGIC = 0x0FE44C9
 
 
 @dataclass(frozen=True)
@@ -25,20 +36,56 @@ class Checkpoint:
     clean: bool = False
 
 
-def read_checkpoint(path: Path) -> Checkpoint | None:
-    data = read_json_file(path, None)
-    if not isinstance(data, dict):
-        return None
-    try:
-        return Checkpoint(int(data["log_flushed"]), int(data["consistent"]),
-                          int(data["timestamp_ms"]), bool(data.get("clean", False)))
-    except (KeyError, TypeError, ValueError) as exc:
-        log.error("checkpoint %s is unreadable (%s); recovering from the log's start", path, exc)
-        return None
+class CheckpointFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = -1
+        self._seq = 0
 
+    def read(self) -> Checkpoint | None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        best: tuple[int, Checkpoint] | None = None
+        for i in range(2):
+            slot = raw[i * SLOT_SIZE : i * SLOT_SIZE + _SLOT.size + _CRC.size]
+            if len(slot) < _SLOT.size + _CRC.size:
+                continue
+            (crc,) = _CRC.unpack_from(slot, _SLOT.size)
+            if zlib.crc32(slot[: _SLOT.size]) != crc:
+                continue
+            magic, seq, flushed, consistent, ts, clean = _SLOT.unpack_from(slot)
+            if magic != _MAGIC:
+                continue
+            if best is None or seq > best[0]:
+                best = (seq, Checkpoint(flushed, consistent, ts, bool(clean)))
+        if best is None:
+            log.error("checkpoint %s has no valid slot; recovering from the log's start",
+                      self.path)
+            return None
+        self._seq = best[0]
+        return best[1]
 
-def write_checkpoint(path: Path, cp: Checkpoint) -> None:
-    atomic_write(path, json.dumps(asdict(cp)).encode())
+    def open(self) -> None:
+        existed = self.path.exists()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not existed or os.fstat(self._fd).st_size < 2 * SLOT_SIZE:
+            os.pwrite(self._fd, bytes(2 * SLOT_SIZE), 0)
+            os.fsync(self._fd)
+            fsync_dir(self.path.parent)
+
+    def write(self, cp: Checkpoint) -> None:
+        self._seq += 1
+        body = _SLOT.pack(_MAGIC, self._seq, cp.log_flushed, cp.consistent, cp.timestamp_ms,
+                          int(cp.clean))
+        os.pwrite(self._fd, body + _CRC.pack(zlib.crc32(body)), (self._seq % 2) * SLOT_SIZE)
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def create_abort(path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..common.codec import BLANK_MAGIC_CODE
 from .errors import StoreLayoutError
-from .files import FileIO, fsync_dir
+from .files import FileIO, fsync_dir, release_fd
 
 END_FILE_MIN_BLANK = 8
 BLANK_RECORD = struct.Struct(">ii")
@@ -53,8 +53,8 @@ class CommitLog:
         self.segments: list[Segment] = []
         self.write_pos = 0
         self.flushed = 0
-        # Deleted segments keep their descriptor open for a while: a reader that picked the
-        # segment just before deletion must not pread a reused descriptor number.
+        # Deleted segments keep their descriptor number for a while (pointing at /dev/null): a
+        # reader that picked the segment just before deletion must not pread a reused number.
         self._retired: list[tuple[float, Segment]] = []
 
     # --- files ------------------------------------------------------------------------------
@@ -214,6 +214,7 @@ class CommitLog:
         for seg in gone:
             with contextlib.suppress(FileNotFoundError):
                 seg.path.unlink()
+            release_fd(seg.fd)
             self._retired.append((now, seg))
         return gone
 

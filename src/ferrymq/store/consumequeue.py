@@ -14,7 +14,7 @@ import struct
 import time
 from pathlib import Path
 
-from .files import FileIO
+from .files import FileIO, release_fd
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
@@ -84,6 +84,7 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         for qf in self.files:
+            release_fd(qf.fd)
             self.retired.append((time.monotonic(), qf))
         self.files = []
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -190,6 +191,7 @@ class ConsumeQueue:
             for qf in gone:
                 with contextlib.suppress(FileNotFoundError):
                     qf.path.unlink()
+                release_fd(qf.fd)
                 self.retired.append((now, qf))
 
     def truncate_phys(self, phys: int) -> None:

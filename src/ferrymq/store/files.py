@@ -48,6 +48,20 @@ class FileIO:
             done += n
 
 
+_null_fd = -1
+
+
+def release_fd(fd: int) -> None:
+    """Make `fd` point at /dev/null: the deleted file's space is freed now, while the number
+    stays taken (a reader holding it reads nothing instead of some newly opened file). The
+    number is closed later, after readers are done with it."""
+    global _null_fd
+    if _null_fd < 0:
+        _null_fd = os.open(os.devnull, os.O_RDWR)
+    with contextlib.suppress(OSError):
+        os.dup2(_null_fd, fd)
+
+
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 

@@ -28,7 +28,7 @@ from ..common.props import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
-from .checkpoint import Checkpoint, create_abort, read_checkpoint, remove_abort, write_checkpoint
+from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
@@ -96,12 +96,14 @@ class MessageStore:
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._dirty: set[QueueFile] = set()
+        self._dead_queues: list[ConsumeQueue] = []  # deleted, descriptors not yet closed
         self._listeners: list[ArrivalListener] = []
         self._state = "new"
         self._refuse_reason = ""
         self._last_store_ts = 0
         self._maint_stop = threading.Event()
         self._maint: threading.Thread | None = None
+        self._cp_file = CheckpointFile(config.root / "checkpoint")
         self.recovered_abnormally = False
         self.last_recovery: RecoveryReport | None = None
 
@@ -113,7 +115,7 @@ class MessageStore:
         root.mkdir(parents=True, exist_ok=True)
         abort = root / "abort"
         unclean = abort.exists()
-        cp = read_checkpoint(root / "checkpoint")
+        cp = self._cp_file.read()
         self._log.load()
         self._load_queues()
         self._index.load()
@@ -128,6 +130,7 @@ class MessageStore:
         for cq in self._cqs.values():
             cq.correct_min(min_phys)
         create_abort(abort)
+        self._cp_file.open()
         self._state = "running"
         self.checkpoint()
         self._refresh_disk()
@@ -146,12 +149,20 @@ class MessageStore:
         with self._lock:  # waits for a put in progress
             pass
         self._flusher.stop()
-        self.checkpoint(clean=True)
+        try:
+            self.checkpoint(clean=True)
+            clean = True
+        except OSError as exc:
+            # The abort file stays, so the next start verifies the tail: safe, only slower.
+            log.error("final checkpoint failed (%s); the next start will recover", exc)
+            clean = False
         self._index.close()
         for cq in self._cqs.values():
             cq.close()
         self._log.close()
-        remove_abort(self._root / "abort")
+        self._cp_file.close()
+        if clean:
+            remove_abort(self._root / "abort")
         self._state = "stopped"
 
     def _plausible_end(self, pos: int) -> bool:
@@ -454,7 +465,9 @@ class MessageStore:
     def delete_queue(self, topic: str) -> None:
         with self._lock:
             for key in [k for k in self._cqs if k[0] == topic]:
-                self._cqs.pop(key).destroy()
+                cq = self._cqs.pop(key)
+                cq.destroy()
+                self._dead_queues.append(cq)
             with contextlib.suppress(OSError):
                 (self._cq_root / topic).rmdir()
 
@@ -526,7 +539,7 @@ class MessageStore:
                 self._flusher.flush_now()
             flushed = self._log.flushed
             cp = Checkpoint(flushed, min(dispatched, flushed), self._clock(), clean)
-            write_checkpoint(self._root / "checkpoint", cp)
+            self._cp_file.write(cp)
             return cp
 
     def _maintain(self) -> None:
@@ -593,10 +606,16 @@ class MessageStore:
                 if ratio < cfg.disk_clean_ratio:
                     break
             report.disk_ratio = ratio
+        if report.deleted_segments:
+            report.disk_ratio = self._refresh_disk()
         self._log.close_retired()
         self._index.close_retired()
         for cq in list(self._cqs.values()):
             cq.close_retired()
+        for cq in list(self._dead_queues):
+            cq.close_retired()
+            if not cq.retired:
+                self._dead_queues.remove(cq)
         report.refusing_writes = bool(self._refuse_reason)
         return report
 
