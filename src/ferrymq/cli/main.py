@@ -90,8 +90,10 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Servers log their life at INFO; a client command's stderr is for its own error message.
+    quiet = logging.INFO if args.command in ("standalone", "namesrv", "broker") else logging.ERROR
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else quiet,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
