@@ -105,9 +105,10 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Any] | None:
-    """Transport tests run on both loops: the servers use uvloop, tools may not."""
+    """Transport tests run on both loops (the servers use uvloop, tools may not); the rest on
+    the default loop."""
     if "remoting" not in item.path.parts:
-        return None
+        return {"asyncio": asyncio.new_event_loop}
     import uvloop
 
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
