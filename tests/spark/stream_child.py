@@ -2,7 +2,8 @@
 Parquet file sink and prints one line per completed micro-batch, so the test can kill it
 (-9, the whole process group) at a known point without sleeping.
 
-usage: stream_child.py NAMESRV TOPIC OUT_DIR CHECKPOINT_DIR MAX_PER_TRIGGER (run|available-now)"""
+usage: stream_child.py NAMESRV TOPIC OUT_DIR CHECKPOINT_DIR MAX_PER_TRIGGER(0: none)
+       (run|available-now)"""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def main() -> int:
         .option("topic", topic)
         .option("group", "kill-test")
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", per_trigger)
+        .options(**({"maxOffsetsPerTrigger": per_trigger} if int(per_trigger) else {}))
         .load()
         .selectExpr("queue_id", "queue_offset", "msg_id", "cast(body as string) as body")
     )

@@ -99,17 +99,32 @@ def run_available_now(df: Any, name: str, checkpoint: Path) -> Any:
     return query
 
 
+def run_to_parquet(df: Any, out: Path, checkpoint: Path) -> Any:
+    query = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return query
+
+
 def test_available_now_reads_exactly_what_is_available(
     spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
 ) -> None:
     admin.create_topic("an-orders", 4)
     produce(server.namesrv, "an-orders", 200)
-    df = stream(spark, server, "an-orders", startingOffsets="earliest")
-    run_available_now(df, "an1", tmp_path / "cp")
-    rows = spark.sql("select queue_id, queue_offset, msg_id, body from an1").collect()
+    df = stream(spark, server, "an-orders", startingOffsets="earliest").selectExpr(
+        "queue_id", "queue_offset", "msg_id", "cast(body as string) as body"
+    )
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_to_parquet(df, out, cp)
+    rows = spark.read.parquet(str(out)).collect()
     assert len(rows) == 200
     assert len({(r.queue_id, r.queue_offset) for r in rows}) == 200
-    assert sorted(r.body.decode() for r in rows) == sorted(f"m{i}" for i in range(200))
+    assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(200))
     per_queue: dict[int, list[int]] = {}
     for r in rows:
         per_queue.setdefault(r.queue_id, []).append(r.queue_offset)
@@ -119,9 +134,10 @@ def test_available_now_reads_exactly_what_is_available(
 
     # The same checkpoint picks up exactly what was added since.
     produce(server.namesrv, "an-orders", 50, start=200)
-    run_available_now(df, "an2", tmp_path / "cp")
-    again = spark.sql("select body from an2").collect()
-    assert sorted(r.body.decode() for r in again) == sorted(f"m{i}" for i in range(200, 250))
+    query = run_to_parquet(df, out, cp)
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 50
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(250))
 
 
 def test_max_offsets_per_trigger_splits_into_batches(
@@ -273,12 +289,12 @@ def test_writer_round_trip_batch_and_stream(
 def test_stream_kill_restart_no_loss_no_duplicates(
     spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
 ) -> None:
-    n = 3000
+    n = 1500
     admin.create_topic("killed", 4)
     produce(server.namesrv, "killed", n)
     out, cp = tmp_path / "out", tmp_path / "cp"
 
-    def child(mode: str) -> subprocess.Popen[str]:
+    def child(mode: str, per_trigger: int) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -287,7 +303,7 @@ def test_stream_kill_restart_no_loss_no_duplicates(
                 "killed",
                 str(out),
                 str(cp),
-                "300",
+                str(per_trigger),
                 mode,
             ],
             stdout=subprocess.PIPE,
@@ -296,19 +312,19 @@ def test_stream_kill_restart_no_loss_no_duplicates(
             start_new_session=True,
         )
 
-    first = child("run")
+    first = child("run", 250)
     assert first.stdout is not None
     batches = 0
     for line in first.stdout:
         if line.startswith("batch") and not line.rstrip().endswith("rows 0"):
             batches += 1
-            if batches == 3:
+            if batches == 2:
                 break
-    assert batches == 3, "the first driver never completed three micro-batches"
+    assert batches == 2, "the first driver never completed two micro-batches"
     os.killpg(first.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
     first.wait()
 
-    second = child("available-now")
+    second = child("available-now", 0)  # the rest in one batch: no limit
     assert second.wait(timeout=300) == 0
     rows = spark.read.parquet(str(out)).collect()
     assert len(rows) == n

@@ -78,8 +78,9 @@ def prepare_environment() -> Path | None:
     os.environ.setdefault("SPARK_LOCAL_DIRS", str(mine))
     os.environ.setdefault(
         "PYSPARK_SUBMIT_ARGS",
-        f"--conf spark.ui.enabled=false --conf spark.local.dir={mine}"
-        f" --driver-java-options -Djava.io.tmpdir={mine} pyspark-shell",
+        # spark.local.dir comes from SPARK_LOCAL_DIRS (setting both makes Spark warn).
+        f"--conf spark.ui.enabled=false --driver-java-options -Djava.io.tmpdir={mine}"
+        " pyspark-shell",
     )
     os.environ["FERRYMQ_SPARK_PREPARED"] = str(mine)
     atexit.register(shutil.rmtree, mine, True)
