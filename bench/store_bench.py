@@ -195,7 +195,7 @@ def recovery_runs(log_bytes: int) -> tuple[list[float], list[float], int]:
                     raise RuntimeError("recovery did not run")
                 records = store.last_recovery.records if store.last_recovery else 0
                 store.shutdown()
-        size = sum(p.stat().st_size for p in (store_dir / "commitlog").iterdir())
+        size = store.max_phy_offset
     del records
     return with_cp, without, size
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import defaultdict
 
 from .commitlog import CommitLog
@@ -37,6 +38,7 @@ class FlushService:
         self._thread: threading.Thread | None = None
         self.last_error: OSError | None = None
         self.fsyncs = 0
+        self.gather_s = 0.0005
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-flush", daemon=True)
@@ -76,7 +78,21 @@ class FlushService:
             self._wake.clear()
             if self._stopping:
                 break
+            if self.sync and self.gather_s:
+                self._gather()
             self._flush_once()
+
+    def _gather(self) -> None:
+        """Let writers that are about to arrive join this fsync: wait while the number of
+        waiters still grows, for at most gather_s. An fsync costs far more than the wait."""
+        deadline = time.monotonic() + self.gather_s
+        seen = len(self._waiters)
+        while time.monotonic() < deadline:
+            time.sleep(self.gather_s / 5)
+            now = len(self._waiters)
+            if now == seen:
+                return
+            seen = now
 
     def _flush_once(self) -> None:
         target = self.log.write_pos
