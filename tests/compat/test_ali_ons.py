@@ -127,8 +127,8 @@ def test_action_retry_sends_back_and_the_message_returns_through_the_retry_topic
             return ok <= seen.keys() and all(len(seen.get(b, [])) >= times + 1 for b in failing)
         return check
 
-    retry.wait_received(done(1), 40, "every retry-* message twice (first try + redelivery)")
-    throw.wait_received(done(2), 40, "every retry-* message three times")
+    retry.wait_received(done(1), 15, "every retry-* message twice (first try + redelivery)")
+    throw.wait_received(done(2), 15, "every retry-* message three times")
 
     for proc, times in ((retry, 1), (throw, 2)):
         seen = by_body(proc.received())
