@@ -21,6 +21,8 @@ _PREFIX = struct.Struct(">ii")
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _BIN_I16 = struct.Struct(">h")
 _LANG_NAMES = {int(c): c.name for c in LanguageCode}
+_LANG_CODES = {c.name: int(c) for c in LanguageCode}
+_OTHER = int(LanguageCode.OTHER)
 _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -127,18 +129,30 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
         raise FrameError("header field extFields is not an object", recoverable=True)
     ext: dict[str, str] = {}
     for key, value in raw_ext.items():
-        text = ext_value(value)
-        if text is not None:
-            ext[str(key)] = text
+        # Java peers send strings only; other values are ali-ons's numbers and booleans.
+        if type(value) is str:
+            ext[key] = value
+        else:
+            text = ext_value(value)
+            if text is not None:
+                ext[str(key)] = text
     remark = header.get("remark")
+    code, opaque, flag = header.get("code"), header.get("opaque", 0), header.get("flag", 0)
+    version = header.get("version", 0)
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+        code = _int_field(header, "code")
+        opaque = _int_field(header, "opaque", 0)
+        flag = _int_field(header, "flag", 0)
+        version = _int_field(header, "version", 0)
+    language = header.get("language")
     return RemotingCommand(
-        code=_int_field(header, "code"),
-        opaque=_int_field(header, "opaque", 0),
-        flag=_int_field(header, "flag", 0),
+        code=code,
+        opaque=opaque,
+        flag=flag,
         remark=remark if isinstance(remark, str) else None,
         ext_fields=ext,
-        language=_language(header.get("language")),
-        version=_int_field(header, "version", 0),
+        language=_LANG_CODES.get(language, _OTHER) if type(language) is str else _language(language),
+        version=version,
         serialize_type=SerializeType.JSON,
     )
 

@@ -164,17 +164,21 @@ class Connection(asyncio.Protocol):
     async def invoke(self, req: RemotingCommand, timeout: float) -> RemotingCommand:
         if self.closed:
             raise RemotingClosedError(self.remote_addr, req.code)
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[req.opaque] = fut
+        # A timer handle rather than asyncio.timeout: this is the hot path of every request,
+        # and a bare call_later costs a fraction of a timeout context.
+        timer = loop.call_later(timeout, _expire, fut)
         try:
             await self.send(req)
-            async with asyncio.timeout(timeout):
-                return await fut
+            return await fut
         except TimeoutError:
             raise RemotingTimeoutError(self.remote_addr, req.code, timeout) from None
         except RemotingClosedError:
             raise RemotingClosedError(self.remote_addr, req.code) from None
         finally:
+            timer.cancel()
             self._pending.pop(req.opaque, None)
 
     async def invoke_oneway(self, req: RemotingCommand) -> None:
@@ -217,6 +221,11 @@ class Connection(asyncio.Protocol):
         if not self._warned:
             self._warned = True
             log.warning("bad input from %s: %s", self.remote_addr, exc)
+
+
+def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
 
 
 def _addr(info: object) -> str:
