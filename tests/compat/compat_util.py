@@ -4,6 +4,7 @@ events with deadlines."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -34,13 +35,21 @@ def node_or_skip() -> str:
     return node
 
 
-def cpp_python_or_skip() -> str:
+@functools.cache
+def _cpp_problem() -> str | None:
     if not CPP_PYTHON.exists():
-        pytest.skip("tests/compat/cpp/.venv is missing: run `make compat-cpp`")
+        return "tests/compat/cpp/.venv is missing: run `make compat-cpp`"
     probe = subprocess.run([str(CPP_PYTHON), "-c", "import rocketmq.client"], capture_output=True, text=True,
                            timeout=60)
     if probe.returncode != 0:
-        pytest.skip(f"PyPI rocketmq 0.4.4 does not load on this machine: {probe.stderr.strip()[-400:]}")
+        return f"PyPI rocketmq 0.4.4 does not load on this machine: {probe.stderr.strip()[-400:]}"
+    return None
+
+
+def cpp_python_or_skip() -> str:
+    problem = _cpp_problem()
+    if problem is not None:
+        pytest.skip(problem)
     return str(CPP_PYTHON)
 
 

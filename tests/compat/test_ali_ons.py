@@ -156,6 +156,25 @@ def test_action_retry_sends_back_and_the_message_returns_through_the_retry_topic
     assert admin.max_offset(MessageQueue("%RETRY%ons-retry-t", BROKER, 0)) == 20
 
 
+def test_delay_level_messages_arrive_after_their_delay_on_their_own_queue(clients: Clients,
+                                                                       admin: AdminClient) -> None:
+    topic = "ons-delay"
+    admin.create_topic(topic, 2)
+    consumer = clients.ons_consumer(topic=topic, group="ons-delay-g", consumeFromWhere="first")
+    consumer.wait_event("ready", 30)
+    sent = run_producer(clients.ons_producer(topic=topic, count=6, body="delayed-{i}", delayLevel=[2, 5]), 6)
+    consumer.wait_received(bodies_received({s["body"] for s in sent}), 15, "every delayed message")
+    got = by_body(consumer.received())
+    for s in sent:
+        [r] = got[s["body"]]
+        delay_ms = 200 if s["index"] % 2 == 0 else 500  # TEST_DELAY_LEVELS levels 2 and 5
+        assert r["ts"] - s["ts"] >= delay_ms - 30, (s, r)
+        # Parked in SCHEDULE_TOPIC_XXXX, then delivered to the real topic and queue.
+        assert (r["topic"], r["queueId"]) == (topic, s["queueId"])
+        assert r["reconsumeTimes"] == 0 and r["retryTopic"] is None and r["tags"] == "TagA"
+    assert consumer.stop() == 0
+
+
 def _owners(received: dict[str, list[Event]], bodies: list[str]) -> dict[int, set[str]] | None:
     owners: dict[int, set[str]] = {}
     for b in bodies:
