@@ -20,6 +20,7 @@ from typing import Any
 # Adding a workload is one line here.
 REGISTRY: list[str] = [
     "store_bench",
+    "broker_bench",
     "e2e_bench",
 ]
 

@@ -102,11 +102,6 @@ def test_sync_producer_sends_1000_with_tags_and_keys_and_a_push_consumer_receive
     assert committed(admin, group, topic) == max_offsets(admin, topic)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: librocketmq's HEART_BEAT body carries consumeType/messageModel/consumeFromWhere as "
-    "enum ordinals (1, 1, 0), which RocketMQ's fastjson reads as CONSUME_PASSIVELY/CLUSTERING/"
-    "CONSUME_FROM_LAST_OFFSET; ferrymq keeps the strings '1'/'1'/'0', so the group is not seen as "
-    "clustering and %RETRY%<group> is not created at the heartbeat"))
 def test_heartbeat_registers_a_clustering_group_and_creates_its_retry_topic(clients: Clients,
                                                                              admin: AdminClient) -> None:
     topic, group = "cpp-hb", "cpp-hb-g"
@@ -122,10 +117,6 @@ def test_heartbeat_registers_a_clustering_group_and_creates_its_retry_topic(clie
     assert admin.consumer_ids(group) and consumer.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: processors/consumer.py heart_beat records the request's language as "
-    "str(int) ('1' for CPP, '0' for JAVA) because the codec decodes it to an int without .name; "
-    "GET_CONSUMER_CONNECTION_LIST must return the enum name, as RocketMQ does"))
 def test_consumer_connection_list_names_the_client_language(clients: Clients, admin: AdminClient) -> None:
     topic, group = "cpp-lang", "cpp-lang-g"
     admin.create_topic(topic, 1)
@@ -287,11 +278,6 @@ def test_restart_after_clean_shutdown_rereceives_nothing(clients: Clients, admin
     _restart_scenario(clients, admin, "cpp-restart", queues=4, first_batch=8)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: librocketmq commits offsets only for queues it consumed from; for a queue that "
-    "stayed empty it commits nothing, and on restart QUERY_CONSUMER_OFFSET answers QUERY_NOT_FOUND "
-    "(RocketMQ answers 0 while the queue's first message is in memory), so CONSUME_FROM_LAST_OFFSET "
-    "jumps to the max offset and skips what arrived while the group was down"))
 def test_restart_misses_nothing_sent_to_queues_that_were_empty_before(clients: Clients,
                                                                       admin: AdminClient) -> None:
     """Four of eight queues stay empty during the first run."""

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.delay import DelayLevelError
+from ..common.delay import parse_delay_levels as _parse_levels
 from ..store import FlushDiskType
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -81,25 +83,12 @@ class BrokerConfig:
         return self
 
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
 def parse_delay_levels(text: str) -> list[int]:
-    """'1s 5s 1m' -> [1000, 5000, 60000]; also accepts 'ms' for tests with short levels."""
-    levels: list[int] = []
-    for item in text.split():
-        unit = "ms" if item.endswith("ms") else item[-1]
-        number = item[: -len(unit)]
-        if unit not in _UNITS or not number:
-            raise ConfigError("message_delay_level", f"bad level {item!r}")
-        try:
-            value = float(number)
-        except ValueError:
-            raise ConfigError("message_delay_level", f"bad level {item!r}") from None
-        levels.append(int(value * _UNITS[unit]))
-    if not levels:
-        raise ConfigError("message_delay_level", "no levels given")
-    return levels
+    """'1s 5s 1m' -> [1000, 5000, 60000], as a config error naming the key when it is wrong."""
+    try:
+        return list(_parse_levels(text))
+    except DelayLevelError as exc:
+        raise ConfigError("message_delay_level", exc.reason) from None
 
 
 _CAMEL_ALIASES = {

@@ -94,6 +94,7 @@ class ScheduleService:
         """Deliver every message of `level` whose time has come; returns how many."""
         broker = self.broker
         store = broker.store
+        assert store is not None
         queue_id = level - 1
         offset = broker.delay_offsets.get(level)
         min_offset = store.get_min_offset(SCHEDULE_TOPIC, queue_id)

@@ -140,8 +140,9 @@ async def runtime_info(broker: Broker, conn: Connection, req: RemotingCommand) -
 def consume_stats(broker: Broker, group: str, topic: str | None) -> dict[str, Any]:
     store = broker.store
     assert store is not None
-    topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group) | set(
-        broker.clients.consumer_group(group).subscriptions if broker.clients.consumer_group(group) else {}))
+    info = broker.clients.consumer_group(group)
+    subscribed = set(info.subscriptions) if info is not None else set()
+    topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group) | subscribed)
     table: dict[Any, Any] = {}
     for t in topics:
         cfg = broker.topics.get(t)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...common import jsonx
-from ...common.codes import RequestCode, ResponseCode
+from ...common.codes import LanguageCode, RequestCode, ResponseCode
 from ...common.headers import fields, opt_str, req_int, req_str
 from ...common.names import retry_topic, validate_group
 from ...remoting import Connection, RemotingCommand
@@ -26,6 +26,32 @@ def _watch(broker: Broker, conn: Connection) -> None:
         conn.on_close(broker.clients.drop_connection)
 
 
+# Java and ali-ons send enum names; the C++ client sends their ordinals (fastjson reads both).
+_MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+_CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                 "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                 "CONSUME_FROM_TIMESTAMP")
+
+
+def _enum_name(value: object, names: tuple[str, ...], default: str) -> str:
+    if value is None or value == "":
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names[value] if 0 <= value < len(names) else default
+    text = str(value)
+    if text.isdigit():
+        return names[int(text)] if int(text) < len(names) else default
+    return text
+
+
+def _language_name(code: int) -> str:
+    try:
+        return LanguageCode(code).name
+    except ValueError:
+        return "OTHER"
+
+
 async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     try:
         data: dict[str, Any] = jsonx.loads(req.body or b"{}")
@@ -35,7 +61,7 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
     now = broker.now_ms()
     _watch(broker, conn)
     created = False
-    language = getattr(req.language, "name", str(req.language))
+    language = _language_name(req.language)
     for consumer in data.get("consumerDataSet") or []:
         group = str(consumer.get("groupName", ""))
         validate_group(group)
@@ -44,16 +70,17 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
             topic = str(s.get("topic", ""))
             subs.append(parse_subscription(topic, s.get("subString"), int(s.get("subVersion") or 0),
                                            str(s.get("expressionType") or "TAG")))
-        model = str(consumer.get("messageModel", "CLUSTERING"))
+        model = _enum_name(consumer.get("messageModel"), _MESSAGE_MODELS, "CLUSTERING")
         if model == "CLUSTERING" and broker.topics.get(retry_topic(group)) is None:
             broker.topics.create_group_topic(retry_topic(group))
             created = True
         broker.clients.register_consumer(
             group,
             ClientChannel(client_id, conn, language, req.version, now),
-            consume_type=str(consumer.get("consumeType", "CONSUME_PASSIVELY")),
+            consume_type=_enum_name(consumer.get("consumeType"), _CONSUME_TYPES, "CONSUME_PASSIVELY"),
             message_model=model,
-            consume_from_where=str(consumer.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
+            consume_from_where=_enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM,
+                                          "CONSUME_FROM_LAST_OFFSET"),
             subscriptions=subs,
         )
     for producer in data.get("producerDataSet") or []:
