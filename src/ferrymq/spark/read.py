@@ -12,7 +12,9 @@ import atexit
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -20,14 +22,15 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ..client.admin import AdminClient
-from ..client.results import PullStatus
+from ..client.results import PullStatus, RawPullResult
 from .decode import decode_to_batch
 from .errors import DataLossError
 from .offsets import QueueKey
 
 log = logging.getLogger("ferrymq.spark")
 
-_PREFETCH = 4  # pull responses buffered ahead of the decoder
+_PREFETCH = 8  # pull responses buffered ahead of the decoder
+_WINDOW = 4  # pulls in flight per partition
 
 
 @dataclass(frozen=True)
@@ -147,43 +150,75 @@ def _pull_loop(
     out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
     stop: threading.Event,
 ) -> None:
-    """Pull [start, end) in order; each item is a response body and its message count."""
+    """Pull [start, end) in order; each item is a response body and its message count.
+
+    Up to _WINDOW pulls are in flight at once, for consecutive slices of the range (a pull
+    asks for at most pull_batch_size messages from a given offset, so the slices are known
+    in advance). One request at a time leaves the broker idle for a round trip per pull."""
     mq = part.key.mq
-    offset = part.start
-    try:
-        while offset < part.end and not stop.is_set():
-            want = min(part.pull_batch_size, part.end - offset)
-            res = admin.pull_raw(mq, offset, want)
-            if res.status is PullStatus.FOUND:
-                count = min(res.next_begin_offset, part.end) - offset
-                if count <= 0:
-                    raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
-                out.put((res.body, count))
-                offset = res.next_begin_offset
-                continue
-            if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
-                offset = res.next_begin_offset  # filtered out by the broker: nothing to return
-                continue
-            # NO_NEW_MSG or OFFSET_ILLEGAL before the planned end: the messages are gone.
-            first = res.min_offset
-            if offset < first:
-                if part.fail_on_data_loss:
-                    raise DataLossError(str(part.key), offset, first)
-                log.warning("data loss on %s: skipping offsets %d..%d", part.key, offset, first - 1)
-                offset = first
-                continue
-            if part.fail_on_data_loss:
-                raise DataLossError(
-                    str(part.key),
-                    offset,
-                    first,
-                    f"the queue ends at {res.max_offset}, the batch was planned up to {part.end}",
-                )
-            log.warning("data loss on %s: offsets %d..%d are gone", part.key, offset, part.end - 1)
-            break
-        out.put(_DONE)
-    except BaseException as exc:  # handed to the task thread, which raises it
-        _put_until_stopped(out, exc, stop)
+    inflight: deque[tuple[int, int, Future[RawPullResult]]] = deque()
+    planned = part.start
+    offset = part.start  # the next offset to hand to the task
+    with ThreadPoolExecutor(_WINDOW, thread_name_prefix="ferrymq-pull") as pool:
+        try:
+            while offset < part.end and not stop.is_set():
+                while len(inflight) < _WINDOW and planned < part.end:
+                    want = min(part.pull_batch_size, part.end - planned)
+                    inflight.append((planned, want, pool.submit(admin.pull_raw, mq, planned, want)))
+                    planned += want
+                first, want, future = inflight.popleft()
+                res = future.result()
+                if first != offset:  # an earlier answer was short: re-plan from `offset`
+                    _cancel(inflight)
+                    planned = offset
+                    continue
+                offset = _take(part, res, offset, first + want, out)
+                if offset < first + want:  # short answer or a gap: re-plan from there
+                    _cancel(inflight)
+                    planned = offset
+            out.put(_DONE)
+        except BaseException as exc:  # handed to the task thread, which raises it
+            _cancel(inflight)
+            _put_until_stopped(out, exc, stop)
+
+
+def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:
+    while inflight:
+        inflight.popleft()[2].cancel()
+
+
+def _take(
+    part: QueueRange,
+    res: RawPullResult,
+    offset: int,
+    slice_end: int,
+    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+) -> int:
+    """Hand over one answer for a pull at `offset`; returns the next offset to read."""
+    if res.status is PullStatus.FOUND:
+        count = min(res.next_begin_offset, slice_end) - offset
+        if count <= 0:
+            raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
+        out.put((res.body, count))
+        return offset + count
+    if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
+        return min(res.next_begin_offset, slice_end)  # filtered out by the broker
+    # NO_NEW_MSG or OFFSET_ILLEGAL before the planned end: the messages are gone.
+    first = res.min_offset
+    if offset < first:
+        if part.fail_on_data_loss:
+            raise DataLossError(str(part.key), offset, first)
+        log.warning("data loss on %s: skipping offsets %d..%d", part.key, offset, first - 1)
+        return first
+    if part.fail_on_data_loss:
+        raise DataLossError(
+            str(part.key),
+            offset,
+            first,
+            f"the queue ends at {res.max_offset}, the batch was planned up to {part.end}",
+        )
+    log.warning("data loss on %s: offsets %d..%d are gone", part.key, offset, part.end - 1)
+    return part.end
 
 
 def _put_until_stopped(
