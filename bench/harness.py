@@ -22,6 +22,7 @@ REGISTRY: list[str] = [
     "store_bench",
     "broker_bench",
     "e2e_bench",
+    "spark_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
