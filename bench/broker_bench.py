@@ -177,7 +177,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "workload": "broker", "measurement": measurement, "unit": unit,
             "value": round(statistics.median(ours[key]), 2), "runs": [round(v, 2) for v in ours[key]],
-            "target": (">= " if key != "rtt" else "<= ") + f"{TARGETS[key]:g}", "peer_name": PEER,
+            "target": (">= " if key != "rtt" else "<= ") + f"{TARGETS[key]:g} {unit}", "peer_name": PEER,
         }
         if theirs:
             row["peer_value"] = round(statistics.median(theirs[key]), 2)

@@ -90,7 +90,10 @@ def render(rows: list[dict[str, Any]]) -> str:
         else:
             ours = f"{_fmt(r.get('value'))} {unit} (n={len(runs)})"
         target = r.get("target")
-        target_text = f"{_fmt(target)} {unit}" if target is not None else "–"
+        if isinstance(target, str):
+            target_text = target or "–"  # already says its unit or ratio
+        else:
+            target_text = f"{_fmt(target)} {unit}" if target is not None else "–"
         peer = r.get("peer_value")
         peer_text = "–" if peer is None else f"{_fmt(peer)} {unit} ({r.get('peer_name', '')})"
         lines.append(f"| {r.get('workload', '')} | {r.get('measurement', '')} | {ours} | "
