@@ -60,6 +60,10 @@ class WriterOptions:
     topic: str | None  # rows without a `topic` column (or with a null one) go here
     producer_group: str
     send_batch_size: int
+    # Batch writes only: what the UNIQ_KEYs derive from instead of a random write id, so a
+    # foreachBatch function can make its writes replay-stable (queryId, batchId of the batch).
+    query_id: str | None = None
+    batch_id: int = 0
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -209,6 +213,8 @@ def writer_options(options: Mapping[str, str]) -> WriterOptions:
         topic=topic,
         producer_group=group,
         send_batch_size=_int(options, "sendBatchSize", DEFAULT_SEND_BATCH) or DEFAULT_SEND_BATCH,
+        query_id=(_get(options, "queryId") or "").strip() or None,
+        batch_id=_int(options, "batchId", 0, minimum=0) or 0,
     )
 
 

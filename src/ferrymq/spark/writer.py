@@ -2,13 +2,17 @@
 
 Columns: `body` (binary or string, required); optional `topic` (string; null or absent means
 the `topic` option), `keys` (string, space separated), `tags` (string), `properties`
-(map<string,string>). Other columns are ignored.
+(map<string,string>). Other columns are ignored. Options: namesrv, topic, producerGroup,
+sendBatchSize; for batch writes also queryId and batchId (see below).
 
 Guarantee: at-least-once. RocketMQ has no producer transactions here, so messages are on the
 broker as soon as a task sends them; a task retried by Spark, or a micro-batch replayed after
 a driver crash, sends its rows again. Every row carries a deterministic UNIQ_KEY derived from
 (query id, batch id, partition, row number), so a replayed row has the same UNIQ_KEY as its
-first copy and consumers can drop duplicates by msg_id. `commit(batchId)` only records the
+first copy and consumers can drop duplicates by msg_id. A batch write (`df.write`) has no
+query: its keys derive from a random write id, unless the options `queryId` and `batchId`
+are given (a foreachBatch function passes its query id and batch id, and its replays are
+recognisable too). `commit(batchId)` only records the
 batch (idempotent); `abort` after a commit that took effect does nothing, and otherwise
 cannot take sent rows back (it says so in the log)."""
 
@@ -236,11 +240,14 @@ def _task_partition() -> int:
 class FerryMQBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: WriterOptions) -> None:
         self.options = options
-        # Made once on the driver and pickled to every task: retried tasks reuse it.
-        self.write_id = uuid.uuid4().hex
+        # Made once on the driver and pickled to every task: retried tasks reuse it. Options
+        # queryId/batchId make it stable across runs (e.g. inside foreachBatch).
+        self.write_id = options.query_id or uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return send_batches(self.options, iterator, self.write_id, 0, _task_partition())
+        return send_batches(
+            self.options, iterator, self.write_id, self.options.batch_id, _task_partition()
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, WriteReport))

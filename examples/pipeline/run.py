@@ -1,0 +1,300 @@
+"""The reference pipeline, end to end (`make demo`, or `python -m examples.pipeline.run`).
+
+1. starts `ferrymq standalone` with its store in ./demo-output/store (short retry delays and
+   3 reconsume attempts, so retries and dead letters happen within seconds);
+2. produces order events to `orders` (JSON, one in 40 malformed);
+3. runs a Spark Structured Streaming job (local[2], group `orders-pipeline`) that aggregates
+   revenue per minute and product into Parquet and sends malformed rows to `orders-bad`;
+4. meanwhile a push consumer (group `orders-audit`) audits every order: some audits fail
+   once and pass on retry, malformed orders fail every time and end in %DLQ%orders-audit;
+5. prints the counts, both groups' lag (0), a summary of the aggregates, and where the
+   files are; then stops everything.
+
+Options: --orders N (default 3000), --output DIR (default ./demo-output)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import ferrymq.spark  # sets Spark's environment before the session starts
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
+
+from . import events, spark_job
+
+AUDIT_GROUP = "orders-audit"
+DLQ_TOPIC = f"%DLQ%{AUDIT_GROUP}"
+DELAY_LEVELS = "1s 1s 1s 1s 1s 2s 2s 2s 2s 2s 3s 3s 3s 3s 3s 5s 5s 5s"
+MAX_RECONSUME = 3
+console = Console()
+
+
+@dataclass
+class Broker:
+    proc: subprocess.Popen[str]
+    namesrv: str
+    log_path: Path
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+@contextlib.contextmanager
+def standalone(store: Path, log_path: Path) -> Iterator[Broker]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "ferrymq",
+        "standalone",
+        "--namesrv-port",
+        "0",
+        "--broker-port",
+        "0",
+        "--store-dir",
+        str(store),
+        "--message-delay-level",
+        DELAY_LEVELS,
+        "--max-reconsume-times",
+        str(MAX_RECONSUME),
+    ]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        broker: Broker | None = None
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the ready line: "namesrv=H:P broker=H:P"
+                if line.startswith("namesrv="):
+                    parts = dict(p.split("=", 1) for p in line.split())
+                    broker = Broker(proc, parts["namesrv"], log_path)
+                    break
+            if broker is None:
+                raise RuntimeError(f"ferrymq standalone did not start; see {log_path}")
+            yield broker
+        finally:
+            if broker is not None:
+                broker.stop()
+            elif proc.poll() is None:
+                proc.kill()
+
+
+@dataclass
+class AuditStats:
+    consumed: set[int] = field(default_factory=set)
+    retried: int = 0  # deliveries that failed and went back to the broker
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def listener(self, msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        msg = msgs[0]
+        try:
+            order_id = events.audit(msg.body, msg.reconsume_times)
+        except (ValueError, KeyError, events.TransientAuditError):
+            with self.lock:
+                self.retried += 1
+            return ConsumeStatus.RECONSUME_LATER
+        with self.lock:
+            self.consumed.add(order_id)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+
+def produce(namesrv: str, orders: list[events.Order], advance: Callable[[int], None]) -> None:
+    with Producer("orders-producer", namesrv) as producer:
+        for lo in range(0, len(orders), 100):
+            chunk = orders[lo : lo + 100]
+            producer.send_batch(
+                [Message("orders", events.encode(o), keys=f"order-{o.order_id}") for o in chunk]
+            )
+            advance(len(chunk))
+
+
+def topic_total(admin: AdminClient, topic: str) -> int:
+    try:
+        return sum(r.max_offset - r.min_offset for r in admin.topic_status(topic))
+    except Exception:  # not created yet
+        return 0
+
+
+def group_lag(admin: AdminClient, group: str) -> int:
+    return sum(r.lag for r in admin.consume_stats(group))
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f}s")
+        time.sleep(0.2)  # polling a condition; the deadline bounds it
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, default=3000)
+    parser.add_argument("--output", type=Path, default=Path("demo-output"))
+    args = parser.parse_args(argv)
+    out: Path = args.output.resolve()
+    shutil.rmtree(out, ignore_errors=True)  # each run starts from nothing
+    store, aggregates, checkpoint = out / "store", out / "aggregates", out / "checkpoint"
+    out.mkdir(parents=True)
+    orders = events.make_orders(args.orders, int(time.time() * 1000) - 10 * 60_000)
+    malformed = sum(events.is_malformed(o.order_id) for o in orders)
+    valid = len(orders) - malformed
+    started = time.monotonic()
+
+    with standalone(store, out / "broker.log") as broker, AdminClient(broker.namesrv) as admin:
+        console.print(f"[bold]ferrymq standalone[/] namesrv={broker.namesrv}, store {store}")
+        admin.create_topic("orders", 4)
+        admin.create_topic(spark_job.BAD_TOPIC, 2)
+        stats = AuditStats()
+        audit = PushConsumer(
+            AUDIT_GROUP,
+            broker.namesrv,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            max_reconsume_times=MAX_RECONSUME,
+        )
+        audit.subscribe("orders")
+        audit.register_listener(stats.listener)
+        audit.start()
+        try:
+            from pyspark.sql import SparkSession
+
+            with Progress(
+                TextColumn("{task.description:<28}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress:
+                t_produce = progress.add_task("produce orders", total=len(orders))
+                produce(broker.namesrv, orders, lambda n: progress.advance(t_produce, n))
+                t_spark_start = progress.add_task("start Spark (local[2])", total=1)
+                spark = (
+                    SparkSession.builder.master("local[2]")
+                    .appName("ferrymq-demo")
+                    .config("spark.sql.shuffle.partitions", "2")
+                    .config("spark.ui.showConsoleProgress", "false")
+                    .getOrCreate()
+                )
+                spark.sparkContext.setLogLevel("ERROR")
+                ferrymq.spark.register(spark)
+                progress.advance(t_spark_start)
+                t_spark = progress.add_task("Spark: orders-pipeline", total=len(orders))
+                t_audit = progress.add_task("audit: orders-audit", total=len(orders))
+                query = spark_job.start(spark, broker.namesrv, aggregates, checkpoint, 1000)
+                while query.isActive:
+                    done = sum(p["numInputRows"] for p in query.recentProgress)
+                    progress.update(t_spark, completed=done)
+                    progress.update(
+                        t_audit, completed=len(stats.consumed) + topic_total(admin, DLQ_TOPIC)
+                    )
+                    query.awaitTermination(0.5)
+                if query.exception() is not None:
+                    raise RuntimeError(f"the Spark job failed: {query.exception()}")
+                progress.update(t_spark, completed=len(orders))
+                ferrymq.spark.wait_committed(query)  # the last batch's group offsets
+                wait_for(
+                    lambda: (
+                        progress.update(
+                            t_audit, completed=len(stats.consumed) + topic_total(admin, DLQ_TOPIC)
+                        )
+                        or (
+                            len(stats.consumed) >= valid
+                            and topic_total(admin, DLQ_TOPIC) >= malformed
+                        )
+                    ),
+                    180,
+                    "the audit consumer",
+                )
+        finally:
+            audit.shutdown()  # persists the audit group's offsets
+        wait_for(lambda: group_lag(admin, AUDIT_GROUP) == 0, 30, "the audit group's lag")
+        report(spark, admin, orders, stats, aggregates, out, broker, time.monotonic() - started)
+        spark.stop()
+    console.print("[green]stopped:[/] Spark, the audit consumer and the broker")
+    return 0
+
+
+def report(
+    spark: Any,
+    admin: AdminClient,
+    orders: list[events.Order],
+    stats: AuditStats,
+    aggregates: Path,
+    out: Path,
+    broker: Broker,
+    seconds: float,
+) -> None:
+    malformed = sum(events.is_malformed(o.order_id) for o in orders)
+    counts = Table(title="messages", show_header=False)
+    counts.add_row("produced to orders", str(len(orders)))
+    counts.add_row("consumed OK by orders-audit", str(len(stats.consumed)))
+    counts.add_row("retried (sent back by the audit)", str(stats.retried))
+    counts.add_row(f"dead-lettered ({DLQ_TOPIC})", str(topic_total(admin, DLQ_TOPIC)))
+    counts.add_row("malformed sent to orders-bad by Spark", str(topic_total(admin, "orders-bad")))
+    counts.add_row("malformed produced", str(malformed))
+    console.print(counts)
+
+    lags = Table(title="consumer group lag")
+    lags.add_column("group")
+    lags.add_column("queues")
+    lags.add_column("lag", justify="right")
+    for group in (spark_job.GROUP, AUDIT_GROUP):
+        rows = admin.consume_stats(group)
+        lags.add_row(group, str(len(rows)), str(sum(r.lag for r in rows)))
+    console.print(lags)
+
+    agg = spark_job.read_aggregates(spark, aggregates)
+    total = agg.agg({"revenue": "sum", "orders": "sum"}).first()
+    expected = sum(o.revenue for o in orders if not events.is_malformed(o.order_id))
+    by_product = (
+        agg.groupBy("product").sum("revenue", "orders").orderBy("sum(revenue)", ascending=False)
+    )
+    products = Table(
+        title=f"revenue per product over {agg.select('minute').distinct().count()} minutes"
+    )
+    products.add_column("product")
+    products.add_column("orders", justify="right")
+    products.add_column("revenue", justify="right")
+    for row in by_product.collect():
+        products.add_row(row["product"], str(row["sum(orders)"]), f"{row['sum(revenue)']:.2f}")
+    products.add_row("[bold]total[/]", str(total["sum(orders)"]), f"{total['sum(revenue)']:.2f}")
+    console.print(products)
+    console.print(f"expected total revenue from the producer's side: {expected:.2f}")
+
+    files = Table(title="files", show_header=False)
+    files.add_row("aggregates (Parquet, per batch)", str(aggregates))
+    files.add_row("Spark checkpoint", str(out / "checkpoint"))
+    files.add_row("broker store", str(out / "store"))
+    files.add_row("broker log", str(broker.log_path))
+    console.print(files)
+    console.print(f"pipeline finished in {seconds:.0f}s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
