@@ -198,18 +198,52 @@ def ferrymq_latency(namesrv: str, topic: str, group: str, seconds: float) -> lis
     consumer = PushConsumer(group, namesrv)  # from the last offset: only what is sent now
     consumer.subscribe(topic)
     consumer.register_listener(listener)
-    pad = b"x" * (BODY_SIZE - 20)
-    with consumer, Producer("bench-lat", namesrv) as producer:
-        # Measure a running pipeline: wait until the consumer owns its queues and receives.
-        deadline = time.monotonic() + 30
-        while not warmed.is_set() and time.monotonic() < deadline:
-            for _ in range(4):
-                producer.send(Message(topic, b"warm"))
-            warmed.wait(0.05)
-        for _ in paced(seconds, RATE):
-            producer.send_async(Message(topic, b"%020d" % time.perf_counter_ns() + pad))
+    with consumer:
+        with Producer("bench-warm", namesrv) as producer:
+            # Measure a running pipeline: wait until the consumer owns its queues and receives.
+            deadline = time.monotonic() + 30
+            while not warmed.is_set() and time.monotonic() < deadline:
+                for _ in range(4):
+                    producer.send(Message(topic, b"warm"))
+                warmed.wait(0.05)
+        paced_producer("ferrymq", namesrv, topic, seconds)
         finished.wait(60)
     return latencies
+
+
+_PACED_CHILD = """
+import sys, time
+sys.path[:0] = {paths!r}
+from bench.e2e_bench import paced_send
+paced_send({kind!r}, {addr!r}, {target!r}, {seconds!r})
+"""
+
+
+def paced_producer(kind: str, addr: str, target: str, seconds: float) -> None:
+    """The producer of the latency run is its own process, as in a deployment: a producer and
+    a consumer sharing one interpreter would measure their contention for its lock instead.
+    CLOCK_MONOTONIC (perf_counter_ns) is system-wide, so timestamps compare across processes."""
+    code = _PACED_CHILD.format(paths=sys.path, kind=kind, addr=addr, target=target, seconds=seconds)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=seconds + 60)
+
+
+def paced_send(kind: str, addr: str, target: str, seconds: float) -> None:
+    pad = b"x" * (BODY_SIZE - 20)
+    if kind == "ferrymq":
+        with Producer("bench-lat", addr) as producer:
+            producer.send(Message(target, b"warm"))
+            futures = [producer.send_async(Message(target, b"%020d" % time.perf_counter_ns() + pad))
+                       for _ in paced(seconds, RATE)]
+            for f in futures:
+                f.result(30)
+    else:
+        import redis
+
+        host, port = addr.rsplit(":", 1)
+        r = redis.Redis(host=host, port=int(port))
+        for _ in paced(seconds, RATE):
+            r.xadd(target, {"b": b"%020d" % time.perf_counter_ns() + pad})
+        r.close()
 
 
 def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
@@ -354,9 +388,8 @@ def redis_latency(r: Any, stream: str, seconds: float) -> list[float]:
 
     t = threading.Thread(target=consume, daemon=True)
     t.start()
-    pad = b"x" * (BODY_SIZE - 20)
-    for _ in paced(seconds, RATE):
-        r.xadd(stream, {"b": b"%020d" % time.perf_counter_ns() + pad})
+    kwargs = r.connection_pool.connection_kwargs
+    paced_producer("redis", f"{kwargs['host']}:{kwargs['port']}", stream, seconds)
     t.join(60)
     return latencies
 

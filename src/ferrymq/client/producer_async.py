@@ -31,6 +31,7 @@ from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .lifecycle import Lifecycle, State
 from .results import SendResult, SendStatus
+from .route import TopicRoute
 
 log = logging.getLogger("ferrymq.client.producer")
 
@@ -138,6 +139,7 @@ class AsyncProducer(Lifecycle):
         self._inst: ClientInstance | None = None
         self._topics: set[str] = set()
         self._rr: dict[str, int] = {}
+        self._queue_cache: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._no_route_checked: dict[str, float] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -197,8 +199,13 @@ class AsyncProducer(Lifecycle):
                 self._no_route_checked[topic] = now
                 route = await inst.update_route(topic)
         if route is not None:
+            cached = self._queue_cache.get(topic)
+            if cached is not None and cached[0] is route:
+                return cached[1]
             queues = route.write_queues()
             if queues:
+                # Routes are replaced, never mutated, so identity tells when to recompute.
+                self._queue_cache[topic] = (route, queues)
                 return queues
         base = await inst.route(self.create_topic_key)
         if base is not None:

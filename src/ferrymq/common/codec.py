@@ -15,7 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 
-from .ids import create_offset_msg_id
+from .ids import create_offset_msg_id, packed_ip
 from .message import MessageBatchItem, MessageExt
 from .props import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -77,7 +77,7 @@ def body_crc(body: bytes) -> int:
 
 
 def pack_host(host: str, port: int) -> bytes:
-    ip = ipaddress.ip_address(host).packed
+    ip = packed_ip(host)
     return (_HOST_V4 if len(ip) == 4 else _HOST_V6).pack(ip, port)
 
 

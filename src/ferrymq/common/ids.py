@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import socket
@@ -31,9 +32,15 @@ class OffsetMessageId:
         return f"{self.host}:{self.port}"
 
 
+@functools.lru_cache(maxsize=4096)
+def packed_ip(host: str) -> bytes:
+    """Parsing an address costs microseconds and every decoded message needs its broker's."""
+    return ipaddress.ip_address(host).packed
+
+
 def create_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
     """hex(ip 4 bytes | port int32 | offset int64), upper case, as RocketMQ's MessageDecoder."""
-    ip = ipaddress.ip_address(host).packed
+    ip = packed_ip(host)
     if len(ip) == 4:
         return _ADDR_V4.pack(ip, port, commit_log_offset).hex().upper()
     return (ip + struct.pack(">Iq", port, commit_log_offset)).hex().upper()
