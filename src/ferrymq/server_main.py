@@ -16,6 +16,7 @@ from .broker.config import BrokerConfig
 from .broker.controller import Broker
 from .namesrv import NameServer, NamesrvConfig
 from .remoting.loop import install_uvloop
+from .store import StoreError
 
 log = logging.getLogger("ferrymq")
 
@@ -81,7 +82,9 @@ def run_broker(config: BrokerConfig) -> int:
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:
     try:
         asyncio.run(_serve_until_signal(start, stop))
-    except OSError as exc:
+    except (OSError, StoreError) as exc:
+        # A port in use, or a store that recovery refuses (corruption in the middle of the
+        # log names its file and offset): one clear line, no traceback.
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -57,6 +57,9 @@ class BrokerConfig:
     disk_force_clean_ratio: float = 0.85
     disk_refuse_ratio: float = 0.90
     max_frame_size: int = 16 * 1024 * 1024
+    # After a crash, a corrupt record followed by valid ones stops the start (the default);
+    # set this to discard everything from the corrupt record on instead.
+    truncate_on_corruption: bool = False
 
     @property
     def broker_addr(self) -> str:

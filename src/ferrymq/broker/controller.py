@@ -93,6 +93,7 @@ class Broker:
             max_message_size=cfg.max_message_size,
             store_host=self.addr,
             message_delay_level=cfg.message_delay_level,
+            truncate_on_corruption=cfg.truncate_on_corruption,
         )
         store = MessageStore(store_cfg, clock=self._clock, disk_usage=self._disk_usage)
         await asyncio.to_thread(store.start)
