@@ -335,3 +335,21 @@ def test_stream_kill_restart_no_loss_no_duplicates(
         for r in admin.consume_stats("kill-test", "killed")
     }
     assert committed == max_offsets(admin, "killed")
+
+
+def test_queues_added_to_a_topic_are_read_from_their_start(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("growing", 2)
+    produce(server.namesrv, "growing", 40)
+    df = stream(spark, server, "growing", startingOffsets="latest").selectExpr(
+        "queue_id", "cast(body as string) as body"
+    )
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_to_parquet(df, out, cp)  # starts at latest: nothing to read yet
+    admin.create_topic("growing", 4)  # two more queues
+    produce(server.namesrv, "growing", 80, start=40)
+    run_to_parquet(df, out, cp)
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(40, 120))
+    assert {r.queue_id for r in rows} == {0, 1, 2, 3}

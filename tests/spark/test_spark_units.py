@@ -169,3 +169,14 @@ def test_uniq_key_is_deterministic_and_shaped_like_rocketmq_ids() -> None:
     k = uniq_key("q", 3, 1, 7)
     assert k == uniq_key("q", 3, 1, 7) and len(k) == 32 and k == k.upper()
     assert len({uniq_key("q", b, p, r) for b in range(3) for p in range(3) for r in range(3)}) == 27
+
+
+def test_stream_writer_commit_is_idempotent_and_abort_after_commit_is_harmless() -> None:
+    from ferrymq.spark.writer import FerryMQStreamWriter, WriteReport
+
+    w = FerryMQStreamWriter(writer_options({"topic": "out"}))
+    msgs = [WriteReport(0, 3, "K")]
+    w.commit(msgs, 4)
+    w.commit(msgs, 4)  # replayed batch
+    w.abort(msgs, 4)  # after a commit that took effect: nothing to undo
+    assert w._committed == {4}
