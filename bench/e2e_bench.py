@@ -12,6 +12,7 @@ and runs its own instance on a free loopback port."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import statistics
@@ -38,7 +39,7 @@ from ferrymq import (
 BODY_SIZE = 1024
 WINDOW = 512  # messages in flight while producing
 BATCH = 32  # messages per batch for the batched produce
-RATE = 2000  # msg/s for the latency measurement
+RATE = int(os.environ.get("FERRYMQ_BENCH_RATE", "2000"))  # msg/s for the latency measurement
 RUNS = 3
 PEER = "Redis Streams (appendfsync everysec)"
 # The issue's goals: produce >= 2x and consume >= 1.5x the peer's throughput; p99 <= 2 ms.
