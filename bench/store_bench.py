@@ -1,5 +1,5 @@
 """Benchmark of ferrymq.store with 1 KiB messages, beside plain-Python file baselines measured
-in the same run (as ANCHORS.md's "limits of plain Python"):
+in the same run (what plain Python can do with the same files on the same machine):
 
 - append, ASYNC_FLUSH, batches of 32            peer: f.write of 32 records, fsync once a second
 - append, SYNC_FLUSH, 64 asyncio writers        peer: f.write of 64 records + fsync per write
