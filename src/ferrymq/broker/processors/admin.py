@@ -103,6 +103,9 @@ async def update_topic(broker: Broker, conn: Connection, req: RemotingCommand) -
         return reply(req, ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
     broker.topics.upsert(TopicConfig(topic, read, write, opt_int(ext, "perm", PERM_READ | PERM_WRITE),
                                      opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order")))
+    # As RocketMQ does: the name server knows the topic before the creator hears "done", so a
+    # producer that starts right after finds its route.
+    await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
 
 
@@ -111,6 +114,7 @@ async def delete_topic(broker: Broker, conn: Connection, req: RemotingCommand) -
     broker.topics.delete(topic)
     assert broker.store is not None
     broker.store.delete_queue(topic)
+    await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
 
 
