@@ -35,6 +35,7 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from ferrymq.embedded import standalone
 
 BODY_SIZE = 1024
 WINDOW = 512  # messages in flight while producing
@@ -87,32 +88,8 @@ def paced(total_seconds: float, rate: int) -> Iterator[int]:
 # --- ferrymq ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def ferrymq_server(store: Path) -> Iterator[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ferrymq",
-        "standalone",
-        "--namesrv-port",
-        "0",
-        "--broker-port",
-        "0",
-        "--store-dir",
-        str(store),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    try:
-        line = proc.stdout.readline()
-        if not line.startswith("namesrv="):
-            raise RuntimeError(f"ferrymq standalone did not start: {line!r}")
-        yield dict(p.split("=", 1) for p in line.split())["namesrv"]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with standalone(store) as server:
+        yield server.namesrv
 
 
 def ferrymq_produce(namesrv: str, topic: str, n: int) -> float:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 import ferrymq.spark  # sets PYSPARK_PYTHON and friends before the session starts
 from ferrymq import AdminClient, Message, Producer
+from ferrymq.embedded import standalone as run_standalone
 
 QUEUES = 8
 TARGET = 1_000_000.0
@@ -50,33 +50,10 @@ def sizes(quick: bool) -> Sizes:
 @contextlib.contextmanager
 def standalone() -> Iterator[str]:
     store = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "ferrymq",
-        "standalone",
-        "--namesrv-port",
-        "0",
-        "--broker-port",
-        "0",
-        "--store-dir",
-        str(store),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("namesrv="):
-                yield dict(p.split("=", 1) for p in line.split())["namesrv"]
-                break
-        else:
-            raise RuntimeError("ferrymq standalone did not start")
+        with run_standalone(store) as server:
+            yield server.namesrv
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
         shutil.rmtree(store, ignore_errors=True)
 
 

@@ -3,84 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ferrymq.embedded import StandaloneProcess
+from ferrymq.embedded import start_standalone as _start
+
 # Short delay levels so retry paths run in tests within seconds; the order of levels is kept.
 TEST_DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s 1s 1s 1s 1s 1s 1s 1s 1s"
 
 
-@dataclass
-class Standalone:
-    proc: subprocess.Popen[str]
-    namesrv: str
-    broker: str
-    store_dir: Path
-    log_lines: list[str] = field(default_factory=list)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+Standalone = StandaloneProcess
 
 
 def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker_port: int = 0,
                      timeout: float = 30.0) -> Standalone:
-    cmd = [
-        sys.executable, "-m", "ferrymq", "standalone",
-        "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port),
-        "--store-dir", str(store_dir), "--message-delay-level", TEST_DELAY_LEVELS, *extra,
-    ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout is not None and proc.stderr is not None
-    log_lines: list[str] = []
-
-    def drain_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            log_lines.append(line)
-
-    threading.Thread(target=drain_stderr, daemon=True).start()
-    ready: list[str] = []
-
-    def read_ready() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("namesrv="):
-                ready.append(line.strip())
-                break
-
-    reader = threading.Thread(target=read_ready, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not ready:
-        proc.kill()
-        proc.wait()
-        raise RuntimeError("standalone did not become ready:\n" + "".join(log_lines[-40:]))
-    parts = dict(p.split("=", 1) for p in ready[0].split())
-    return Standalone(proc, parts["namesrv"], parts["broker"], store_dir, log_lines)
+    """A server with the short test delay levels; its log is kept in `log_lines`."""
+    return _start(store_dir, "--message-delay-level", TEST_DELAY_LEVELS, *extra,
+                  namesrv_port=namesrv_port, broker_port=broker_port, log=None, timeout=timeout)
 
 
 @pytest.fixture

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -41,6 +39,8 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from ferrymq.embedded import StandaloneProcess
+from ferrymq.embedded import standalone as run_standalone
 
 from . import events, spark_job
 
@@ -51,58 +51,14 @@ MAX_RECONSUME = 3
 console = Console()
 
 
-@dataclass
-class Broker:
-    proc: subprocess.Popen[str]
-    namesrv: str
-    log_path: Path
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
-
-
 @contextlib.contextmanager
-def standalone(store: Path, log_path: Path) -> Iterator[Broker]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ferrymq",
-        "standalone",
-        "--namesrv-port",
-        "0",
-        "--broker-port",
-        "0",
-        "--store-dir",
-        str(store),
-        "--message-delay-level",
-        DELAY_LEVELS,
-        "--max-reconsume-times",
-        str(MAX_RECONSUME),
-    ]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        broker: Broker | None = None
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:  # the ready line: "namesrv=H:P broker=H:P"
-                if line.startswith("namesrv="):
-                    parts = dict(p.split("=", 1) for p in line.split())
-                    broker = Broker(proc, parts["namesrv"], log_path)
-                    break
-            if broker is None:
-                raise RuntimeError(f"ferrymq standalone did not start; see {log_path}")
-            yield broker
-        finally:
-            if broker is not None:
-                broker.stop()
-            elif proc.poll() is None:
-                proc.kill()
+def standalone(store: Path, log_path: Path) -> Iterator[StandaloneProcess]:
+    """The broker, with short delay levels and few reconsumes so retries end within the demo."""
+    with log_path.open("w") as log, run_standalone(
+        store, "--message-delay-level", DELAY_LEVELS, "--max-reconsume-times", str(MAX_RECONSUME),
+        log=log,
+    ) as server:
+        yield server
 
 
 @dataclass
@@ -234,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             audit.shutdown()  # persists the audit group's offsets
         wait_for(lambda: group_lag(admin, AUDIT_GROUP) == 0, 30, "the audit group's lag")
-        report(spark, admin, orders, stats, aggregates, out, broker, time.monotonic() - started)
+        report(spark, admin, orders, stats, aggregates, out, time.monotonic() - started)
         spark.stop()
     console.print("[green]stopped:[/] Spark, the audit consumer and the broker")
     return 0
@@ -247,7 +203,6 @@ def report(
     stats: AuditStats,
     aggregates: Path,
     out: Path,
-    broker: Broker,
     seconds: float,
 ) -> None:
     malformed = sum(events.is_malformed(o.order_id) for o in orders)
@@ -291,7 +246,7 @@ def report(
     files.add_row("aggregates (Parquet, per batch)", str(aggregates))
     files.add_row("Spark checkpoint", str(out / "checkpoint"))
     files.add_row("broker store", str(out / "store"))
-    files.add_row("broker log", str(broker.log_path))
+    files.add_row("broker log", str(out / "broker.log"))
     console.print(files)
     console.print(f"pipeline finished in {seconds:.0f}s")
 
