@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from ferrymq import AdminClient
+
 COMPAT = Path(__file__).resolve().parent
 JS_DIR = COMPAT / "js"
 CPP_DIR = COMPAT / "cpp"
@@ -248,3 +250,15 @@ def by_body(events: list[Event]) -> dict[str, list[Event]]:
 def broker_log_tail(server: Any, lines: int = 30) -> str:
     return "--- broker log tail:\n" + "".join(server.log_lines[-lines:])
 
+
+# --- broker-side checks shared by the client suites ----------------------------------------
+def committed(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
+    return {mq.queue_id: admin.query_consumer_offset(group, mq) for mq in admin.message_queues(topic)}
+
+
+def max_offsets(admin: AdminClient, topic: str) -> dict[int, int]:
+    return {mq.queue_id: admin.max_offset(mq) for mq in admin.message_queues(topic)}
+
+
+def bodies_received(want: set[str]) -> Any:
+    return lambda evs: want <= {e["body"] for e in evs}

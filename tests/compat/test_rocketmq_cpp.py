@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compat_util import Clients, Event, by_body, cpp_python_or_skip, run_producer
+from compat_util import (
+    Clients,
+    Event,
+    bodies_received,
+    by_body,
+    committed,
+    cpp_python_or_skip,
+    max_offsets,
+    run_producer,
+)
 
 from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
@@ -52,18 +61,6 @@ def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
         yield c
     finally:
         c.close()
-
-
-def committed(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
-    return {mq.queue_id: admin.query_consumer_offset(group, mq) for mq in admin.message_queues(topic)}
-
-
-def max_offsets(admin: AdminClient, topic: str) -> dict[int, int]:
-    return {mq.queue_id: admin.max_offset(mq) for mq in admin.message_queues(topic)}
-
-
-def bodies_received(want: set[str]) -> Any:
-    return lambda evs: want <= {e["body"] for e in evs}
 
 
 def test_sync_producer_sends_1000_with_tags_and_keys_and_a_push_consumer_receives_all(
