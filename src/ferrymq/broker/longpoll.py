@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+from ..common.waits import expire_after
+
 
 class PullWaiters:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -18,13 +20,12 @@ class PullWaiters:
         key = (topic, queue_id)
         entry = (offset, fut)
         self._waiters[key].append(entry)
-        # A timer handle rather than wait_for(shield(...)): on 3.11 that pair costs two extra
-        # tasks per held pull, and every pull that finds nothing comes through here.
-        timer = self._loop.call_later(timeout_s, _time_out, fut)
         try:
-            return await fut
+            with expire_after(fut, timeout_s):
+                return await fut
+        except TimeoutError:
+            return False
         finally:
-            timer.cancel()
             waiters = self._waiters.get(key)
             if waiters is not None:
                 try:
@@ -63,8 +64,3 @@ class PullWaiters:
 
     def pending(self) -> int:
         return sum(len(w) for w in self._waiters.values())
-
-
-def _time_out(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)

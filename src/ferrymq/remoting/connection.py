@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import cast
 
 from ..common.codes import ResponseCode
+from ..common.waits import expire_after
 from .codec import FrameSplitter, decode_frame, encode_frame_parts
 from .command import RemotingCommand
 from .errors import FrameError, RemotingClosedError, RemotingError, RemotingTimeoutError
@@ -164,21 +165,17 @@ class Connection(asyncio.Protocol):
     async def invoke(self, req: RemotingCommand, timeout: float) -> RemotingCommand:
         if self.closed:
             raise RemotingClosedError(self.remote_addr, req.code)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[req.opaque] = fut
-        # A timer handle rather than asyncio.timeout: this is the hot path of every request,
-        # and a bare call_later costs a fraction of a timeout context.
-        timer = loop.call_later(timeout, _expire, fut)
         try:
-            await self.send(req)
-            return await fut
+            with expire_after(fut, timeout):
+                await self.send(req)
+                return await fut
         except TimeoutError:
             raise RemotingTimeoutError(self.remote_addr, req.code, timeout) from None
         except RemotingClosedError:
             raise RemotingClosedError(self.remote_addr, req.code) from None
         finally:
-            timer.cancel()
             self._pending.pop(req.opaque, None)
 
     async def invoke_oneway(self, req: RemotingCommand) -> None:
@@ -221,11 +218,6 @@ class Connection(asyncio.Protocol):
         if not self._warned:
             self._warned = True
             log.warning("bad input from %s: %s", self.remote_addr, exc)
-
-
-def _expire(fut: asyncio.Future[RemotingCommand]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
 
 
 def _addr(info: object) -> str:

@@ -28,6 +28,7 @@ from ..common.props import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
+from ..common.waits import expire_after
 from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
@@ -374,16 +375,12 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self._flusher.add_waiter(result.end_offset, fut, loop)
-        # A timer, not asyncio.wait_for: on 3.11 wait_for wraps the future in a task, which
-        # costs more than the rest of a put.
-        timer = loop.call_later(self.config.sync_flush_timeout_ms / 1000, _expire, fut)
         try:
-            await fut
+            with expire_after(fut, self.config.sync_flush_timeout_ms / 1000):
+                await fut
         except TimeoutError:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
             result.reason = f"not flushed to disk within {self.config.sync_flush_timeout_ms} ms"
-        finally:
-            timer.cancel()
         return result
 
     # --- reads ---------------------------------------------------------------------------------
@@ -636,8 +633,3 @@ class MessageStore:
         for seg in gone:
             log.info("deleted commit-log segment %s", seg.path)
         return [seg.path for seg in gone]
-
-
-def _expire(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
