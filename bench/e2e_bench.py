@@ -230,8 +230,7 @@ def paced_send(kind: str, addr: str, target: str, seconds: float) -> None:
 
 def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
     sz = sizes(quick)
-    out: dict[str, list[float]] = {"produce": [], "produce_batch": [], "consume": [], "consume_batch": [],
-                                   "p50": [], "p99": []}
+    out = empty_runs()
     for run in range(RUNS):
         with (
             tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as tmp,
@@ -382,8 +381,7 @@ def redis_latency(r: Any, stream: str, seconds: float) -> list[float]:
 
 def redis_runs(quick: bool) -> dict[str, list[float]]:
     sz = sizes(quick)
-    out: dict[str, list[float]] = {"produce": [], "produce_batch": [], "consume": [], "consume_batch": [],
-                                   "p50": [], "p99": []}
+    out = empty_runs()
     for _ in range(RUNS):
         with (
             tempfile.TemporaryDirectory(prefix="ferrymq-bench-redis-") as tmp,
@@ -409,6 +407,10 @@ MEASUREMENTS: list[tuple[str, str, str]] = [
     ("p50", f"end-to-end latency p50 at {RATE} msg/s", "ms"),
     ("p99", f"end-to-end latency p99 at {RATE} msg/s", "ms"),
 ]
+
+
+def empty_runs() -> dict[str, list[float]]:
+    return {key: [] for key, _, _ in MEASUREMENTS}
 
 
 def _median(values: list[float]) -> float:
