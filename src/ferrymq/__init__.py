@@ -28,7 +28,21 @@ _EXPORTS = {
     "ConsumeOrderlyContext": "ferrymq.client.consumer.types",
     "MessageModel": "ferrymq.client.consumer.types",
     "ConsumeFromWhere": "ferrymq.client.consumer.types",
+    "FerryMQError": "ferrymq.common.errors",
+    "RemotingError": "ferrymq.remoting.errors",
     "ClientError": "ferrymq.client.errors",
+    "ClientStateError": "ferrymq.client.errors",
+    "MessageNotFoundError": "ferrymq.client.errors",
+    "BrokerSystemError": "ferrymq.client.errors",
+    "BrokerBusyError": "ferrymq.client.errors",
+    "ServiceNotAvailableError": "ferrymq.client.errors",
+    "TopicNotExistError": "ferrymq.client.errors",
+    "NoPermissionError": "ferrymq.client.errors",
+    "MessageIllegalError": "ferrymq.client.errors",
+    "RequestNotSupportedError": "ferrymq.client.errors",
+    "SubscriptionError": "ferrymq.client.errors",
+    "GroupNotExistError": "ferrymq.client.errors",
+    "ConsumerNotOnlineError": "ferrymq.client.errors",
     "SendError": "ferrymq.client.errors",
     "BrokerError": "ferrymq.client.errors",
     "NoRouteError": "ferrymq.client.errors",
@@ -47,19 +61,33 @@ if TYPE_CHECKING:
     from .client.consumer.types import MessageModel as MessageModel
     from .client.consumers import LitePullConsumer as LitePullConsumer
     from .client.consumers import PushConsumer as PushConsumer
+    from .client.errors import BrokerBusyError as BrokerBusyError
     from .client.errors import BrokerError as BrokerError
+    from .client.errors import BrokerSystemError as BrokerSystemError
     from .client.errors import ClientError as ClientError
+    from .client.errors import ClientStateError as ClientStateError
+    from .client.errors import ConsumerNotOnlineError as ConsumerNotOnlineError
+    from .client.errors import GroupNotExistError as GroupNotExistError
+    from .client.errors import MessageIllegalError as MessageIllegalError
+    from .client.errors import MessageNotFoundError as MessageNotFoundError
     from .client.errors import MessageValidationError as MessageValidationError
+    from .client.errors import NoPermissionError as NoPermissionError
     from .client.errors import NoRouteError as NoRouteError
+    from .client.errors import RequestNotSupportedError as RequestNotSupportedError
     from .client.errors import SendError as SendError
+    from .client.errors import ServiceNotAvailableError as ServiceNotAvailableError
+    from .client.errors import SubscriptionError as SubscriptionError
+    from .client.errors import TopicNotExistError as TopicNotExistError
     from .client.producer import Producer as Producer
     from .client.results import PullResult as PullResult
     from .client.results import PullStatus as PullStatus
     from .client.results import SendResult as SendResult
     from .client.results import SendStatus as SendStatus
+    from .common.errors import FerryMQError as FerryMQError
     from .common.message import Message as Message
     from .common.message import MessageExt as MessageExt
     from .common.message import MessageQueue as MessageQueue
+    from .remoting.errors import RemotingError as RemotingError
 
 
 def __getattr__(name: str) -> Any:

@@ -9,11 +9,10 @@ import time
 from ..client.admin import AdminClient
 from ..client.consumer.types import ConsumeFromWhere
 from ..client.consumers import LitePullConsumer
-from ..client.errors import ClientError, MessageNotFoundError
 from ..client.producer import Producer
+from ..common.errors import FerryMQError
 from ..common.ids import MessageIdError, decode_offset_msg_id
 from ..common.message import Message, MessageExt
-from ..remoting import RemotingError
 from .render import (
     fail,
     fmt_time,
@@ -146,12 +145,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.topic:
             try:
                 msg = admin.query_by_uniq_key(args.topic, args.id)
-            except (MessageNotFoundError, ClientError, RemotingError) as exc:
+            except FerryMQError as exc:
                 errors.append(str(exc))
         if msg is None and _looks_like_offset_id(args.id):
             try:
                 msg = admin.view_message(args.id)
-            except (ClientError, RemotingError) as exc:
+            except FerryMQError as exc:
                 errors.append(str(exc))
         if msg is None:
             hint = "" if args.topic else " (a unique key needs --topic)"

@@ -10,13 +10,14 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..common.codec import decode_records
+from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
 from ..common.ids import decode_offset_msg_id
 from ..common.message import MessageExt, MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP, retry_topic, validate_topic
-from ..remoting import ClientConfig, RemotingClient, RemotingError
+from ..remoting import ClientConfig, RemotingClient
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
-from .errors import ClientError, ClientStateError, MessageNotFoundError, NoRouteError
+from .errors import ClientStateError, MessageNotFoundError, NoRouteError
 from .results import (
     ConsumerConnectionInfo,
     ConsumerConnections,
@@ -352,7 +353,7 @@ class AsyncAdminClient:
     async def _broker_name_of(self, addr: str) -> str:
         try:
             brokers = await self.brokers()
-        except (ClientError, RemotingError):  # the message itself was found; its name is a nicety
+        except FerryMQError:  # the message itself was found; its name is a nicety
             return ""
         return next((name for name, a in brokers.items() if a == addr), "")
 

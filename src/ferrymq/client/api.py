@@ -22,7 +22,7 @@ from ..common.headers import (
 from ..common.jsonx import FrozenKey
 from ..common.message import MessageQueue
 from ..remoting import RemotingClient, RemotingCommand, RemotingError
-from .errors import BrokerError
+from .errors import broker_error
 from .results import PullStatus, RawPullResult
 from .route import TopicRoute
 
@@ -96,7 +96,7 @@ class MQClientAPI:
     ) -> RemotingCommand:
         resp = await self.invoke(addr, code, ext, body, timeout=timeout)
         if resp.code not in tuple(ok):
-            raise BrokerError(addr, code, resp.code, resp.remark)
+            raise broker_error(addr, code, resp.code, resp.remark)
         return resp
 
     async def invoke_oneway(
@@ -128,7 +128,7 @@ class MQClientAPI:
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(
+            raise broker_error(
                 self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, resp.code, resp.remark
             )
         return TopicRoute.from_json(topic, jsonx.loads(resp.body or b"{}"))
@@ -136,7 +136,7 @@ class MQClientAPI:
     async def cluster_info(self) -> dict[str, Any]:
         resp = await self.invoke_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(
+            raise broker_error(
                 self.namesrv, RequestCode.GET_BROKER_CLUSTER_INFO, resp.code, resp.remark
             )
         data: dict[str, Any] = jsonx.loads(resp.body or b"{}")
@@ -145,7 +145,7 @@ class MQClientAPI:
     async def topic_list(self) -> list[str]:
         resp = await self.invoke_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(
+            raise broker_error(
                 self.namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, resp.code, resp.remark
             )
         data = jsonx.loads(resp.body or b"{}")
@@ -215,7 +215,7 @@ class MQClientAPI:
         if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
             return False
         if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(addr, RequestCode.UPDATE_CONSUMER_ACK_RANGES, resp.code, resp.remark)
+            raise broker_error(addr, RequestCode.UPDATE_CONSUMER_ACK_RANGES, resp.code, resp.remark)
         return True
 
     # --- messages ----------------------------------------------------------------------------
@@ -265,7 +265,7 @@ class MQClientAPI:
         resp = await self.invoke(addr, RequestCode.PULL_MESSAGE, ext, timeout=timeout)
         status = _PULL_STATUS.get(resp.code)  # IntEnum keys hash like the plain ints
         if status is None:
-            raise BrokerError(addr, RequestCode.PULL_MESSAGE, resp.code, resp.remark)
+            raise broker_error(addr, RequestCode.PULL_MESSAGE, resp.code, resp.remark)
         e = resp.ext_fields
         return RawPullResult(
             status=status,

@@ -1,10 +1,19 @@
 """Errors the clients raise. Each carries the facts a caller needs to decide what to do
-(which broker, which response code, which field), not just a message."""
+(which broker, which response code, which field, whether trying again may help), not just a
+message. A broker's non-success answer becomes the BrokerError subclass of its response code
+(`broker_error`), so callers catch a meaning instead of comparing numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import ClassVar
 
-class ClientError(Exception):
+from ..common.codes import ResponseCode
+from ..common.errors import FerryMQError, request_name, response_name
+
+
+class ClientError(FerryMQError):
     """Base of every ferrymq client error."""
 
 
@@ -30,6 +39,9 @@ class MessageValidationError(ClientError, ValueError):
 class NoRouteError(ClientError):
     """The name server knows no route for the topic (and none could be derived from TBW102)."""
 
+    # A route can appear (topic created, broker registered) between two attempts.
+    retriable: ClassVar[bool] = True
+
     def __init__(self, topic: str, namesrv: str, detail: str = "") -> None:
         extra = f" ({detail})" if detail else ""
         super().__init__(f"no route for topic {topic!r} on name server {namesrv}{extra}")
@@ -39,23 +51,102 @@ class NoRouteError(ClientError):
 
 
 class BrokerError(ClientError):
-    """A broker or name server answered a request with a non-success response code."""
+    """A broker or name server answered a request with a non-success response code.
+    `broker_error` picks the subclass of the code; this class is the one of unlisted codes."""
 
     def __init__(self, addr: str, request_code: int, code: int, remark: str | None) -> None:
-        super().__init__(
-            f"{addr} answered request {request_code} with code {code}: {remark or ''}".rstrip()
-        )
         self.addr = addr
         self.request_code = request_code
         self.code = code
         self.remark = remark or ""
+        self.operation = request_name(request_code)
+        self.code_name = response_name(code)
+        detail = f": {self.remark}" if self.remark else ""
+        super().__init__(f"{self.operation} on {addr} failed: {self.code_name}{detail}")
+
+
+class BrokerSystemError(BrokerError):
+    """SYSTEM_ERROR: the broker failed internally (store full, I/O error, ...)."""
+
+    retriable: ClassVar[bool] = True
+
+
+class BrokerBusyError(BrokerError):
+    """SYSTEM_BUSY: the broker sheds load (page cache busy, queue full)."""
+
+    retriable: ClassVar[bool] = True
+
+
+class ServiceNotAvailableError(BrokerError):
+    """SERVICE_NOT_AVAILABLE: the broker is shutting down, a slave, or not yet serving."""
+
+    retriable: ClassVar[bool] = True
+
+
+class TopicNotExistError(BrokerError):
+    """TOPIC_NOT_EXIST: this broker does not (yet) serve the topic; another one may."""
+
+    retriable: ClassVar[bool] = True
+
+
+class NoPermissionError(BrokerError):
+    """NO_PERMISSION: the broker or topic refuses writes or reads, or ACL refuses the caller.
+    Retriable like RocketMQ's producer: another broker of the topic may accept."""
+
+    retriable: ClassVar[bool] = True
+
+
+class MessageIllegalError(BrokerError):
+    """MESSAGE_ILLEGAL: the broker refuses the message itself (size, properties, flags)."""
+
+
+class RequestNotSupportedError(BrokerError):
+    """REQUEST_CODE_NOT_SUPPORTED: the peer does not implement this request."""
+
+
+class SubscriptionError(BrokerError):
+    """SUBSCRIPTION_PARSE_FAILED / _NOT_EXIST / _NOT_LATEST: the subscription is unusable."""
+
+
+class GroupNotExistError(BrokerError):
+    """SUBSCRIPTION_GROUP_NOT_EXIST: the consumer group is unknown to the broker."""
+
+
+class ConsumerNotOnlineError(BrokerError):
+    """CONSUMER_NOT_ONLINE: no consumer of the group is connected."""
+
+
+# Which BrokerError each response code raises; retriable follows RocketMQ's producer
+# (DefaultMQProducerImpl retries TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
+# SYSTEM_BUSY and NO_PERMISSION, and nothing else).
+RESPONSE_ERRORS: Mapping[int, type[BrokerError]] = MappingProxyType(
+    {
+        ResponseCode.SYSTEM_ERROR: BrokerSystemError,
+        ResponseCode.SYSTEM_BUSY: BrokerBusyError,
+        ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailableError,
+        ResponseCode.TOPIC_NOT_EXIST: TopicNotExistError,
+        ResponseCode.NO_PERMISSION: NoPermissionError,
+        ResponseCode.MESSAGE_ILLEGAL: MessageIllegalError,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED: RequestNotSupportedError,
+        ResponseCode.SUBSCRIPTION_PARSE_FAILED: SubscriptionError,
+        ResponseCode.SUBSCRIPTION_NOT_EXIST: SubscriptionError,
+        ResponseCode.SUBSCRIPTION_NOT_LATEST: SubscriptionError,
+        ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: GroupNotExistError,
+        ResponseCode.CONSUMER_NOT_ONLINE: ConsumerNotOnlineError,
+    }
+)
+
+
+def broker_error(addr: str, request_code: int, code: int, remark: str | None) -> BrokerError:
+    """The error for a non-success answer `code` to request `request_code` from `addr`."""
+    return RESPONSE_ERRORS.get(code, BrokerError)(addr, request_code, code, remark)
 
 
 class SendError(ClientError):
     """A send failed after every attempt allowed; `cause` is the last attempt's error."""
 
     def __init__(self, topic: str, attempts: int, cause: BaseException | None) -> None:
-        super().__init__(f"sending to topic {topic!r} failed after {attempts} attempt(s): {cause}")
+        super().__init__(f"send to topic {topic!r} failed after {attempts} attempt(s): {cause}")
         self.topic = topic
         self.attempts = attempts
         self.cause = cause

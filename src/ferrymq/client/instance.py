@@ -20,10 +20,10 @@ from typing import Any, Protocol
 from ..common import jsonx
 from ..common.codec import MessageDecodeError, decode_records
 from ..common.codes import RequestCode, ResponseCode
+from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
-from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand, RemotingError
+from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand
 from .api import MQClientAPI, mq_from_key, split_addrs
-from .errors import ClientError
 from .loop import LoopThread
 from .route import TopicRoute
 
@@ -142,7 +142,7 @@ class ClientInstance:
             await self.api.unregister_client(
                 addr, self.client_id, producer_group=producer_group, consumer_group=consumer_group
             )
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             log.warning("unregister %s from %s failed: %s", self.client_id, addr, exc)
 
     # --- routes ------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ class ClientInstance:
         briefly unreachable, the brokers are not)."""
         try:
             route = await self.api.get_route(topic)
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             log.debug("route for %s not refreshed: %s", topic, exc)
             return self.routes.get(topic)
         if route is None:
@@ -216,7 +216,7 @@ class ClientInstance:
         try:
             await self.api.heartbeat(addr, data)
             return True
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             log.warning("heartbeat to %s failed: %s", addr, exc)
             return False
 

@@ -26,7 +26,7 @@ from ..common.names import (
     validate_topic,
 )
 from ..remoting import RemotingCommand, RemotingError
-from .errors import BrokerError, MessageValidationError, NoRouteError, SendError
+from .errors import BrokerError, MessageValidationError, NoRouteError, SendError, broker_error
 from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .lifecycle import Lifecycle, State
@@ -37,16 +37,6 @@ log = logging.getLogger("ferrymq.client.producer")
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 COMPRESS_LEVEL = 5  # RocketMQ's default zlib level
-# Response codes worth another attempt (on another broker for sync sends).
-RETRY_CODES = frozenset(
-    {
-        ResponseCode.TOPIC_NOT_EXIST,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.SYSTEM_ERROR,
-        ResponseCode.NO_PERMISSION,
-        ResponseCode.SYSTEM_BUSY,
-    }
-)
 _STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -343,7 +333,7 @@ class AsyncProducer(Lifecycle):
         status = _STATUS.get(resp.code)
         if status is None:
             code = RequestCode.SEND_BATCH_MESSAGE if out.batch else RequestCode.SEND_MESSAGE_V2
-            raise BrokerError(addr, code, resp.code, resp.remark)
+            raise broker_error(addr, code, resp.code, resp.remark)
         e = resp.ext_fields
         return SendResult(
             status=status,
@@ -372,13 +362,12 @@ class AsyncProducer(Lifecycle):
             tried += 1
             try:
                 return await self._send_to(out, chosen, remaining)
-            except BrokerError as exc:
+            except (BrokerError, RemotingError, NoRouteError) as exc:
                 last_error = exc
-                if exc.code not in RETRY_CODES:
+                if not exc.retriable:
                     break
-                self.fault.update(chosen.broker_name, 0, isolation=True)
-            except (RemotingError, NoRouteError) as exc:
-                last_error = exc
+                if isinstance(exc, BrokerError):
+                    self.fault.update(chosen.broker_name, 0, isolation=True)
             log.debug("send to %s failed (attempt %d): %s", chosen, tried, last_error)
             avoid = chosen.broker_name
             if not same_broker and mq is None:

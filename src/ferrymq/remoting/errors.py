@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class RemotingError(Exception):
-    """Base of every remoting failure."""
+from ..common.errors import FerryMQError
+
+
+class RemotingError(FerryMQError):
+    """Base of every remoting failure. A lost or slow connection is worth another attempt
+    (RocketMQ's producer retries on RemotingException too)."""
+
+    retriable: ClassVar[bool] = True
 
 
 class FrameError(RemotingError):
     """Bytes on a connection that are not a valid frame."""
+
+    retriable: ClassVar[bool] = False  # the same bytes would be refused again
 
     def __init__(self, reason: str, *, recoverable: bool) -> None:
         # recoverable: the frame's boundaries were intact, so the stream can go on after it.

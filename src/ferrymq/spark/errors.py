@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..common.errors import FerryMQError
 
-class FerryMQSparkError(Exception):
+
+class FerryMQSparkError(FerryMQError):
     """Base class of the connector's errors."""
 
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ...common.errors import FerryMQError
 from ...common.message import MessageExt, MessageQueue
-from ...remoting import RemotingError
-from ..errors import ClientError, ClientStateError
+from ..errors import ClientStateError
 from ..lifecycle import State
 from ..loop import wait_event
 from .base import ConsumerBase
@@ -146,7 +146,7 @@ class AsyncLitePullConsumer(ConsumerBase):
         """The offset stored for the group (-1: none)."""
         try:
             return await self.offset_store.read_store(mq)
-        except (RemotingError, ClientError):
+        except FerryMQError:
             return self.offset_store.read_memory(mq)
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from ...common import jsonx
+from ...common.errors import FerryMQError
 from ...common.jsonx import FrozenKey
 from ...common.message import MessageQueue
-from ...remoting import RemotingError
 from ..api import mq_from_key
 from ..errors import ClientError
 from ..instance import ClientInstance
@@ -115,7 +115,7 @@ class RemoteOffsetStore(_MemoryTable):
             *(self.persist_one(mq) for mq in targets), return_exceptions=True
         )
         for mq, result in zip(targets, results, strict=True):
-            if isinstance(result, RemotingError | ClientError):
+            if isinstance(result, FerryMQError):
                 log.warning("%s: persisting offset of %s failed: %s", self.group, mq, result)
             elif isinstance(result, BaseException):
                 raise result

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...common.codec import MessageDecodeError, decode_records
-from ...remoting import RemotingError
+from ...common.errors import FerryMQError
 from ..api import pull_sys_flag
 from ..errors import BrokerError, ClientError
 from ..lifecycle import State
@@ -63,7 +63,7 @@ async def pull_loop(c: ConsumerBase, pq: ProcessQueue, offset: int) -> None:
                 expression=sub.expression,
                 sub_version=sub.sub_version,
             )
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             if pq.dropped or c.state is not State.RUNNING:
                 return
             level = logging.DEBUG if isinstance(exc, BrokerError) else logging.WARNING

@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ...common.errors import FerryMQError
 from ...common.message import MessageExt, MessageQueue
-from ...remoting import RemotingError
 from ..errors import ClientError, ClientStateError
 from .base import ConsumerBase
 from .concurrent import ConcurrentService, concurrent_status
@@ -92,7 +92,7 @@ class AsyncPushConsumer(ConsumerBase):
                 max_reconsume_times=self.options.max_reconsume_times,
             )
             return True
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             log.warning("%s: sending %s back failed: %s", self.group, msg.msg_id, exc)
             return False
 
@@ -140,7 +140,7 @@ class AsyncPushConsumer(ConsumerBase):
             if addr is None:
                 return False
             locked = mq in await self.inst.api.lock_batch(addr, self.group, self.client_id, [mq])
-        except (RemotingError, ClientError) as exc:
+        except FerryMQError as exc:
             log.warning("%s: locking %s failed: %s", self.group, mq, exc)
             return False
         pq = self.table.get(mq)
@@ -189,7 +189,7 @@ class AsyncPushConsumer(ConsumerBase):
                 locked = await self.inst.api.lock_batch(
                     addr, self.group, self.client_id, [p.mq for p in pqs]
                 )
-            except (RemotingError, ClientError) as exc:
+            except FerryMQError as exc:
                 log.warning("%s: renewing locks on %s failed: %s", self.group, broker, exc)
                 continue
             now = time.monotonic()
@@ -212,7 +212,7 @@ class AsyncPushConsumer(ConsumerBase):
             addr = await self.inst.find_broker_addr(broker, group_mqs[0].topic)
             if addr is None:
                 continue
-            with contextlib.suppress(RemotingError, ClientError):
+            with contextlib.suppress(FerryMQError):
                 await self.inst.api.unlock_batch(addr, self.group, self.client_id, group_mqs)
 
     async def release_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:

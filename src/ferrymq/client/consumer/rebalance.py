@@ -11,9 +11,9 @@ import random
 import time
 from typing import TYPE_CHECKING
 
+from ...common.errors import FerryMQError
 from ...common.message import MessageQueue
 from ...common.names import is_retry_topic
-from ...remoting import RemotingError
 from ..errors import ClientError
 from ..lifecycle import State
 from ..route import TopicRoute
@@ -41,7 +41,7 @@ class Rebalancer:
                     return
                 try:
                     assigned = await self._assignment(topic)
-                except (RemotingError, ClientError) as exc:
+                except FerryMQError as exc:
                     log.warning("%s: rebalance of %s skipped: %s", c.group, topic, exc)
                     continue
                 if assigned is not None:
@@ -74,7 +74,7 @@ class Rebalancer:
         for addr in addrs:
             try:
                 ids = await c.inst.api.consumer_ids(addr, c.group)
-            except (RemotingError, ClientError) as exc:
+            except FerryMQError as exc:
                 log.debug("%s: member list from %s failed: %s", c.group, addr, exc)
                 continue
             if ids:
@@ -94,7 +94,7 @@ class Rebalancer:
             c.offset_store.remove(mq)
             try:
                 offset = await self.compute_pull_from(mq)
-            except (RemotingError, ClientError) as exc:
+            except FerryMQError as exc:
                 log.warning("%s: start offset of %s unknown (%s); later", c.group, mq, exc)
                 continue
             pq = c.new_process_queue(mq)
