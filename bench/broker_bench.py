@@ -25,9 +25,9 @@ from typing import Any
 from bench.e2e_bench import ferrymq_server, percentile, redis_server
 
 from ferrymq.client.admin import AdminClient
-from ferrymq.common.codec import encode_batch
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.message import MessageBatchItem
+from ferrymq.common.record import encode_batch
 from ferrymq.remoting import ClientConfig, RemotingClient, RemotingCommand
 from ferrymq.remoting.loop import new_event_loop
 

@@ -12,8 +12,8 @@ import pytest
 from wire_util import Wire
 
 from conftest import Standalone
-from ferrymq.common.codec import decode_records
 from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.common.record import decode_records
 from ferrymq.remoting import RemotingCommand, decode_frame, encode_frame
 
 

@@ -12,9 +12,9 @@ from wire_util import Wire, eventually
 
 from conftest import Standalone, start_standalone
 from ferrymq.common import jsonx
-from ferrymq.common.codec import decode_records
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import decode_offset_msg_id
+from ferrymq.common.record import decode_records
 
 
 @pytest.fixture

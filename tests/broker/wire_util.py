@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ferrymq.common import jsonx
-from ferrymq.common.codec import decode_records
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.message import MessageExt
 from ferrymq.common.props import properties_to_string
+from ferrymq.common.record import decode_records
 from ferrymq.remoting import ClientConfig, RemotingClient, RemotingCommand
 
 T = TypeVar("T")

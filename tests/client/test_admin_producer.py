@@ -11,8 +11,8 @@ from scenario_util import FAST_PRODUCER, wait_for
 from ferrymq import AdminClient, Message, Producer, PullStatus, SendError, SendStatus
 from ferrymq.client.errors import MessageNotFoundError, NoRouteError
 from ferrymq.client.producer_async import hash_queue_index
-from ferrymq.common.codec import SYSFLAG_COMPRESSED
 from ferrymq.common.message import MessageQueue
+from ferrymq.common.record import SYSFLAG_COMPRESSED
 
 
 def test_admin_reads_routes_offsets_and_single_pulls(standalone: Any) -> None:

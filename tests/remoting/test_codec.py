@@ -120,3 +120,13 @@ def test_malformed_json_headers_name_the_problem(header: bytes, reason: str) -> 
 def test_header_length_beyond_frame_is_rejected() -> None:
     with pytest.raises(FrameError, match="exceeds the frame"):
         decode_frame(struct.pack(">i", 500) + b"{}")
+
+
+@pytest.mark.parametrize("header", [
+    b"[" * 100_000,
+    b'{"code":1,"extFields":{"k":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+])
+def test_deeply_nested_json_is_a_frame_error(header: bytes) -> None:
+    with pytest.raises(FrameError) as err:
+        decode_frame(struct.pack(">i", len(header)) + header)
+    assert err.value.recoverable

@@ -201,6 +201,25 @@ async def test_malformed_header_in_a_sound_frame_is_answered_and_the_stream_goes
     writer.close()
 
 
+@pytest.mark.parametrize("bad", [
+    b"[" * 200_000,                                                     # nesting as the header
+    b'{"code":1,"extFields":{"k":' + b"[" * 200_000 + b"]" * 200_000 + b"}}",  # in a value
+])
+async def test_deeply_nested_json_header_is_a_malformed_frame_not_a_traceback(
+        fx: Fixture, bad: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    reader, writer = await _raw(fx.addr)
+    writer.write(struct.pack(">ii", 4 + len(bad), len(bad)) + bad)
+    good = RemotingCommand.request(ECHO, body=b"after")
+    writer.write(encode_frame(good))
+    await writer.drain()
+    err = await asyncio.wait_for(_read_frame(reader), 5.0)
+    assert err.code == ResponseCode.SYSTEM_ERROR and err.remark and "malformed" in err.remark
+    resp = await asyncio.wait_for(_read_frame(reader), 5.0)
+    assert resp.opaque == good.opaque and resp.body == b"after"
+    writer.close()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
 async def test_truncated_frame_then_disconnect_leaves_server_serving(fx: Fixture, client: RemotingClient) -> None:
     _, writer = await _raw(fx.addr)
     frame = encode_frame(RemotingCommand.request(ECHO, body=b"x" * 1000))

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from ferrymq.client.results import PullStatus, RawPullResult
-from ferrymq.common.codec import encode_record, pack_host
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.props import properties_to_string
+from ferrymq.common.record import encode_record, pack_host
 from ferrymq.spark import read as R
 from ferrymq.spark.errors import DataLossError
 from ferrymq.spark.offsets import QueueKey

@@ -12,8 +12,8 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
-from ferrymq.common.codec import decode_records, encode_record, pack_host  # noqa: E402
 from ferrymq.common.props import properties_to_string  # noqa: E402
+from ferrymq.common.record import decode_records, encode_record, pack_host  # noqa: E402
 from ferrymq.spark import decode  # noqa: E402
 from ferrymq.spark.admission import split_limit  # noqa: E402
 from ferrymq.spark.decode import decode_to_batch, messages_to_batch, record_starts  # noqa: E402

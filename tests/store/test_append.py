@@ -8,9 +8,9 @@ from pathlib import Path
 
 from store_util import SMALL_SEGMENT, msg, open_store, segment_files
 
-from ferrymq.common.codec import BLANK_MAGIC_CODE, decode_record, decode_records
 from ferrymq.common.ids import create_offset_msg_id
 from ferrymq.common.names import SCHEDULE_TOPIC, java_string_hash
+from ferrymq.common.record import BLANK_MAGIC_CODE, decode_record, decode_records
 from ferrymq.store import FileIO, PutStatus, StoreMessage
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from store_util import open_store
 
-from ferrymq.common.codec import decode_record
+from ferrymq.common.record import decode_record
 from ferrymq.store import FlushDiskType, GetStatus, PutStatus, StoreMessage
 
 WRITER = Path(__file__).with_name("crash_writer.py")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from store_util import crash_image, msg, open_store
 
-from ferrymq.common.codec import decode_records
+from ferrymq.common.record import decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from store_util import FakeClock, msg, open_store
 
-from ferrymq.common.codec import decode_records
 from ferrymq.common.names import java_string_hash
+from ferrymq.common.record import decode_records
 from ferrymq.store import GetStatus, MessageStore, PutStatus
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from store_util import crash_image, msg, open_store, segment_files
 
-from ferrymq.common.codec import decode_records
+from ferrymq.common.record import decode_records
 from ferrymq.store import GetStatus, MessageStore, PutStatus, StoreCorruptionError
 
 # Only the checkpoint written at start exists: everything put afterwards lies past it.

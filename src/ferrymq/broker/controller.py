@@ -15,6 +15,7 @@ from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
 from ..common.names import SCHEDULE_TOPIC
+from ..common.record import property_value
 from ..remoting import (
     ClientConfig,
     Connection,
@@ -149,12 +150,13 @@ class Broker:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT) and self.events.active:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,
-                                              a.queue_offset, msg_id=m.properties.get(
-                                                  P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")))
+                                              a.queue_offset, msg_id=property_value(
+                                                  m.properties, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                                              or ""))
         return result
 
     def _maybe_schedule(self, msg: StoreMessage) -> StoreMessage:
-        level_text = msg.properties.get(P.PROPERTY_DELAY_TIME_LEVEL)
+        level_text = property_value(msg.properties, P.PROPERTY_DELAY_TIME_LEVEL)
         if not level_text or msg.topic == SCHEDULE_TOPIC:
             return msg
         try:

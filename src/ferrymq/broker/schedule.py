@@ -12,8 +12,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..common import props as P
-from ..common.codec import MessageDecodeError, decode_record
 from ..common.names import SCHEDULE_TOPIC
+from ..common.record import MessageDecodeError, decode_record, properties_map
 from ..store import PutStatus, StoreMessage
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ BATCH = 64
 def to_scheduled(msg: StoreMessage, level: int, max_level: int) -> StoreMessage:
     """Redirect a delayed message to its level's schedule queue (capped at the longest level)."""
     level = min(level, max_level)
-    props = dict(msg.properties)
+    props = dict(properties_map(msg.properties))
     props[P.PROPERTY_REAL_TOPIC] = msg.topic
     props[P.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
     props[P.PROPERTY_DELAY_TIME_LEVEL] = str(level)

@@ -9,12 +9,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-from ..common.codec import decode_records
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
 from ..common.ids import decode_offset_msg_id
 from ..common.message import MessageExt, MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP, retry_topic, validate_topic
+from ..common.record import decode_records
 from ..remoting import ClientConfig, RemotingClient
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .errors import ClientStateError, MessageNotFoundError, NoRouteError

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..common import jsonx
-from ..common.codec import MessageDecodeError, decode_records
 from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
+from ..common.record import MessageDecodeError, decode_records
 from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand
 from .api import MQClientAPI, mq_from_key, split_addrs
 from .loop import LoopThread

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..common import props as P
-from ..common.codec import SYSFLAG_COMPRESSED, encode_batch
 from ..common.codes import RequestCode, ResponseCode
 from ..common.ids import new_uniq_id
 from ..common.message import Message, MessageBatchItem, MessageQueue
@@ -25,6 +24,7 @@ from ..common.names import (
     validate_group,
     validate_topic,
 )
+from ..common.record import SYSFLAG_COMPRESSED, encode_batch
 from ..remoting import RemotingCommand, RemotingError
 from .errors import BrokerError, MessageValidationError, NoRouteError, SendError, broker_error
 from .fault import LatencyFaultTolerance

@@ -119,6 +119,15 @@ def _int_field(header: dict[str, Any], name: str, default: int | None = None) ->
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     try:
+        return _decode_json_header(data)
+    except RecursionError:
+        # json gives up on deep nesting by running out of stack; to a peer it is one more
+        # malformed header, answered as such (not an exception escaping data_received).
+        raise FrameError("JSON header is nested too deeply", recoverable=True) from None
+
+
+def _decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    try:
         header = json.loads(bytes(data))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError(f"JSON header does not parse: {exc}", recoverable=True) from None
@@ -201,8 +210,9 @@ def decode_binary_header(data: bytes | memoryview) -> RemotingCommand:
     )
 
 
-def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
-    """Decode one frame without its leading length field."""
+def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """Decode one frame without its leading length field. The body is the one copy made of
+    a frame's bytes (a bytes object the command owns); the header is parsed in place."""
     view = memoryview(frame)
     if len(view) < 4:
         raise FrameError(f"frame of {len(view)} bytes has no header length", recoverable=True)
@@ -227,7 +237,11 @@ def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
 
 class FrameSplitter:
     """Cuts a byte stream into frames. Raises FrameTooLargeError (unrecoverable: the stream
-    cannot be resynchronised) for a length outside 4..max_frame_size."""
+    cannot be resynchronised) for a length outside 4..max_frame_size.
+
+    Frames are memoryviews (without the length field): those that arrived whole in one read
+    are slices of that read's bytes, not copies; only a frame split across reads is gathered,
+    once, into a buffer of its own, which the returned view then owns."""
 
     __slots__ = ("_buf", "max_frame_size")
 
@@ -239,21 +253,40 @@ class FrameSplitter:
     def buffered(self) -> int:
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def _length(self, data: bytes | bytearray | memoryview, pos: int) -> int:
+        (length,) = _I32.unpack_from(data, pos)
+        if length < 4:
+            raise FrameError(f"frame length {length} is too small", recoverable=False)
+        if length > self.max_frame_size:
+            raise FrameTooLargeError(length, self.max_frame_size)
+        return int(length)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        frames: list[memoryview] = []
+        view = memoryview(data)
         buf = self._buf
-        buf += data
-        frames: list[bytes] = []
-        pos, n = 0, len(buf)
+        if buf:  # complete the frame begun by earlier reads
+            if len(buf) < 4:
+                take = 4 - len(buf)
+                buf += view[:take]
+                view = view[take:]
+                if len(buf) < 4:
+                    return frames
+            total = 4 + self._length(buf, 0)
+            take = total - len(buf)
+            buf += view[:take]
+            view = view[take:]
+            if len(buf) < total:
+                return frames
+            frames.append(memoryview(buf)[4:])
+            self._buf = bytearray()
+        pos, n = 0, len(view)
         while n - pos >= 4:
-            (length,) = _I32.unpack_from(buf, pos)
-            if length < 4:
-                raise FrameError(f"frame length {length} is too small", recoverable=False)
-            if length > self.max_frame_size:
-                raise FrameTooLargeError(length, self.max_frame_size)
+            length = self._length(view, pos)
             if n - pos - 4 < length:
                 break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
+            frames.append(view[pos + 4 : pos + 4 + length])
             pos += 4 + length
-        if pos:
-            del buf[:pos]
+        if pos < n:
+            self._buf = bytearray(view[pos:])
         return frames

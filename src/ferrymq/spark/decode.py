@@ -8,7 +8,7 @@ kernels (a list-view over the response bytes, flattened, gives a column's bytes 
 
 The fast path covers what ferrymq's producers and brokers write: IPv4 hosts, uncompressed
 bodies, UTF-8 properties with a UNIQ_KEY. Anything else (compressed bodies, IPv6 hosts,
-messages without properties) takes the exact record-by-record path of `common.codec`, for
+messages without properties) takes the exact record-by-record path of `common.record`, for
 the whole response, so both paths give identical rows."""
 
 from __future__ import annotations
@@ -21,36 +21,43 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..common.codec import (
-    MESSAGE_MAGIC_CODE,
-    MIN_RECORD_SIZE,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_COMPRESSED,
-    SYSFLAG_STOREHOST_V6,
-    MessageDecodeError,
-    decode_records,
-)
 from ..common.message import MessageExt
 from ..common.props import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
+from ..common.record import MessageDecodeError, decode_records
+from ..common.record.layout import (
+    I32,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    POS_BODY_V4,
+    POS_BODYLEN_V4,
+    POS_BORNTIMESTAMP,
+    POS_QUEUEID,
+    POS_QUEUEOFFSET,
+    POS_RECONSUMETIMES_V4,
+    POS_STORETIMESTAMP_V4,
+    POS_SYSFLAG,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_STOREHOST_V6,
+)
 from .schema import ARROW_SCHEMA, PROPERTIES, TIMESTAMP
 
-_I32 = struct.Struct(">i")
 _NATIVE_I32 = struct.Struct("=i")
 _SLOW_FLAGS = SYSFLAG_COMPRESSED | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
-# Field positions in a record with IPv4 hosts (see common/codec.py for the layout).
-_QUEUE_ID = 12
-_QUEUE_OFFSET = 20
-_SYSFLAG_LOW_BYTE = 39  # SYSFLAG is big-endian at 36..39; every flag we test is in its low byte
-_BORN_TS = 40
-_STORE_TS = 56
-_RECONSUME = 72
-_BODY_LEN = 84
-_BODY = 88
+# Field positions in a record with IPv4 hosts (the slow path takes every other record).
+_QUEUE_ID = POS_QUEUEID
+_QUEUE_OFFSET = POS_QUEUEOFFSET
+_SYSFLAG_LOW_BYTE = POS_SYSFLAG + 3  # big-endian: every flag tested here is in its low byte
+_BORN_TS = POS_BORNTIMESTAMP
+_STORE_TS = POS_STORETIMESTAMP_V4
+_RECONSUME = POS_RECONSUMETIMES_V4
+_BODY_LEN = POS_BODYLEN_V4
+_BODY = POS_BODY_V4
 
 
 _I64_1000 = pa.scalar(1000, pa.int64())
@@ -74,7 +81,7 @@ def record_starts(buf: bytes) -> list[int]:
     The one per-record Python loop of the fast path, so it does as little as possible."""
     starts: list[int] = []
     append = starts.append
-    unpack = _I32.unpack_from
+    unpack = I32.unpack_from
     pos = 0
     n = len(buf) - MIN_RECORD_SIZE
     while pos <= n:
@@ -316,7 +323,7 @@ def _millis(ms: pa.Array) -> pa.Array:
 
 
 def messages_to_batch(msgs: Sequence[MessageExt], broker: str) -> pa.RecordBatch:
-    """The exact path: decoded messages (common.codec) to a batch."""
+    """The exact path: decoded messages (common.record) to a batch."""
     columns = [
         pa.array([m.topic for m in msgs], pa.string()),
         pa.array([broker or m.broker for m in msgs], pa.string()),

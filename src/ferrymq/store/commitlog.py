@@ -16,16 +16,16 @@ import contextlib
 import mmap
 import os
 import re
-import struct
 import time
 from pathlib import Path
 
-from ..common.codec import BLANK_MAGIC_CODE
+from ..common.record import BLANK_MAGIC_CODE
+from ..common.record.layout import SIZE_AND_MAGIC
 from .errors import StoreLayoutError
 from .files import FileIO, fsync_dir, release_fd
 
 END_FILE_MIN_BLANK = 8
-BLANK_RECORD = struct.Struct(">ii")
+BLANK_RECORD = SIZE_AND_MAGIC
 _NAME = re.compile(r"^\d{20}$")
 RETIRE_GRACE_S = 30.0
 
@@ -134,7 +134,7 @@ class CommitLog:
         self.write_pos = nxt.start
         return nxt.start
 
-    def write(self, pos: int, data: bytes) -> None:
+    def write(self, pos: int, data: bytes | bytearray) -> None:
         """One write of `data` at `pos` (from prepare). On failure the bytes that did land are
         zeroed again, so nothing beyond write_pos can later pass for a record."""
         seg = self.segment_for(pos)

@@ -10,13 +10,13 @@ import contextlib
 import os
 import re
 import shutil
-import struct
 import time
 from pathlib import Path
 
+from ..common.record.layout import CQ_ENTRY
 from .files import FileIO, release_fd
 
-ENTRY = struct.Struct(">qiq")
+ENTRY = CQ_ENTRY
 ENTRY_SIZE = ENTRY.size  # 20
 _NAME = re.compile(r"^\d{20}$")
 RETIRE_GRACE_S = 30.0

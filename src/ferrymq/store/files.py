@@ -30,7 +30,7 @@ class FileIO:
     def fsync(self, fd: int) -> None:
         os.fdatasync(fd)
 
-    def write_fully(self, fd: int, data: bytes | memoryview, pos: int) -> None:
+    def write_fully(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         """pwrite until done. A short write followed by an error raises OSError with
         `written` set, so the caller can roll the partial bytes back."""
         view = memoryview(data)

@@ -9,10 +9,14 @@ from typing import NamedTuple
 
 @dataclass(slots=True)
 class StoreMessage:
+    """A message to append. `properties` is a map, or the encoded `name\x01value\x02` bytes
+    a producer sent, which the store writes as they are (scanning them only for the tags,
+    keys and unique id it indexes)."""
+
     topic: str
     queue_id: int
     body: bytes
-    properties: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, str] | bytes = field(default_factory=dict)
     flag: int = 0
     sys_flag: int = 0
     born_timestamp: int = 0

@@ -4,10 +4,16 @@ in the commit log are read with one pread; a pull of a queue written in batches 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
-from ..common.codec import SYSFLAG_BORNHOST_V6
+from ..common.record.layout import (
+    HOST_V6_SIZE,
+    I32,
+    I64,
+    POS_STORETIMESTAMP_V4,
+    POS_SYSFLAG,
+    store_timestamp_position,
+)
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
 from .model import GetResult, GetStatus
@@ -15,9 +21,8 @@ from .model import GetResult, GetStatus
 # RocketMQ scans at most max(16000 bytes of entries, maxMsgNums entries) per pull when
 # filtering, so a pull over a long run of unmatched tags still moves the offset forward.
 FILTER_SCAN_ENTRIES = 16000 // ENTRY.size
-_STORE_TS_PROBE = 36 + 4 + 8 + 20 + 8  # enough bytes to reach STORETIMESTAMP for any host
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+# Enough bytes to reach STORETIMESTAMP behind any born host.
+_STORE_TS_PROBE = POS_STORETIMESTAMP_V4 - 8 + HOST_V6_SIZE + 8
 _iter_entries = ENTRY.iter_unpack
 
 
@@ -101,13 +106,13 @@ def _read_runs(log: CommitLog, runs: list[list[int]], total: int) -> bytes | Non
 def store_time_at(log: CommitLog, phys: int) -> int:
     """STORETIMESTAMP of the record at `phys`, -1 when it cannot be read."""
     head = log.read(phys, min(_STORE_TS_PROBE, max(0, log.write_pos - phys)))
-    if head is None or len(head) < 64:
+    if head is None or len(head) < POS_STORETIMESTAMP_V4 + 8:
         return -1
-    (sys_flag,) = _I32.unpack_from(head, 36)
-    at = 56 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    (sys_flag,) = I32.unpack_from(head, POS_SYSFLAG)
+    at = store_timestamp_position(sys_flag)
     if len(head) < at + 8:
         return -1
-    ts: int = _I64.unpack_from(head, at)[0]
+    ts: int = I64.unpack_from(head, at)[0]
     return ts
 
 

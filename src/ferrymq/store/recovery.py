@@ -16,26 +16,22 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..common.codec import (
+from ..common.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
-    MIN_RECORD_SIZE,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
+    MessageDecodeError,
+    locate,
+    properties_decode,
+    store_timestamp_position,
 )
-from ..common.props import string_to_properties
+from ..common.record.layout import HEAD, I32, I64, SIZE_AND_MAGIC
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
-_MAGIC_BYTES = _I32.pack(MESSAGE_MAGIC_CODE)
+_MAGIC_BYTES = I32.pack(MESSAGE_MAGIC_CODE)
 
 
 @dataclass(slots=True)
@@ -59,40 +55,21 @@ def check_record(mm: mmap.mmap | bytes, o: int, pos: int, seg_end_o: int,
                  decode: bool) -> tuple[int, RecordInfo | None] | str:
     """Verify the record at segment offset `o` (physical `pos`). Returns (size, info) or the
     reason it is not a valid record."""
-    if seg_end_o - o < MIN_RECORD_SIZE:
-        return "too few bytes left in the segment for a record"
-    total, magic, crc, qid, _flag, qo, phys, sys_flag, _born_ts = _HEAD.unpack_from(mm, o)
-    if magic != MESSAGE_MAGIC_CODE:
-        return f"magic {magic & 0xFFFFFFFF:#010x}"
-    if total < MIN_RECORD_SIZE or total + END_FILE_MIN_BLANK > seg_end_o - o:
-        return f"total size {total} does not fit the segment"
+    try:
+        total, sys_flag, body_at, body_len, topic_at, props_at = locate(
+            mm, o, seg_end_o - END_FILE_MIN_BLANK)
+    except MessageDecodeError as exc:
+        return exc.reason
+    _t, _m, crc, qid, _flag, qo, phys, _s, _born_ts = HEAD.unpack_from(mm, o)
     if phys != pos:
         return f"PHYSICALOFFSET field {phys} is not the record's position"
-    p = o + _HEAD.size + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
-    (store_ts,) = _I64.unpack_from(mm, p)
-    p += 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 16  # + RECONSUME, PREPARED, BODYLEN
-    (body_len,) = _I32.unpack_from(mm, p - 4)
-    end = o + total
-    if body_len < 0 or p + body_len + 3 > end:
-        return f"body length {body_len} overruns the record"
-    body_at = p
-    p += body_len
-    topic_len = mm[p]
-    p += 1
-    if p + topic_len + 2 > end:
-        return "topic overruns the record"
-    topic_at = p
-    p += topic_len
-    (props_len,) = _I16.unpack_from(mm, p)
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        return "properties do not end where the record ends"
     if zlib.crc32(memoryview(mm)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
         return "body CRC mismatch"
     if not decode:
         return total, None
-    topic = bytes(mm[topic_at : topic_at + topic_len]).decode("utf-8", "replace")
-    props = string_to_properties(bytes(mm[p : p + props_len]).decode("utf-8", "replace"))
+    (store_ts,) = I64.unpack_from(mm, o + store_timestamp_position(sys_flag))
+    topic = bytes(mm[topic_at : props_at - 2]).decode("utf-8", "replace")
+    props = properties_decode(memoryview(mm)[props_at : o + total])
     return total, RecordInfo(pos, total, topic, qid, qo, store_ts, props)
 
 
@@ -122,7 +99,7 @@ class Scanner:
                     if size_o - o < END_FILE_MIN_BLANK:
                         self.result = ScanEnd(pos, "segment ends without a blank record")
                         return
-                    total, magic = struct.unpack_from(">ii", mm, o)
+                    total, magic = SIZE_AND_MAGIC.unpack_from(mm, o)
                     if magic == BLANK_MAGIC_CODE:
                         if total != size_o - o:
                             self.result = ScanEnd(pos, f"blank record of size {total} does "

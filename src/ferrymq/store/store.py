@@ -12,14 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.codec import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
 from ..common.names import SCHEDULE_TOPIC
 from ..common.props import (
     KEY_SEPARATOR,
@@ -28,12 +26,14 @@ from ..common.props import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
+from ..common.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
+from ..common.record.layout import SIZE_AND_MAGIC
 from ..common.waits import expire_after
 from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
-from .encoder import Encoder, IllegalMessage, encode, tag_code
+from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreStateError
 from .files import FileIO, is_disk_full
 from .flush import FlushService
@@ -45,7 +45,6 @@ from .recovery import RecordInfo, Scanner, find_valid_after
 log = logging.getLogger("ferrymq.store")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-_HEAD = struct.Struct(">ii")
 _FORCE_CLEAN_MAX_SEGMENTS = 10
 _READ_AHEAD = 4096
 
@@ -287,6 +286,14 @@ class MessageStore:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos, "no messages")
         if self._refuse_reason:
             return PutResult(PutStatus.DISK_FULL, [], clog.write_pos, self._refuse_reason)
+        try:
+            enc = encode(self._encoder, msgs)
+        except IllegalMessage as exc:
+            return PutResult(exc.status, [], clog.write_pos, exc.reason)
+        size = len(enc.data)
+        if size + 8 > clog.segment_size:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos,
+                             f"batch of {size} bytes does not fit a commit-log segment")
         index = self._index
         with self._lock:
             now = self._clock()
@@ -295,19 +302,9 @@ class MessageStore:
             self._last_store_ts = now
             pos = clog.write_pos
             try:
-                enc = encode(self._encoder, msgs, pos, now, self._next_offset)
-            except IllegalMessage as exc:
-                return PutResult(exc.status, [], pos, exc.reason)
-            size = len(enc.data)
-            if size + 8 > clog.segment_size:
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, [], pos,
-                                 f"batch of {size} bytes does not fit a commit-log segment")
-            try:
                 index.ensure_room(enc.nkeys, pos, now)
-                new_pos = clog.prepare(size)
-                if new_pos != pos:  # rolled to a new segment: offsets change
-                    pos = new_pos
-                    enc = encode(self._encoder, msgs, pos, now, self._next_offset)
+                pos = clog.prepare(size)  # a roll-over to a new segment moves the batch
+                place(self._encoder, enc, pos, now, self._next_offset)
                 clog.write(pos, enc.data)
             except OSError as exc:
                 return self._io_failure(exc, "commit log")
@@ -315,7 +312,7 @@ class MessageStore:
             try:
                 for key, entries in enc.entries.items():
                     cq = self._queue(key)
-                    written.append((cq, cq.append(b"".join(entries), self._dirty)))
+                    written.append((cq, cq.append(entries, self._dirty)))
             except OSError as exc:
                 for cq, undo in reversed(written):
                     cq.rollback(undo)
@@ -327,7 +324,7 @@ class MessageStore:
                 cq.commit()
             if enc.keys:
                 try:
-                    for topic, keys, phys in enc.keys:
+                    for topic, keys, phys in enc.index_keys():
                         index.put(topic, keys, phys, now)
                     index.finish_batch()
                 except OSError as exc:  # the data is stored; only lookups by key miss it
@@ -416,7 +413,7 @@ class MessageStore:
             data = clog.read(phys_offset, size)
             if data is None or len(data) < 8:
                 return None
-            total, magic = _HEAD.unpack_from(data)
+            total, magic = SIZE_AND_MAGIC.unpack_from(data)
             return data if magic == MESSAGE_MAGIC_CODE and total == size else None
         seg = clog.segment_for(phys_offset)
         if seg is None:
@@ -425,7 +422,7 @@ class MessageStore:
         head = clog.read(phys_offset, n)
         if head is None:
             return None
-        total, magic = _HEAD.unpack_from(head)
+        total, magic = SIZE_AND_MAGIC.unpack_from(head)
         if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE:
             return None
         if total <= len(head):

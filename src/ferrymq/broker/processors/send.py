@@ -6,7 +6,6 @@ import random
 from typing import TYPE_CHECKING
 
 from ...common import props as P
-from ...common.codec import MessageDecodeError, decode_batch, decode_record
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import (
     PERM_WRITE,
@@ -25,6 +24,13 @@ from ...common.names import (
     retry_topic,
     validate_group,
     validate_topic,
+)
+from ...common.record import (
+    MessageDecodeError,
+    decode_record,
+    has_property,
+    split_batch,
+    with_property,
 )
 from ...remoting import Connection, RemotingCommand
 from ...store import PutResult, PutStatus, StoreMessage
@@ -122,26 +128,33 @@ async def send_message(broker: Broker, conn: Connection, req: RemotingCommand) -
     reconsume = opt_int(ext, "reconsumeTimes", 0)
     cluster = broker.config.broker_cluster_name
     batch = req.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(ext, "batch")
+    # The properties a producer sent are stored as they came, with CLUSTER added; they are
+    # parsed into a map only where something must be taken out of them (a retry topic's).
     if batch:
         try:
-            items = decode_batch(body)
+            items = split_batch(body)
         except MessageDecodeError as exc:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, f"batch body is malformed: {exc}")
         if not items:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
         msgs = []
-        for item in items:
-            props = item.properties
-            if P.PROPERTY_DELAY_TIME_LEVEL in props:
+        for item_flag, item_body, raw_props in items:
+            if has_property(raw_props, P.PROPERTY_DELAY_TIME_LEVEL):
                 return reply(req, ResponseCode.MESSAGE_ILLEGAL, "a batch cannot carry delayed messages")
-            props[P.PROPERTY_CLUSTER] = cluster
-            msgs.append(StoreMessage(topic=topic, queue_id=queue_id, body=item.body, properties=props,
-                                     flag=item.flag, sys_flag=sys_flag, born_timestamp=born_ts,
+            msgs.append(StoreMessage(topic=topic, queue_id=queue_id, body=item_body,
+                                     properties=with_property(raw_props, P.PROPERTY_CLUSTER, cluster),
+                                     flag=item_flag, sys_flag=sys_flag, born_timestamp=born_ts,
                                      born_host=born_host, reconsume_times=reconsume))
     else:
-        props = P.string_to_properties(opt_str(ext, "properties", "") or "")
-        props[P.PROPERTY_CLUSTER] = cluster
-        dlq = _retry_to_dlq(broker, topic, ext, reconsume, props)
+        text = opt_str(ext, "properties", "") or ""
+        dlq = None
+        props: dict[str, str] | bytes
+        if is_retry_topic(topic):
+            props = P.string_to_properties(text)
+            props[P.PROPERTY_CLUSTER] = cluster
+            dlq = _retry_to_dlq(broker, topic, ext, reconsume, props)
+        else:
+            props = with_property(text.encode(), P.PROPERTY_CLUSTER, cluster)
         target_topic, target_qid = dlq if dlq else (topic, queue_id)
         msgs = [StoreMessage(topic=target_topic, queue_id=target_qid, body=body, properties=props,
                              flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,

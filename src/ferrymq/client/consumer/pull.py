@@ -9,8 +9,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ...common.codec import MessageDecodeError, decode_records
 from ...common.errors import FerryMQError
+from ...common.record import MessageDecodeError, decode_records
 from ..api import pull_sys_flag
 from ..errors import BrokerError, ClientError
 from ..lifecycle import State

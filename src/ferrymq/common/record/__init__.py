@@ -1,0 +1,150 @@
+"""The record codec: RocketMQ's stored-message layout (layout.py) and the per-message work on
+it, behind one interface with two implementations of the same functions, as aiokafka's
+`record` package has: `_crecord` (compiled with Cython when the package is installed) and
+`_py` (pure Python). The compiled one is used when it was built, unless the environment sets
+FERRYMQ_NO_EXTENSIONS=1; a missing extension silently falls back to Python."""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+from ..message import MessageBatchItem
+from . import _py
+from .layout import (
+    BLANK_MAGIC_CODE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_MULTI_TAGS,
+    SYSFLAG_STOREHOST_V6,
+    MessageDecodeError,
+    RecordEncodeError,
+    body_crc,
+    pack_host,
+    record_size,
+    store_timestamp_position,
+    unpack_host,
+)
+from .view import StoredMessage
+
+log = logging.getLogger("ferrymq.record")
+
+
+def _select() -> ModuleType:
+    if os.environ.get("FERRYMQ_NO_EXTENSIONS", "").strip() not in ("", "0"):
+        return _py
+    try:
+        from . import _crecord  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.debug("compiled record codec unavailable (%s); using pure Python", exc)
+        return _py
+    return _crecord  # type: ignore[no-any-return]
+
+
+impl: ModuleType = _select()
+IMPLEMENTATION: str = impl.IMPLEMENTATION
+StoredMessage.decode_properties = impl.properties_decode
+
+properties_encode = _py.properties_encode
+properties_decode = _py.properties_decode
+properties_scan = _py.properties_scan
+locate = _py.locate
+decode_record = _py.decode_record
+decode_records = _py.decode_records
+encode_record = _py.encode_record
+encode_batch = _py.encode_batch
+split_batch = _py.split_batch
+encode_messages = _py.encode_messages
+place_messages = _py.place_messages
+if impl is not _py:
+    properties_encode = impl.properties_encode
+    properties_decode = impl.properties_decode
+    properties_scan = impl.properties_scan
+    decode_record = impl.decode_record
+    decode_records = impl.decode_records
+    encode_batch = impl.encode_batch
+    split_batch = impl.split_batch
+    encode_messages = impl.encode_messages
+    place_messages = impl.place_messages
+
+
+Properties = dict[str, str] | bytes
+
+
+def properties_map(props: Properties) -> dict[str, str]:
+    """A message's properties as a map, whether it holds a map or the encoded bytes."""
+    return props if isinstance(props, dict) else properties_decode(props)
+
+
+def has_property(raw: bytes, name: str) -> bool:
+    key = name.encode() + b"\x01"
+    return raw.startswith(key) or raw.find(b"\x02" + key) >= 0
+
+
+def property_value(props: Properties, name: str) -> str | None:
+    if isinstance(props, dict):
+        return props.get(name)
+    return properties_decode(props).get(name) if has_property(props, name) else None
+
+
+def with_property(raw: bytes, name: str, value: str) -> bytes:
+    """Encoded properties with `name` set to `value`: appended as RocketMQ's broker appends
+    its batch properties, or the whole text rewritten when the name is already there."""
+    if has_property(raw, name):
+        props = properties_decode(raw)
+        props[name] = value
+        return properties_encode(props)
+    if raw and not raw.endswith(b"\x02"):
+        raw += b"\x02"
+    return raw + properties_encode({name: value})
+
+
+def decode_batch(buf: bytes | bytearray | memoryview) -> list[MessageBatchItem]:
+    """A SEND_BATCH_MESSAGE body with each message's properties as a map."""
+    return [MessageBatchItem(flag, body, properties_decode(props))
+            for flag, body, props in split_batch(buf)]
+
+
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "IMPLEMENTATION",
+    "MAX_PROPERTIES_BYTES",
+    "MAX_TOPIC_BYTES",
+    "MESSAGE_MAGIC_CODE",
+    "MIN_RECORD_SIZE",
+    "SYSFLAG_BORNHOST_V6",
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_MULTI_TAGS",
+    "SYSFLAG_STOREHOST_V6",
+    "MessageDecodeError",
+    "Properties",
+    "RecordEncodeError",
+    "StoredMessage",
+    "body_crc",
+    "decode_batch",
+    "decode_record",
+    "decode_records",
+    "encode_batch",
+    "encode_messages",
+    "encode_record",
+    "has_property",
+    "impl",
+    "locate",
+    "pack_host",
+    "place_messages",
+    "properties_decode",
+    "properties_encode",
+    "properties_map",
+    "properties_scan",
+    "property_value",
+    "record_size",
+    "split_batch",
+    "store_timestamp_position",
+    "unpack_host",
+    "with_property",
+]

@@ -1,0 +1,364 @@
+"""The pure-Python implementation of the record codec (see ferrymq.common.record for the
+interface; _crecord.pyx is the compiled twin and must behave identically, errors included)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..message import MessageBatchItem, MessageExt
+from ..props import PropertyError
+from .layout import (
+    BATCH_HEAD,
+    BATCH_MIN_ENTRY,
+    CQ_ENTRY,
+    FIXED_V4,
+    HEAD,
+    HOST_FLAGS,
+    I16,
+    I32,
+    I64,
+    IPV6_EXTRA,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    POS_BODYLEN_V4,
+    POS_PHYSICALOFFSET,
+    POS_QUEUEOFFSET,
+    POS_STORETIMESTAMP_V4,
+    POS_SYSFLAG,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_STOREHOST_V6,
+    TAIL,
+    MessageDecodeError,
+    RecordEncodeError,
+    record_size,
+)
+from .view import Buffer, StoredMessage
+
+IMPLEMENTATION = "python"
+
+
+_TAGS = "TAGS"
+_KEYS = "KEYS"
+_UNIQ = "UNIQ_KEY"
+_DELAY = "DELAY"
+
+
+# --- properties ----------------------------------------------------------------------------------
+def properties_encode(props: dict[str, str]) -> bytes:
+    """RocketMQ's `name\\x01value\\x02` text, every pair followed by \\x02, as UTF-8."""
+    if not props:
+        return b""
+    text = "\x02".join(map("\x01".join, props.items())) + "\x02"
+    # One count per separator instead of four scans per pair: this runs for every message.
+    n = len(props)
+    if text.count("\x01") != n or text.count("\x02") != n:
+        for name, value in props.items():
+            if "\x01" in name or "\x02" in name or "\x01" in value or "\x02" in value:
+                raise PropertyError(name, value)
+    return text.encode()
+
+
+def properties_decode(raw: Buffer) -> dict[str, str]:
+    """Leniently: a missing final separator or an item without a value is tolerated, because
+    third-party clients differ in exactly these details. Bad UTF-8 is replaced."""
+    props: dict[str, str] = {}
+    if not raw:
+        return props
+    for item in bytes(raw).decode("utf-8", "replace").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if sep and name:
+            props[name] = value
+    return props
+
+
+def properties_scan(raw: Buffer) -> tuple[str | None, str | None, str | None, str | None]:
+    """(TAGS, KEYS, UNIQ_KEY, DELAY) without building the whole map; the last occurrence of a
+    name wins, as it does in properties_decode."""
+    tags = keys = uniq = delay = None
+    if not raw:
+        return tags, keys, uniq, delay
+    for item in bytes(raw).decode("utf-8", "replace").split("\x02"):
+        name, sep, value = item.partition("\x01")
+        if not sep:
+            continue
+        if name == _TAGS:
+            tags = value
+        elif name == _KEYS:
+            keys = value
+        elif name == _UNIQ:
+            uniq = value
+        elif name == _DELAY:
+            delay = value
+    return tags, keys, uniq, delay
+
+
+# --- one record ----------------------------------------------------------------------------------
+def locate(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, int]:
+    """Check the record at `pos` (which must end by `limit`) field by field.
+    Returns (total, sys_flag, body_at, body_len, topic_at, props_at)."""
+    if limit - pos < MIN_RECORD_SIZE:
+        raise MessageDecodeError(pos, "shorter than the smallest possible record")
+    total, magic = I32.unpack_from(buf, pos)[0], I32.unpack_from(buf, pos + 4)[0]
+    if magic != MESSAGE_MAGIC_CODE:
+        raise MessageDecodeError(pos, f"magic code {magic & 0xFFFFFFFF:#x} is not a message's")
+    if total < MIN_RECORD_SIZE or pos + total > limit:
+        raise MessageDecodeError(pos, f"total size {total} does not fit the buffer")
+    (sys_flag,) = I32.unpack_from(buf, pos + POS_SYSFLAG)
+    end = pos + total
+    p = pos + POS_BODYLEN_V4
+    if sys_flag & SYSFLAG_BORNHOST_V6:
+        p += IPV6_EXTRA
+    if sys_flag & SYSFLAG_STOREHOST_V6:
+        p += IPV6_EXTRA
+    (body_len,) = I32.unpack_from(buf, p)
+    body_at = p + 4
+    if body_len < 0 or body_at + body_len + 3 > end:
+        raise MessageDecodeError(pos, f"body length {body_len} overruns the record")
+    topic_at = body_at + body_len + 1
+    topic_len = buf[topic_at - 1]
+    if topic_at + topic_len + 2 > end:
+        raise MessageDecodeError(pos, "topic overruns the record")
+    (props_len,) = I16.unpack_from(buf, topic_at + topic_len)
+    props_at = topic_at + topic_len + 2
+    if props_len < 0 or props_at + props_len != end:
+        raise MessageDecodeError(pos, "properties do not end where the record ends")
+    return total, sys_flag, body_at, body_len, topic_at, props_at
+
+
+def decode_record(buf: Buffer, pos: int = 0, *, broker: str = "", decompress: bool = True,
+                  check_crc: bool = False) -> StoredMessage:
+    """The record at `pos` as a lazily decoded message. Raises MessageDecodeError."""
+    total, sys_flag, body_at, body_len, topic_at, props_at = locate(buf, pos, len(buf))
+    (_t, _m, crc, queue_id, flag, queue_offset, phys, _s, born_ts) = HEAD.unpack_from(buf, pos)
+    p = pos + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    (store_ts,) = I64.unpack_from(buf, p)
+    reconsume, prepared, _ = TAIL.unpack_from(buf, body_at - TAIL.size)
+    body = bytes(buf[body_at : body_at + body_len])
+    if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
+        raise MessageDecodeError(pos, "body CRC mismatch")
+    if decompress and sys_flag & SYSFLAG_COMPRESSED:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as exc:
+            raise MessageDecodeError(pos, f"compressed body does not inflate: {exc}") from exc
+    m = StoredMessage.__new__(StoredMessage)
+    m.topic = bytes(buf[topic_at : props_at - 2]).decode("utf-8", "replace")
+    m.body = body
+    m.flag = flag
+    m.queue_id = queue_id
+    m.queue_offset = queue_offset
+    m.commit_log_offset = phys
+    m.sys_flag = sys_flag
+    m.born_timestamp = born_ts
+    m.store_timestamp = store_ts
+    m.reconsume_times = reconsume
+    m.prepared_transaction_offset = prepared
+    m.body_crc = crc
+    m.store_size = total
+    m.broker = broker
+    m._buf = buf
+    m._at = pos
+    m._props_at = props_at
+    return m
+
+
+def decode_records(buf: Buffer, *, broker: str = "", decompress: bool = True) -> list[MessageExt]:
+    """Decode a run of records, e.g. a PULL_MESSAGE body."""
+    out: list[MessageExt] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        if n - pos < 8:
+            raise MessageDecodeError(pos, "trailing bytes after the last record")
+        msg = decode_record(buf, pos, broker=broker, decompress=decompress)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+def encode_record(*, topic: bytes, queue_id: int, flag: int, body: bytes, properties: bytes,
+                  sys_flag: int, born_timestamp: int, born_host: bytes, store_timestamp: int,
+                  store_host: bytes, reconsume_times: int = 0, prepared_transaction_offset: int = 0,
+                  queue_offset: int = 0, physical_offset: int = 0, crc: int | None = None) -> bytes:
+    """One record. Hosts are already packed (pack_host); the host flags in sys_flag are set
+    from their lengths so they can never disagree with the bytes."""
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise ValueError(f"topic is {len(topic)} bytes; at most {MAX_TOPIC_BYTES}")
+    if len(properties) > MAX_PROPERTIES_BYTES:
+        raise ValueError(f"properties are {len(properties)} bytes; at most {MAX_PROPERTIES_BYTES}")
+    sys_flag &= ~HOST_FLAGS
+    if len(born_host) == 20:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if len(store_host) == 20:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    crc = zlib.crc32(body) & 0x7FFFFFFF if crc is None else crc
+    v6 = (len(born_host) == 20) + (len(store_host) == 20)
+    total = record_size(len(body), len(topic), len(properties), v6)
+    head = b"".join((
+        HEAD.pack(total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset,
+                  sys_flag, born_timestamp),
+        born_host, I64.pack(store_timestamp), store_host,
+        TAIL.pack(reconsume_times, prepared_transaction_offset, len(body)),
+    ))
+    return b"".join((head, body, bytes((len(topic),)), topic, I16.pack(len(properties)), properties))
+
+
+# --- SEND_BATCH_MESSAGE bodies ---------------------------------------------------------------------
+def encode_batch(items: Sequence[MessageBatchItem]) -> bytes:
+    """Per message TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY, PROPERTIES (i16 length), as
+    RocketMQ's MessageDecoder.encodeMessages."""
+    parts: list[bytes] = []
+    add = parts.append
+    for item in items:
+        props = properties_encode(item.properties)
+        body = item.body
+        add(BATCH_HEAD.pack(BATCH_MIN_ENTRY + len(body) + len(props), 0, 0, item.flag, len(body)))
+        add(body)
+        add(I16.pack(len(props)))
+        add(props)
+    return b"".join(parts)
+
+
+def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
+    """A SEND_BATCH_MESSAGE body as (flag, body, property bytes) per message."""
+    out: list[tuple[int, bytes, bytes]] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        if n - pos < BATCH_MIN_ENTRY:
+            raise MessageDecodeError(pos, "truncated batch entry")
+        total, _magic, _crc, flag, body_len = BATCH_HEAD.unpack_from(buf, pos)
+        if total < BATCH_MIN_ENTRY or pos + total > n or body_len < 0:
+            raise MessageDecodeError(pos, f"batch entry size {total} does not fit")
+        p = pos + BATCH_HEAD.size
+        if p + body_len + 2 > pos + total:
+            raise MessageDecodeError(pos, "batch entry body overruns the entry")
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        (props_len,) = I16.unpack_from(buf, p)
+        p += 2
+        if props_len < 0 or p + props_len != pos + total:
+            raise MessageDecodeError(pos, "batch entry properties do not end with the entry")
+        out.append((flag, body, bytes(buf[p : p + props_len])))
+        pos += total
+    return out
+
+
+# --- the store's batch: encode once, patch the position in -----------------------------------------
+def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
+                    topic_bytes: Callable[[str], bytes], born_bytes: Callable[[Any], bytes],
+                    tag_code: Callable[[str], int], schedule_topic: str,
+                    ) -> tuple[bytearray, list[int], list[int], list[tuple[int, list[str]]],
+                               list[tuple[int, str | None]]]:
+    """Encode StoreMessages with queue offset, physical offset and store timestamp left 0
+    (place_messages patches them in). Returns (data, sizes, tag codes, index keys as
+    (record index, keys), and for records of `schedule_topic`, whose tag code is their delivery
+    time, (record index, DELAY level text)). Raises RecordEncodeError before anything is returned."""
+    out = bytearray()
+    add = out.extend
+    sizes: list[int] = []
+    tags: list[int] = []
+    keys: list[tuple[int, list[str]]] = []
+    delays: list[tuple[int, str | None]] = []
+    v4 = len(store_host) == 8
+    store_ip, store_port = store_host[:4], int.from_bytes(store_host[4:8], "big")
+    fixed = FIXED_V4.pack
+    i16 = I16.pack
+    crc32 = zlib.crc32
+    for i, m in enumerate(msgs):
+        props = m.properties
+        if isinstance(props, dict):
+            try:
+                praw = properties_encode(props)
+            except PropertyError:
+                raise RecordEncodeError("MESSAGE_ILLEGAL",
+                                        "a property name or value contains \\x01 or \\x02") from None
+            tags_text = props.get(_TAGS)
+            keys_text = props.get(_KEYS)
+            uniq = props.get(_UNIQ)
+            delay = props.get(_DELAY)
+        else:
+            praw = props
+            tags_text, keys_text, uniq, delay = properties_scan(praw)
+        if len(praw) > MAX_PROPERTIES_BYTES:
+            raise RecordEncodeError("PROPERTIES_SIZE_EXCEEDED",
+                                    f"properties are {len(praw)} bytes; at most {MAX_PROPERTIES_BYTES}")
+        traw = topic_bytes(m.topic)
+        body = m.body
+        born = born_bytes(m.born_host)
+        size = MIN_RECORD_SIZE + len(body) + len(traw) + len(praw)
+        if len(born) != 8:
+            size += IPV6_EXTRA
+        if not v4:
+            size += IPV6_EXTRA
+        if size > max_size:
+            raise RecordEncodeError("MESSAGE_ILLEGAL",
+                                    f"message of {size} bytes exceeds max_message_size {max_size}")
+        crc = crc32(body) & 0x7FFFFFFF
+        sys_flag = m.sys_flag & ~HOST_FLAGS
+        if v4 and len(born) == 8:
+            add(fixed(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, 0, 0, sys_flag,
+                      m.born_timestamp, born[:4], int.from_bytes(born[4:], "big"), 0,
+                      store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset,
+                      len(body)))
+            add(body)
+            add(bytes((len(traw),)))
+            add(traw)
+            add(i16(len(praw)))
+            add(praw)
+        else:
+            add(encode_record(
+                topic=traw, queue_id=m.queue_id, flag=m.flag, body=body, properties=praw,
+                sys_flag=sys_flag, born_timestamp=m.born_timestamp, born_host=born,
+                store_timestamp=0, store_host=store_host, reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset, crc=crc))
+        sizes.append(size)
+        tags.append(tag_code(tags_text) if tags_text else 0)
+        if uniq or keys_text:
+            mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
+            if uniq:
+                mkeys.append(uniq)
+            keys.append((i, mkeys))
+        if m.topic == schedule_topic:
+            delays.append((i, delay))
+    return out, sizes, tags, keys, delays
+
+
+def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
+                   tags: Sequence[int], pos: int, store_ts: int,
+                   next_offset: Callable[[tuple[str, int]], int], msg_id_prefix: str,
+                   make_appended: Callable[..., Any],
+                   ) -> tuple[dict[tuple[str, int], bytes], list[Any]]:
+    """Patch QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into records encoded by
+    encode_messages for a write at `pos` (RocketMQ's doAppend). Returns the consume-queue
+    entries per queue and make_appended(phys, size, queue offset, store ts, offset msg id) per
+    record. `next_offset` gives a queue's next offset; offsets within the batch continue."""
+    entries: dict[tuple[str, int], bytearray] = {}
+    counters: dict[tuple[str, int], int] = {}
+    appended: list[Any] = []
+    pack_i64 = I64.pack_into
+    entry = CQ_ENTRY.pack
+    o = 0
+    phys = pos
+    for m, size, tag in zip(msgs, sizes, tags, strict=True):
+        q = (m.topic, m.queue_id)
+        qo = counters.get(q)
+        if qo is None:
+            qo = next_offset(q)
+            entries[q] = bytearray()
+        counters[q] = qo + 1
+        pack_i64(data, o + POS_QUEUEOFFSET, qo)
+        pack_i64(data, o + POS_PHYSICALOFFSET, phys)
+        born_v6 = data[o + POS_SYSFLAG + 3] & SYSFLAG_BORNHOST_V6
+        pack_i64(data, o + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if born_v6 else 0), store_ts)
+        entries[q] += entry(phys, size, tag)
+        appended.append(make_appended(phys, size, qo, store_ts, f"{msg_id_prefix}{phys:016X}"))
+        o += size
+        phys += size
+    return {q: bytes(e) for q, e in entries.items()}, appended
+

@@ -1,0 +1,271 @@
+"""The record codec, run against every implementation (pure Python and compiled): round trips,
+the store's encode-then-patch against the one-record encoder, lazy views, and cross-checks that
+both implementations give the same bytes, objects and errors for the same input."""
+
+from __future__ import annotations
+
+import pickle
+import string
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from record_impls import IMPLS, OTHERS, PY
+
+from ferrymq.common.message import MessageBatchItem, MessageExt
+from ferrymq.common.props import PropertyError, properties_to_string, string_to_properties
+from ferrymq.common.record import MessageDecodeError, RecordEncodeError, pack_host
+from ferrymq.common.record.layout import offset_msg_id
+from ferrymq.store.encoder import Encoder, encode, place
+from ferrymq.store.model import StoreMessage
+
+topics = st.text(alphabet=string.ascii_letters + string.digits + "%|_-", min_size=1, max_size=40)
+prop_text = st.text(
+    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+    min_size=0, max_size=20,
+)
+prop_names = prop_text.filter(bool)
+props = st.dictionaries(prop_names, prop_text, max_size=6)
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+ports = st.integers(0, 65535)
+v4 = st.ip_addresses(v=4).map(str)
+hosts = st.one_of(v4, st.ip_addresses(v=6).map(str))
+
+params = pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.IMPLEMENTATION)
+
+
+def fields(m: MessageExt) -> tuple[Any, ...]:
+    return (m.topic, m.body, m.properties, m.flag, m.queue_id, m.queue_offset, m.commit_log_offset,
+            m.sys_flag, m.born_timestamp, m.born_host, m.store_timestamp, m.store_host,
+            m.reconsume_times, m.prepared_transaction_offset, m.body_crc, m.store_size, m.msg_id,
+            m.offset_msg_id, m.broker)
+
+
+def outcome(fn: Any, *args: Any, **kw: Any) -> Any:
+    """What a call gives, or the type and fields of what it raises."""
+    try:
+        return ("ok", fn(*args, **kw))
+    except MessageDecodeError as exc:
+        return ("MessageDecodeError", exc.position, exc.reason)
+    except (RecordEncodeError, PropertyError, ValueError) as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def records_outcome(impl: ModuleType, buf: bytes) -> Any:
+    got = outcome(impl.decode_records, buf, broker="b")
+    if got[0] == "ok":
+        return ("ok", [fields(m) for m in got[1]])
+    return got
+
+
+@params
+@given(topic=topics, qid=i32, flag=i32, body=st.binary(max_size=2000), properties=props,
+       born_ts=i64, store_ts=i64, born=hosts, born_port=ports, store=hosts, store_port=ports,
+       reconsume=i32, prepared=i64, qo=i64, phys=st.integers(0, 2**62))
+@settings(max_examples=150, deadline=None)
+def test_encode_decode_round_trip(impl: ModuleType, topic: str, qid: int, flag: int, body: bytes,
+                                  properties: dict[str, str], born_ts: int, store_ts: int,
+                                  born: str, born_port: int, store: str, store_port: int,
+                                  reconsume: int, prepared: int, qo: int, phys: int) -> None:
+    store_raw = pack_host(store, store_port)
+    raw = impl.encode_record(
+        topic=topic.encode(), queue_id=qid, flag=flag, body=body,
+        properties=properties_to_string(properties).encode(), sys_flag=0,
+        born_timestamp=born_ts, born_host=pack_host(born, born_port), store_timestamp=store_ts,
+        store_host=store_raw, reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, queue_offset=qo, physical_offset=phys)
+    m = impl.decode_record(raw, check_crc=True)
+    assert (m.topic, m.queue_id, m.flag, m.body) == (topic, qid, flag, body)
+    assert m.properties == properties
+    assert (m.born_timestamp, m.store_timestamp) == (born_ts, store_ts)
+    assert (m.queue_offset, m.commit_log_offset, m.store_size) == (qo, phys, len(raw))
+    assert (m.reconsume_times, m.prepared_transaction_offset) == (reconsume, prepared)
+    assert m.born_host.rsplit(":", 1)[1] == str(born_port)
+    assert m.store_host.rsplit(":", 1)[1] == str(store_port)
+    assert m.offset_msg_id == offset_msg_id(store_raw, phys)
+    assert m.msg_id == properties.get("UNIQ_KEY") or m.offset_msg_id
+    for other in OTHERS[impl]:
+        assert other.encode_record(
+            topic=topic.encode(), queue_id=qid, flag=flag, body=body,
+            properties=properties_to_string(properties).encode(), sys_flag=0,
+            born_timestamp=born_ts, born_host=pack_host(born, born_port),
+            store_timestamp=store_ts, store_host=store_raw, reconsume_times=reconsume,
+            prepared_transaction_offset=prepared, queue_offset=qo, physical_offset=phys) == raw
+        assert fields(other.decode_record(raw, check_crc=True)) == fields(m)
+
+
+@params
+@given(properties=props)
+def test_properties_round_trip(impl: ModuleType, properties: dict[str, str]) -> None:
+    raw = impl.properties_encode(properties)
+    assert raw == properties_to_string(properties).encode()
+    assert impl.properties_decode(raw) == properties == string_to_properties(raw.decode())
+    assert impl.properties_scan(raw) == tuple(properties.get(k) for k in
+                                              ("TAGS", "KEYS", "UNIQ_KEY", "DELAY"))
+
+
+@params
+@given(raw=st.binary(max_size=80) | st.lists(st.sampled_from(
+    [b"\x01", b"\x02", b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"a", b"\xff", b"\xc3\xa9"]),
+    max_size=20).map(b"".join))
+def test_lenient_property_decoding_agrees(impl: ModuleType, raw: bytes) -> None:
+    expected = string_to_properties(raw.decode("utf-8", "replace"))
+    assert impl.properties_decode(raw) == expected
+    assert impl.properties_scan(raw) == tuple(expected.get(k) for k in
+                                              ("TAGS", "KEYS", "UNIQ_KEY", "DELAY"))
+
+
+@params
+def test_separator_in_a_property_is_refused(impl: ModuleType) -> None:
+    for bad in ({"a\x01": "v"}, {"a": "v\x02"}, {"a": "ok", "b\x02c": "v"}):
+        with pytest.raises(PropertyError):
+            impl.properties_encode(bad)
+
+
+@params
+@given(st.lists(st.tuples(i32, st.binary(max_size=300), props), max_size=8))
+def test_batch_round_trip(impl: ModuleType, items: list[tuple[int, bytes, dict[str, str]]]) -> None:
+    batch = [MessageBatchItem(flag, body, p) for flag, body, p in items]
+    raw = impl.encode_batch(batch)
+    split = impl.split_batch(raw)
+    assert [(f, b, impl.properties_decode(p)) for f, b, p in split] == items
+    for other in OTHERS[impl]:
+        assert other.encode_batch(batch) == raw
+        assert other.split_batch(raw) == split
+
+
+@params
+@given(st.binary(max_size=120))
+def test_malformed_batches_fail_alike(impl: ModuleType, data: bytes) -> None:
+    got = outcome(impl.split_batch, data)
+    assert got[0] in ("ok", "MessageDecodeError")
+    for other in OTHERS[impl]:
+        assert outcome(other.split_batch, data) == got
+
+
+messages = st.builds(
+    StoreMessage, topic=topics, queue_id=st.integers(0, 7), body=st.binary(max_size=1500),
+    properties=props | props.map(lambda p: properties_to_string(p).encode()),
+    flag=i32, sys_flag=st.sampled_from([0, 1, 0x2]), born_timestamp=i64,
+    born_host=st.tuples(hosts, ports), reconsume_times=st.integers(0, 16),
+    prepared_transaction_offset=i64,
+)
+
+
+@given(msgs=st.lists(messages, min_size=1, max_size=10), pos=st.integers(0, 2**40),
+       store_ts=st.integers(0, 2**41), store=hosts)
+@settings(max_examples=150, deadline=None)
+def test_store_encoder_matches_codec(msgs: list[StoreMessage], pos: int, store_ts: int,
+                                     store: str) -> None:
+    enc = Encoder((store, 10911), 1 << 22, (1000, 5000))
+    out = encode(enc, msgs)
+    place(enc, out, pos, store_ts, lambda q: 100 + q[1])
+    decoded = PY.decode_records(bytes(out.data), decompress=False)
+    assert len(decoded) == len(msgs) == len(out.appended)
+    seen: dict[tuple[str, int], int] = {}
+    for m, d, a in zip(msgs, decoded, out.appended, strict=True):
+        key = (m.topic, m.queue_id)
+        expected_qo = seen.get(key, 100 + m.queue_id)
+        seen[key] = expected_qo + 1
+        expected_props = (m.properties if isinstance(m.properties, dict)
+                          else string_to_properties(m.properties.decode()))
+        assert (d.topic, d.queue_id, d.body, d.properties) == (m.topic, m.queue_id, m.body,
+                                                                expected_props)
+        assert (d.flag, d.born_timestamp, d.reconsume_times) == (m.flag, m.born_timestamp,
+                                                                  m.reconsume_times)
+        assert d.sys_flag & 0x3 == m.sys_flag & 0x3
+        assert d.prepared_transaction_offset == m.prepared_transaction_offset
+        assert (d.commit_log_offset, d.queue_offset, d.store_timestamp) == (
+            a.phys_offset, expected_qo, store_ts)
+        assert a.queue_offset == expected_qo and a.size == d.store_size
+        assert d.offset_msg_id == a.offset_msg_id
+        # the CRC the store wrote is the one the codec checks
+        PY.decode_record(bytes(out.data), a.phys_offset - pos, check_crc=True, decompress=False)
+
+
+@params
+@given(msgs=st.lists(messages, min_size=1, max_size=6), pos=st.integers(0, 2**40),
+       moved=st.integers(0, 2**40), store_ts=st.integers(0, 2**41), store=hosts)
+@settings(max_examples=80, deadline=None)
+def test_patching_for_another_position_equals_encoding_there(
+        impl: ModuleType, msgs: list[StoreMessage], pos: int, moved: int, store_ts: int,
+        store: str) -> None:
+    """A segment roll-over re-patches the same bytes: the result must be what a fresh encode
+    for the new position gives, in both implementations."""
+    enc = Encoder((store, 10911), 1 << 22, (1000, 5000))
+    args = (pack_host(store, 10911), 1 << 22, enc.topic_raw, lambda h: pack_host(*h),
+            lambda t: len(t), "SCHEDULE_TOPIC_XXXX")
+    data, sizes, tags, _keys, _delays = impl.encode_messages(msgs, *args)
+    impl.place_messages(data, msgs, sizes, tags, pos, store_ts, lambda q: 7, "P", lambda *a: a)
+    entries, appended = impl.place_messages(data, msgs, sizes, tags, moved, store_ts,
+                                            lambda q: 7, "P", lambda *a: a)
+    fresh, *_ = impl.encode_messages(msgs, *args)
+    fresh_entries, fresh_appended = impl.place_messages(fresh, msgs, sizes, tags, moved, store_ts,
+                                                        lambda q: 7, "P", lambda *a: a)
+    assert (data, entries, appended) == (fresh, fresh_entries, fresh_appended)
+    for other in OTHERS[impl]:
+        odata, osizes, otags, okeys, odelays = other.encode_messages(msgs, *args)
+        assert (osizes, otags, okeys, odelays) == (sizes, tags, _keys, _delays)
+        assert other.place_messages(odata, msgs, sizes, tags, moved, store_ts, lambda q: 7, "P",
+                                    lambda *a: a) == (entries, appended)
+        assert odata == data
+
+
+@params
+def test_encoder_refuses_what_the_store_cannot_write(impl: ModuleType) -> None:
+    args = (pack_host("127.0.0.1", 1), 200, str.encode, lambda h: pack_host(*h), len, "S")
+    big = StoreMessage("t", 0, b"x" * 200)
+    bad_props = StoreMessage("t", 0, b"", {"a": "b\x01"})
+    huge_props = StoreMessage("t", 0, b"", b"a\x01" + b"v" * 40000 + b"\x02")
+    for msg in (big, bad_props, huge_props):
+        got = outcome(impl.encode_messages, [msg], *args)
+        assert got[0] == "RecordEncodeError"
+        for other in OTHERS[impl]:
+            assert outcome(other.encode_messages, [msg], *args) == got
+
+
+def _sample_records() -> bytes:
+    out = []
+    for i, (born, store) in enumerate([("127.0.0.1", "10.0.0.1"), ("::1", "127.0.0.1"),
+                                       ("127.0.0.1", "fe80::1")]):
+        out.append(PY.encode_record(
+            topic=b"T", queue_id=i, flag=0, body=b"body%d" % i,
+            properties=b"UNIQ_KEY\x01id%d\x02TAGS\x01a\x02" % i if i != 1 else b"",
+            sys_flag=0, born_timestamp=5, born_host=pack_host(born, 9), store_timestamp=6,
+            store_host=pack_host(store, 10911), queue_offset=i, physical_offset=100 * i))
+    return b"".join(out)
+
+
+@params
+@given(data=st.binary(max_size=300), cut=st.integers(0, 400), flip=st.integers(0, 400),
+       byte=st.integers(0, 255))
+@settings(max_examples=300, deadline=None)
+def test_malformed_pull_bodies_fail_alike(impl: ModuleType, data: bytes, cut: int, flip: int,
+                                          byte: int) -> None:
+    for buf in (data, _damaged(_sample_records(), cut, flip, byte)):
+        got = records_outcome(impl, buf)
+        assert got[0] in ("ok", "MessageDecodeError")
+        for other in OTHERS[impl]:
+            assert records_outcome(other, buf) == got
+
+
+def _damaged(buf: bytes, cut: int, flip: int, byte: int) -> bytes:
+    b = bytearray(buf[: len(buf) - cut % 64])
+    if b:
+        b[flip % len(b)] = byte
+    return bytes(b)
+
+
+@params
+def test_views_decode_lazily_and_pickle_as_plain_messages(impl: ModuleType) -> None:
+    msgs = impl.decode_records(_sample_records(), broker="b")
+    assert [m.msg_id for m in msgs] == ["id0", msgs[1].offset_msg_id, "id2"]
+    assert msgs[1].born_host == "::1:9" and msgs[2].store_host == "fe80::1:10911"
+    assert msgs[0].tags == "a" and msgs[1].properties == {}
+    msgs[0].properties["X"] = "y"
+    assert msgs[0].properties["X"] == "y"
+    copy = pickle.loads(pickle.dumps(msgs[0]))
+    assert type(copy) is MessageExt and fields(copy) == fields(msgs[0])
