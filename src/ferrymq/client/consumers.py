@@ -1,5 +1,6 @@
 """The blocking push and lite pull consumers: their async cores on the client instance's
-event-loop thread. Listeners of a blocking PushConsumer run on its consume thread pool."""
+event-loop thread, with methods generated from the cores' (see blocking.py). Listeners of a
+blocking PushConsumer run on its consume thread pool."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ..common.message import MessageExt, MessageQueue
-from .blocking import run_coro, run_sync, shutdown_blocking, start_blocking
+from .blocking import Facade, blocking, on_loop, run_coro, run_sync, shutdown_blocking, start_blocking
 from .consumer.lite import AsyncLitePullConsumer
 from .consumer.push import AsyncPushConsumer
 from .loop import LoopThread
@@ -18,7 +19,7 @@ T = TypeVar("T")
 SHUTDOWN_MARGIN = 30.0
 
 
-class PushConsumer:
+class PushConsumer(Facade[AsyncPushConsumer]):
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
         self._impl = AsyncPushConsumer(group, namesrv, **options)
         self._loop: LoopThread | None = None
@@ -31,11 +32,11 @@ class PushConsumer:
     def client_id(self) -> str:
         return self._impl.client_id
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        run_sync(self._loop, lambda: self._impl.subscribe(topic, expression))
+    def _run_blocking(self, coro: Coroutine[Any, Any, T], action: str) -> T:
+        return run_coro(self._loop, coro, 60, lambda: self._impl.require_running(action))
 
-    def unsubscribe(self, topic: str) -> None:
-        run_sync(self._loop, lambda: self._impl.unsubscribe(topic))
+    subscribe = on_loop(AsyncPushConsumer.subscribe)
+    unsubscribe = on_loop(AsyncPushConsumer.unsubscribe)
 
     def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False) -> None:
         self._impl.register_listener(fn, orderly=orderly)
@@ -60,23 +61,12 @@ class PushConsumer:
 
     def rebalance_now(self) -> None:
         """Rebalance at once instead of waiting for the next interval (tests, operations)."""
-        run_coro(
-            self._loop,
-            self._impl.rebalancer.rebalance(),
-            60,
-            lambda: self._impl.require_running("rebalance"),
-        )
+        self._run_blocking(self._impl.rebalancer.rebalance(), "rebalance")
 
-    def persist_offsets(self) -> None:
-        run_coro(
-            self._loop,
-            self._impl.persist_all(),
-            60,
-            lambda: self._impl.require_running("persist offsets"),
-        )
+    persist_offsets = blocking(AsyncPushConsumer.persist_all, action="persist offsets")
 
 
-class LitePullConsumer:
+class LitePullConsumer(Facade[AsyncLitePullConsumer]):
     def __init__(
         self,
         group: str,
@@ -95,8 +85,10 @@ class LitePullConsumer:
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         return run_coro(self._loop, coro, timeout, lambda: self._impl.require_running("do that"))
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        run_sync(self._loop, lambda: self._impl.subscribe(topic, expression))
+    def _run_blocking(self, coro: Coroutine[Any, Any, T], action: str) -> T:
+        return self._run(coro)
+
+    subscribe = on_loop(AsyncLitePullConsumer.subscribe)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
         qs = list(queues)
@@ -123,22 +115,9 @@ class LitePullConsumer:
     def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         return self._run(self._impl.poll(timeout, max_messages), timeout + 30)
 
-    def commit(self) -> None:
-        self._run(self._impl.commit())
-
-    def committed(self, mq: MessageQueue) -> int:
-        return self._run(self._impl.committed(mq))
-
-    def seek(self, mq: MessageQueue, offset: int) -> None:
-        self._run(self._impl.seek(mq, offset))
-
-    def pause(self, queues: Iterable[MessageQueue]) -> None:
-        qs = list(queues)
-        run_sync(self._loop, lambda: self._impl.pause(qs))
-
-    def resume(self, queues: Iterable[MessageQueue]) -> None:
-        qs = list(queues)
-        run_sync(self._loop, lambda: self._impl.resume(qs))
-
-    def assignment(self) -> set[MessageQueue]:
-        return run_sync(self._loop, self._impl.assignment)
+    commit = blocking(AsyncLitePullConsumer.commit)
+    committed = blocking(AsyncLitePullConsumer.committed)
+    seek = blocking(AsyncLitePullConsumer.seek)
+    pause = on_loop(AsyncLitePullConsumer.pause)
+    resume = on_loop(AsyncLitePullConsumer.resume)
+    assignment = on_loop(AsyncLitePullConsumer.assignment)

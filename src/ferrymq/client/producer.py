@@ -1,21 +1,22 @@
-"""The blocking producer: AsyncProducer on its client instance's event-loop thread."""
+"""The blocking producer: AsyncProducer on its client instance's event-loop thread. Its
+methods are generated from the async core's (see blocking.py); only what differs is here."""
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ..common.message import Message, MessageQueue
-from .blocking import run_coro, shutdown_blocking, start_blocking
+from ..common.message import Message
+from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
 from .loop import LoopThread
-from .producer_async import AsyncProducer, QueueSelector
+from .producer_async import AsyncProducer
 from .results import SendResult
 
 T = TypeVar("T")
 
 
-class Producer:
+class Producer(Facade[AsyncProducer]):
     """Thread-safe: any number of threads may send through one started producer."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
@@ -26,7 +27,7 @@ class Producer:
     def group(self) -> str:
         return self._impl.group
 
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _run_blocking(self, coro: Coroutine[Any, Any, T], action: str) -> T:
         # The async core enforces send_timeout; the margin only guards against a wedged loop.
         return run_coro(
             self._loop,
@@ -48,22 +49,12 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def send(self, msg: Message) -> SendResult:
-        return self._run(self._impl.send(msg))
-
-    def send_to_queue(self, msg: Message, mq: MessageQueue) -> SendResult:
-        return self._run(self._impl.send_to_queue(msg, mq))
-
-    def send_batch(self, msgs: Sequence[Message]) -> SendResult:
-        return self._run(self._impl.send_batch(msgs))
-
-    def send_orderly(
-        self, msg: Message, sharding_key: object, *, selector: QueueSelector | None = None
-    ) -> SendResult:
-        return self._run(self._impl.send_orderly(msg, sharding_key, selector=selector))
-
-    def send_oneway(self, msg: Message) -> None:
-        self._run(self._impl.send_oneway(msg))
+    send = blocking(AsyncProducer.send)
+    send_to_queue = blocking(AsyncProducer.send_to_queue)
+    send_batch = blocking(AsyncProducer.send_batch)
+    send_orderly = blocking(AsyncProducer.send_orderly)
+    send_oneway = blocking(AsyncProducer.send_oneway)
+    message_queues = blocking(AsyncProducer.message_queues)
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         """Validation errors raise here; send errors arrive through the future."""
@@ -71,6 +62,3 @@ class Producer:
         assert self._loop is not None
         out = self._impl._prepare(msg)
         return self._loop.submit(self._impl._send_async(out))
-
-    def message_queues(self, topic: str) -> list[MessageQueue]:
-        return self._run(self._impl.message_queues(topic))
