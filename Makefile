@@ -8,11 +8,12 @@ NODE_STAMP := $(COMPAT)/node_modules/.installed
 CPP_VENV := $(COMPAT)/cpp/.venv
 CPP_STAMP := $(CPP_VENV)/.installed
 
-.PHONY: all venv node compat-cpp demo test test-fast lint bench clean
+.PHONY: all venv node compat-cpp demo test test-fast test-pure lint bench clean
 
 all: test
 
-$(STAMP): pyproject.toml
+# The install builds the compiled record codec (Cython) in place, so its sources are inputs.
+$(STAMP): pyproject.toml setup.py src/ferrymq/common/record/_crecord.pyx
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
@@ -43,6 +44,11 @@ test: venv node compat-cpp
 test-fast: venv
 	$(PY) -m pytest -q tests -m "not spark and not compat and not slow"
 
+# The fast suite once more on the pure-Python codec, the fallback of an install without the
+# compiled one.
+test-pure: venv
+	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q tests -m "not spark and not compat and not slow"
+
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
@@ -51,4 +57,5 @@ bench: venv
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) .pytest_cache .mypy_cache build
+	rm -f src/ferrymq/common/record/_crecord.c src/ferrymq/common/record/_crecord*.so

@@ -19,6 +19,7 @@ from typing import Any
 
 # Adding a workload is one line here.
 REGISTRY: list[str] = [
+    "codec_bench",
     "store_bench",
     "broker_bench",
     "e2e_bench",

@@ -4,15 +4,18 @@ both implementations give the same bytes, objects and errors for the same input.
 
 from __future__ import annotations
 
+import os
 import pickle
 import string
+import subprocess
+import sys
 from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from record_impls import IMPLS, OTHERS, PY
+from record_impls import OTHERS, PARAMS, PY, C
 
 from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.props import PropertyError, properties_to_string, string_to_properties
@@ -34,7 +37,7 @@ ports = st.integers(0, 65535)
 v4 = st.ip_addresses(v=4).map(str)
 hosts = st.one_of(v4, st.ip_addresses(v=6).map(str))
 
-params = pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.IMPLEMENTATION)
+params = pytest.mark.parametrize("impl", PARAMS)
 
 
 def fields(m: MessageExt) -> tuple[Any, ...]:
@@ -199,18 +202,18 @@ def test_patching_for_another_position_equals_encoding_there(
     args = (pack_host(store, 10911), 1 << 22, enc.topic_raw, lambda h: pack_host(*h),
             lambda t: len(t), "SCHEDULE_TOPIC_XXXX")
     data, sizes, tags, _keys, _delays = impl.encode_messages(msgs, *args)
-    impl.place_messages(data, msgs, sizes, tags, pos, store_ts, lambda q: 7, "P", lambda *a: a)
+    impl.place_messages(data, msgs, sizes, tags, pos, store_ts, lambda q: 7, "P", tuple)
     entries, appended = impl.place_messages(data, msgs, sizes, tags, moved, store_ts,
-                                            lambda q: 7, "P", lambda *a: a)
+                                            lambda q: 7, "P", tuple)
     fresh, *_ = impl.encode_messages(msgs, *args)
     fresh_entries, fresh_appended = impl.place_messages(fresh, msgs, sizes, tags, moved, store_ts,
-                                                        lambda q: 7, "P", lambda *a: a)
+                                                        lambda q: 7, "P", tuple)
     assert (data, entries, appended) == (fresh, fresh_entries, fresh_appended)
     for other in OTHERS[impl]:
         odata, osizes, otags, okeys, odelays = other.encode_messages(msgs, *args)
         assert (osizes, otags, okeys, odelays) == (sizes, tags, _keys, _delays)
         assert other.place_messages(odata, msgs, sizes, tags, moved, store_ts, lambda q: 7, "P",
-                                    lambda *a: a) == (entries, appended)
+                                    tuple) == (entries, appended)
         assert odata == data
 
 
@@ -269,3 +272,12 @@ def test_views_decode_lazily_and_pickle_as_plain_messages(impl: ModuleType) -> N
     assert msgs[0].properties["X"] == "y"
     copy = pickle.loads(pickle.dumps(msgs[0]))
     assert type(copy) is MessageExt and fields(copy) == fields(msgs[0])
+
+
+@pytest.mark.parametrize("env", ["", "1"])
+def test_the_environment_selects_the_implementation(env: str) -> None:
+    """FERRYMQ_NO_EXTENSIONS=1 gives pure Python; otherwise the compiled codec when built."""
+    code = "import ferrymq.common.record as r; print(r.IMPLEMENTATION)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "FERRYMQ_NO_EXTENSIONS": env}).stdout.strip()
+    assert out == ("python" if env or C is None else "cython")

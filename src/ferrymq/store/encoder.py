@@ -120,10 +120,6 @@ def _born_host_bytes_of(value: tuple[str, int] | str) -> bytes:
     return _born_hosts.get(value) or _born_host_bytes(value)
 
 
-def _appended(phys: int, size: int, qo: int, ts: int, msg_id: str) -> AppendedMessage:
-    return AppendedMessage(phys, size, qo, ts, msg_id)
-
-
 def encode(enc: Encoder, msgs: Sequence[StoreMessage]) -> Encoded:
     try:
         data, sizes, tags, keys, delays = encode_messages(
@@ -143,4 +139,4 @@ def place(enc: Encoder, batch: Encoded, pos: int, store_ts: int,
         tags[i] = enc.schedule_tag(level, store_ts)
     batch.entries, batch.appended = place_messages(
         batch.data, batch.msgs, batch.sizes, tags, pos, store_ts, next_offset,
-        enc.msg_id_prefix, _appended)
+        enc.msg_id_prefix, AppendedMessage)

@@ -41,6 +41,8 @@ from .view import Buffer, StoredMessage
 
 IMPLEMENTATION = "python"
 
+_new_tuple = tuple.__new__
+
 
 _TAGS = "TAGS"
 _KEYS = "KEYS"
@@ -101,6 +103,8 @@ def properties_scan(raw: Buffer) -> tuple[str | None, str | None, str | None, st
 def locate(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, int]:
     """Check the record at `pos` (which must end by `limit`) field by field.
     Returns (total, sys_flag, body_at, body_len, topic_at, props_at)."""
+    if pos < 0 or limit > len(buf):
+        raise ValueError("locate: bounds outside the buffer")
     if limit - pos < MIN_RECORD_SIZE:
         raise MessageDecodeError(pos, "shorter than the smallest possible record")
     total, magic = I32.unpack_from(buf, pos)[0], I32.unpack_from(buf, pos + 4)[0]
@@ -133,6 +137,8 @@ def locate(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, 
 def decode_record(buf: Buffer, pos: int = 0, *, broker: str = "", decompress: bool = True,
                   check_crc: bool = False) -> StoredMessage:
     """The record at `pos` as a lazily decoded message. Raises MessageDecodeError."""
+    if pos < 0:
+        raise ValueError("decode_record: negative position")
     total, sys_flag, body_at, body_len, topic_at, props_at = locate(buf, pos, len(buf))
     (_t, _m, crc, queue_id, flag, queue_offset, phys, _s, born_ts) = HEAD.unpack_from(buf, pos)
     p = pos + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
@@ -164,6 +170,7 @@ def decode_record(buf: Buffer, pos: int = 0, *, broker: str = "", decompress: bo
     m._buf = buf
     m._at = pos
     m._props_at = props_at
+    m._props = m._born_host = m._store_host = m._msg_id = m._offset_msg_id = None
     return m
 
 
@@ -332,7 +339,7 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
 def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
                    tags: Sequence[int], pos: int, store_ts: int,
                    next_offset: Callable[[tuple[str, int]], int], msg_id_prefix: str,
-                   make_appended: Callable[..., Any],
+                   appended_type: type[tuple[Any, ...]],
                    ) -> tuple[dict[tuple[str, int], bytes], list[Any]]:
     """Patch QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into records encoded by
     encode_messages for a write at `pos` (RocketMQ's doAppend). Returns the consume-queue
@@ -345,7 +352,12 @@ def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
     entry = CQ_ENTRY.pack
     o = 0
     phys = pos
+    if len(sizes) != len(msgs) or len(tags) != len(msgs):
+        raise ValueError("place_messages: sizes and tags must match the messages")
+    new = _new_tuple
     for m, size, tag in zip(msgs, sizes, tags, strict=True):
+        if o + size > len(data):
+            raise ValueError("place_messages: sizes overrun the data")
         q = (m.topic, m.queue_id)
         qo = counters.get(q)
         if qo is None:
@@ -357,7 +369,7 @@ def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
         born_v6 = data[o + POS_SYSFLAG + 3] & SYSFLAG_BORNHOST_V6
         pack_i64(data, o + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if born_v6 else 0), store_ts)
         entries[q] += entry(phys, size, tag)
-        appended.append(make_appended(phys, size, qo, store_ts, f"{msg_id_prefix}{phys:016X}"))
+        appended.append(new(appended_type, (phys, size, qo, store_ts, f"{msg_id_prefix}{phys:016X}")))
         o += size
         phys += size
     return {q: bytes(e) for q, e in entries.items()}, appended

@@ -10,7 +10,7 @@ import mmap
 from collections.abc import Callable
 from typing import Any
 
-from ..message import Message, MessageExt
+from ..message import MessageExt
 from ..props import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 from .layout import (
     POS_BORNHOST,
@@ -21,54 +21,52 @@ from .layout import (
     unpack_host,
 )
 
-# The base classes' slots, reached past the properties that shadow them below.
-_PROPERTIES = Message.__dict__["properties"]
-_BORN_HOST = MessageExt.__dict__["born_host"]
-_STORE_HOST = MessageExt.__dict__["store_host"]
-_MSG_ID = MessageExt.__dict__["msg_id"]
-_OFFSET_MSG_ID = MessageExt.__dict__["offset_msg_id"]
-
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 class StoredMessage(MessageExt):
-    """MessageExt decoded lazily from a record at `_at` in `_buf`."""
+    """MessageExt decoded lazily from a record at `_at` in `_buf`. The lazy fields live in
+    slots of their own, None until first asked for (the base class's slots stay unused)."""
 
-    __slots__ = ("_at", "_buf", "_props_at")
+    __slots__ = ("_at", "_born_host", "_buf", "_msg_id", "_offset_msg_id", "_props",
+                 "_props_at", "_store_host")
     _at: int
     _buf: Buffer
     _props_at: int
+    _props: dict[str, str] | None
+    _born_host: str | None
+    _store_host: str | None
+    _msg_id: str | None
+    _offset_msg_id: str | None
 
     # The codec in use decodes the property bytes (set when ferrymq.common.record loads).
     decode_properties: Callable[[Buffer], dict[str, str]]
 
     @property  # type: ignore[override]
     def properties(self) -> dict[str, str]:
-        try:
-            value: dict[str, str] = _PROPERTIES.__get__(self)
-        except AttributeError:
+        value = self._props
+        if value is None:
             end = self._at + self.store_size
-            value = type(self).decode_properties(memoryview(self._buf)[self._props_at : end])
-            _PROPERTIES.__set__(self, value)
+            value = self._props = type(self).decode_properties(
+                memoryview(self._buf)[self._props_at : end])
         return value
 
     @properties.setter
     def properties(self, value: dict[str, str]) -> None:
-        _PROPERTIES.__set__(self, value)
+        self._props = value
 
     @property  # type: ignore[override]
     def born_host(self) -> str:
-        try:
-            value: str = _BORN_HOST.__get__(self)
-        except AttributeError:
+        value = self._born_host
+        if value is None:
             at = self._at + POS_BORNHOST
-            value = unpack_host(memoryview(self._buf)[at : at + born_host_size(self.sys_flag)])
-            _BORN_HOST.__set__(self, value)
+            value = self._born_host = unpack_host(
+                memoryview(self._buf)[at : at + born_host_size(self.sys_flag)])
         return value
 
     @born_host.setter
     def born_host(self, value: str) -> None:
-        _BORN_HOST.__set__(self, value)
+        self._born_host = value
 
     def _store_host_raw(self) -> bytes:
         at = self._at + store_timestamp_position(self.sys_flag) + 8
@@ -76,42 +74,38 @@ class StoredMessage(MessageExt):
 
     @property  # type: ignore[override]
     def store_host(self) -> str:
-        try:
-            value: str = _STORE_HOST.__get__(self)
-        except AttributeError:
-            value = unpack_host(self._store_host_raw())
-            _STORE_HOST.__set__(self, value)
+        value = self._store_host
+        if value is None:
+            value = self._store_host = unpack_host(self._store_host_raw())
         return value
 
     @store_host.setter
     def store_host(self, value: str) -> None:
-        _STORE_HOST.__set__(self, value)
+        self._store_host = value
 
     @property  # type: ignore[override]
     def offset_msg_id(self) -> str:
-        try:
-            value: str = _OFFSET_MSG_ID.__get__(self)
-        except AttributeError:
-            value = offset_msg_id(self._store_host_raw(), self.commit_log_offset)
-            _OFFSET_MSG_ID.__set__(self, value)
+        value = self._offset_msg_id
+        if value is None:
+            value = self._offset_msg_id = offset_msg_id(self._store_host_raw(),
+                                                        self.commit_log_offset)
         return value
 
     @offset_msg_id.setter
     def offset_msg_id(self, value: str) -> None:
-        _OFFSET_MSG_ID.__set__(self, value)
+        self._offset_msg_id = value
 
     @property  # type: ignore[override]
     def msg_id(self) -> str:
-        try:
-            value: str = _MSG_ID.__get__(self)
-        except AttributeError:
-            value = self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
-            _MSG_ID.__set__(self, value)
+        value = self._msg_id
+        if value is None:
+            value = self._msg_id = (self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+                                    or self.offset_msg_id)
         return value
 
     @msg_id.setter
     def msg_id(self, value: str) -> None:
-        _MSG_ID.__set__(self, value)
+        self._msg_id = value
 
     def materialize(self) -> MessageExt:
         """A plain MessageExt with every field decoded (no reference to the buffer)."""

@@ -1,0 +1,631 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled implementation of the record codec: the same functions as _py.py, with the
+same results and the same errors (tests/codec checks both against each other). Every layout
+position comes from layout.py, read once when the module loads."""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
+from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memchr, memcmp, memcpy, memset
+
+import zlib as _zlib
+
+from ..message import MessageBatchItem
+from ..props import PropertyError
+from . import layout as L
+from .view import StoredMessage
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+    object PyUnicode_FromStringAndSize(const char* s, Py_ssize_t size)
+
+cdef extern from "zlib.h":
+    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int length) nogil
+
+IMPLEMENTATION = "cython"
+
+cdef int32_t MAGIC = L.MESSAGE_MAGIC_CODE
+cdef Py_ssize_t MIN_RECORD = L.MIN_RECORD_SIZE
+cdef Py_ssize_t MAX_TOPIC = L.MAX_TOPIC_BYTES
+cdef Py_ssize_t MAX_PROPS = L.MAX_PROPERTIES_BYTES
+cdef Py_ssize_t P_MAGIC = L.POS_MAGIC
+cdef Py_ssize_t P_BODYCRC = L.POS_BODYCRC
+cdef Py_ssize_t P_QUEUEID = L.POS_QUEUEID
+cdef Py_ssize_t P_FLAG = L.POS_FLAG
+cdef Py_ssize_t P_QUEUEOFFSET = L.POS_QUEUEOFFSET
+cdef Py_ssize_t P_PHYSICALOFFSET = L.POS_PHYSICALOFFSET
+cdef Py_ssize_t P_SYSFLAG = L.POS_SYSFLAG
+cdef Py_ssize_t P_BORNTIMESTAMP = L.POS_BORNTIMESTAMP
+cdef Py_ssize_t P_BORNHOST = L.POS_BORNHOST
+cdef Py_ssize_t P_STORETIMESTAMP_V4 = L.POS_STORETIMESTAMP_V4
+cdef Py_ssize_t P_RECONSUME_V4 = L.POS_RECONSUMETIMES_V4
+cdef Py_ssize_t P_PREPARED_V4 = L.POS_PREPARED_V4
+cdef Py_ssize_t P_BODYLEN_V4 = L.POS_BODYLEN_V4
+cdef Py_ssize_t V6_EXTRA = L.IPV6_EXTRA
+cdef Py_ssize_t HOST_V4 = L.HOST_V4_SIZE
+cdef Py_ssize_t HOST_V6 = L.HOST_V6_SIZE
+cdef int32_t F_BORN_V6 = L.SYSFLAG_BORNHOST_V6
+cdef int32_t F_STORE_V6 = L.SYSFLAG_STOREHOST_V6
+cdef int32_t F_COMPRESSED = L.SYSFLAG_COMPRESSED
+cdef Py_ssize_t BATCH_HEAD_SIZE = L.BATCH_HEAD.size
+cdef Py_ssize_t BATCH_MIN = L.BATCH_MIN_ENTRY
+cdef Py_ssize_t CQ_SIZE = L.CQ_ENTRY.size
+cdef unsigned char NV = L.NAME_VALUE_SEPARATOR
+cdef unsigned char PS = L.PROPERTY_SEPARATOR
+
+_MessageDecodeError = L.MessageDecodeError
+_RecordEncodeError = L.RecordEncodeError
+_new_stored = StoredMessage.__new__
+_new_tuple = tuple.__new__
+_decompress = _zlib.decompress
+_zlib_error = _zlib.error
+_MessageBatchItem = MessageBatchItem
+
+_TAGS = "TAGS"
+_KEYS = "KEYS"
+_UNIQ = "UNIQ_KEY"
+_DELAY = "DELAY"
+
+
+# --- big-endian fields ---------------------------------------------------------------------------
+cdef inline int32_t rd32(const unsigned char* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int16_t rd16(const unsigned char* p) noexcept nogil:
+    return <int16_t>((<uint32_t>p[0] << 8) | p[1])
+
+
+cdef inline int64_t rd64(const unsigned char* p) noexcept nogil:
+    return <int64_t>((<uint64_t><uint32_t>rd32(p) << 32) | <uint32_t>rd32(p + 4))
+
+
+cdef inline void wr32(unsigned char* p, int64_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = u >> 24
+    p[1] = u >> 16
+    p[2] = u >> 8
+    p[3] = u
+
+
+cdef inline void wr16(unsigned char* p, int64_t v) noexcept nogil:
+    p[0] = (<uint32_t>v) >> 8
+    p[1] = <uint32_t>v
+
+
+cdef inline void wr64(unsigned char* p, int64_t v) noexcept nogil:
+    wr32(p, <int64_t>(<uint64_t>v >> 32))
+    wr32(p + 4, v)
+
+
+cdef inline uint32_t body_crc(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef unsigned long c = crc32(0, NULL, 0)
+    while n > 0x40000000:
+        c = crc32(c, p, 0x40000000)
+        p += 0x40000000
+        n -= 0x40000000
+    return crc32(c, p, <unsigned int>n) & 0x7FFFFFFF
+
+
+cdef inline object utf8(const unsigned char* p, Py_ssize_t n):
+    return PyUnicode_DecodeUTF8(<const char*>p, n, "replace")
+
+
+# --- properties ----------------------------------------------------------------------------------
+cdef object encode_props(dict props):
+    cdef Py_ssize_t i = 0, total = 0, kn, vn
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    cdef list parts
+    if not props:
+        return b""
+    parts = []
+    while PyDict_Next(props, &i, &k, &v):
+        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        if (memchr(kp, NV, kn) or memchr(kp, PS, kn) or memchr(vp, NV, vn)
+                or memchr(vp, PS, vn)):
+            raise PropertyError(<object>k, <object>v)
+        total += kn + vn + 2
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    i = 0
+    while PyDict_Next(props, &i, &k, &v):
+        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        memcpy(o, kp, kn)
+        o[kn] = NV
+        memcpy(o + kn + 1, vp, vn)
+        o[kn + 1 + vn] = PS
+        o += kn + vn + 2
+    return out
+
+
+def properties_encode(dict props):
+    return encode_props(props)
+
+
+cdef dict decode_props(const unsigned char* p, Py_ssize_t n):
+    cdef dict out = {}
+    cdef Py_ssize_t i = 0, end, sep
+    cdef const unsigned char* hit
+    while i <= n:
+        hit = <const unsigned char*>memchr(p + i, PS, n - i)
+        end = (hit - p) if hit != NULL else n
+        hit = <const unsigned char*>memchr(p + i, NV, end - i)
+        if hit != NULL:
+            sep = hit - p
+            if sep > i:
+                PyDict_SetItem(out, utf8(p + i, sep - i), utf8(p + sep + 1, end - sep - 1))
+        i = end + 1
+    return out
+
+
+def properties_decode(buf):
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return decode_props(<const unsigned char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple scan_props(const unsigned char* p, Py_ssize_t n):
+    cdef object tags = None, keys = None, uniq = None, delay = None
+    cdef Py_ssize_t i = 0, end, sep, klen
+    cdef const unsigned char* hit
+    while i <= n:
+        hit = <const unsigned char*>memchr(p + i, PS, n - i)
+        end = (hit - p) if hit != NULL else n
+        hit = <const unsigned char*>memchr(p + i, NV, end - i)
+        if hit != NULL:
+            sep = hit - p
+            klen = sep - i
+            if klen == 4 and memcmp(p + i, b"TAGS", 4) == 0:
+                tags = utf8(p + sep + 1, end - sep - 1)
+            elif klen == 4 and memcmp(p + i, b"KEYS", 4) == 0:
+                keys = utf8(p + sep + 1, end - sep - 1)
+            elif klen == 8 and memcmp(p + i, b"UNIQ_KEY", 8) == 0:
+                uniq = utf8(p + sep + 1, end - sep - 1)
+            elif klen == 5 and memcmp(p + i, b"DELAY", 5) == 0:
+                delay = utf8(p + sep + 1, end - sep - 1)
+        i = end + 1
+    return tags, keys, uniq, delay
+
+
+def properties_scan(buf):
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return scan_props(<const unsigned char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+# --- one record ----------------------------------------------------------------------------------
+cdef struct Located:
+    Py_ssize_t total
+    int32_t sys_flag
+    Py_ssize_t body_at
+    Py_ssize_t body_len
+    Py_ssize_t topic_at
+    Py_ssize_t props_at
+
+
+cdef int locate_c(const unsigned char* b, Py_ssize_t pos, Py_ssize_t limit, Located* r) except -1:
+    cdef int32_t total, magic, body_len, props_len
+    cdef Py_ssize_t end, p, topic_len
+    if limit - pos < MIN_RECORD:
+        raise _MessageDecodeError(pos, "shorter than the smallest possible record")
+    total = rd32(b + pos)
+    magic = rd32(b + pos + P_MAGIC)
+    if magic != MAGIC:
+        raise _MessageDecodeError(pos, f"magic code {<uint32_t>magic:#x} is not a message's")
+    if total < MIN_RECORD or pos + total > limit:
+        raise _MessageDecodeError(pos, f"total size {total} does not fit the buffer")
+    r.sys_flag = rd32(b + pos + P_SYSFLAG)
+    end = pos + total
+    p = pos + P_BODYLEN_V4
+    if r.sys_flag & F_BORN_V6:
+        p += V6_EXTRA
+    if r.sys_flag & F_STORE_V6:
+        p += V6_EXTRA
+    body_len = rd32(b + p)
+    r.body_at = p + 4
+    if body_len < 0 or r.body_at + body_len + 3 > end:
+        raise _MessageDecodeError(pos, f"body length {body_len} overruns the record")
+    r.body_len = body_len
+    r.topic_at = r.body_at + body_len + 1
+    topic_len = b[r.topic_at - 1]
+    if r.topic_at + topic_len + 2 > end:
+        raise _MessageDecodeError(pos, "topic overruns the record")
+    props_len = rd16(b + r.topic_at + topic_len)
+    r.props_at = r.topic_at + topic_len + 2
+    if props_len < 0 or r.props_at + props_len != end:
+        raise _MessageDecodeError(pos, "properties do not end where the record ends")
+    r.total = total
+    return 0
+
+
+def locate(buf, Py_ssize_t pos, Py_ssize_t limit):
+    cdef Py_buffer view
+    cdef Located r
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if pos < 0 or limit > view.len:
+            raise ValueError("locate: bounds outside the buffer")
+        locate_c(<const unsigned char*>view.buf, pos, limit, &r)
+    finally:
+        PyBuffer_Release(&view)
+    return r.total, r.sys_flag, r.body_at, r.body_len, r.topic_at, r.props_at
+
+
+cdef object decode_one(object buf, const unsigned char* b, Py_ssize_t n, Py_ssize_t pos,
+                       object broker, bint decompress, bint check_crc, list topic_cache,
+                       Py_ssize_t* total):
+    cdef Located r
+    cdef Py_ssize_t p, tlen
+    cdef int32_t crc
+    locate_c(b, pos, n, &r)
+    crc = rd32(b + pos + P_BODYCRC)
+    body = PyBytes_FromStringAndSize(<const char*>b + r.body_at, r.body_len)
+    if check_crc and <int32_t>body_crc(b + r.body_at, r.body_len) != crc:
+        raise _MessageDecodeError(pos, "body CRC mismatch")
+    if decompress and r.sys_flag & F_COMPRESSED:
+        try:
+            body = _decompress(body)
+        except _zlib_error as exc:
+            raise _MessageDecodeError(pos, f"compressed body does not inflate: {exc}") from exc
+    tlen = r.props_at - 2 - r.topic_at
+    cached = topic_cache[0]
+    if cached is not None and len(<bytes>cached) == tlen and memcmp(
+            PyBytes_AS_STRING(cached), b + r.topic_at, tlen) == 0:
+        topic = topic_cache[1]
+    else:
+        topic = utf8(b + r.topic_at, tlen)
+        topic_cache[0] = PyBytes_FromStringAndSize(<const char*>b + r.topic_at, tlen)
+        topic_cache[1] = topic
+    p = pos + P_STORETIMESTAMP_V4 + (V6_EXTRA if r.sys_flag & F_BORN_V6 else 0)
+    m = _new_stored(StoredMessage)
+    m.topic = topic
+    m.body = body
+    m.flag = rd32(b + pos + P_FLAG)
+    m.queue_id = rd32(b + pos + P_QUEUEID)
+    m.queue_offset = rd64(b + pos + P_QUEUEOFFSET)
+    m.commit_log_offset = rd64(b + pos + P_PHYSICALOFFSET)
+    m.sys_flag = r.sys_flag
+    m.born_timestamp = rd64(b + pos + P_BORNTIMESTAMP)
+    m.store_timestamp = rd64(b + p)
+    m.reconsume_times = rd32(b + r.body_at - 16)
+    m.prepared_transaction_offset = rd64(b + r.body_at - 12)
+    m.body_crc = crc
+    m.store_size = r.total
+    m.broker = broker
+    m._buf = buf
+    m._at = pos
+    m._props_at = r.props_at
+    m._props = None
+    m._born_host = None
+    m._store_host = None
+    m._msg_id = None
+    m._offset_msg_id = None
+    total[0] = r.total
+    return m
+
+
+def decode_record(buf, Py_ssize_t pos=0, *, broker="", bint decompress=True,
+                  bint check_crc=False):
+    cdef Py_buffer view
+    cdef Py_ssize_t total
+    if pos < 0:
+        raise ValueError("decode_record: negative position")
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return decode_one(buf, <const unsigned char*>view.buf, view.len, pos, broker,
+                          decompress, check_crc, [None, None], &total)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def decode_records(buf, *, broker="", bint decompress=True):
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, n, total
+    cdef list out = []
+    cdef list cache = [None, None]
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        n = view.len
+        while pos < n:
+            if n - pos < 8:
+                raise _MessageDecodeError(pos, "trailing bytes after the last record")
+            PyList_Append(out, decode_one(buf, <const unsigned char*>view.buf, n, pos, broker,
+                                          decompress, False, cache, &total))
+            pos += total
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+cdef Py_ssize_t write_record(unsigned char* o, const unsigned char* topic, Py_ssize_t topic_len,
+                             int64_t queue_id, int64_t flag, const unsigned char* body,
+                             Py_ssize_t body_len, const unsigned char* props, Py_ssize_t props_len,
+                             int64_t sys_flag, int64_t born_ts, const unsigned char* born,
+                             Py_ssize_t born_len, int64_t store_ts, const unsigned char* store,
+                             Py_ssize_t store_len, int64_t reconsume, int64_t prepared,
+                             int64_t queue_offset, int64_t phys, int64_t crc) noexcept nogil:
+    """One record at `o`; returns its size. Sizes are checked by the callers."""
+    cdef unsigned char* p = o
+    sys_flag &= ~(F_BORN_V6 | F_STORE_V6)
+    if born_len == HOST_V6:
+        sys_flag |= F_BORN_V6
+    if store_len == HOST_V6:
+        sys_flag |= F_STORE_V6
+    cdef Py_ssize_t total = (MIN_RECORD + body_len + topic_len + props_len
+                             + (V6_EXTRA if born_len == HOST_V6 else 0)
+                             + (V6_EXTRA if store_len == HOST_V6 else 0))
+    wr32(p, total)
+    wr32(p + 4, MAGIC)
+    wr32(p + 8, crc)
+    wr32(p + 12, queue_id)
+    wr32(p + 16, flag)
+    wr64(p + 20, queue_offset)
+    wr64(p + 28, phys)
+    wr32(p + 36, sys_flag)
+    wr64(p + 40, born_ts)
+    p += 48
+    memcpy(p, born, born_len)
+    p += born_len
+    wr64(p, store_ts)
+    p += 8
+    memcpy(p, store, store_len)
+    p += store_len
+    wr32(p, reconsume)
+    wr64(p + 4, prepared)
+    wr32(p + 12, body_len)
+    p += 16
+    memcpy(p, body, body_len)
+    p += body_len
+    p[0] = <unsigned char>topic_len
+    memcpy(p + 1, topic, topic_len)
+    p += 1 + topic_len
+    wr16(p, props_len)
+    memcpy(p + 2, props, props_len)
+    return total
+
+
+def encode_record(*, bytes topic, int64_t queue_id, int64_t flag, body, bytes properties,
+                  int64_t sys_flag, int64_t born_timestamp, bytes born_host, int64_t store_timestamp,
+                  bytes store_host, int64_t reconsume_times=0, int64_t prepared_transaction_offset=0,
+                  int64_t queue_offset=0, int64_t physical_offset=0, crc=None):
+    cdef Py_buffer bv
+    cdef Py_ssize_t size
+    if len(topic) > MAX_TOPIC:
+        raise ValueError(f"topic is {len(topic)} bytes; at most {MAX_TOPIC}")
+    if len(properties) > MAX_PROPS:
+        raise ValueError(f"properties are {len(properties)} bytes; at most {MAX_PROPS}")
+    PyObject_GetBuffer(body, &bv, PyBUF_SIMPLE)
+    try:
+        c = body_crc(<const unsigned char*>bv.buf, bv.len) if crc is None else crc
+        size = (MIN_RECORD + bv.len + len(topic) + len(properties)
+                + (V6_EXTRA if len(born_host) == HOST_V6 else 0)
+                + (V6_EXTRA if len(store_host) == HOST_V6 else 0))
+        out = PyBytes_FromStringAndSize(NULL, size)
+        write_record(<unsigned char*>PyBytes_AS_STRING(out), topic, len(topic), queue_id, flag,
+                     <const unsigned char*>bv.buf, bv.len, properties, len(properties), sys_flag,
+                     born_timestamp, born_host, len(born_host), store_timestamp, store_host,
+                     len(store_host), reconsume_times, prepared_transaction_offset, queue_offset,
+                     physical_offset, c)
+    finally:
+        PyBuffer_Release(&bv)
+    return out
+
+
+# --- SEND_BATCH_MESSAGE bodies ---------------------------------------------------------------------
+def encode_batch(items):
+    cdef list props = []
+    cdef list bodies = []
+    cdef list flags = []
+    cdef Py_ssize_t total = 0, i, n
+    cdef bytes pr
+    cdef bytes body
+    for item in items:
+        pr = encode_props(item.properties)
+        body = item.body
+        PyList_Append(props, pr)
+        PyList_Append(bodies, body)
+        PyList_Append(flags, item.flag)
+        total += BATCH_MIN + len(body) + len(pr)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    n = len(props)
+    for i in range(n):
+        pr = <bytes>props[i]
+        body = <bytes>bodies[i]
+        wr32(o, BATCH_MIN + len(body) + len(pr))
+        wr32(o + 4, 0)
+        wr32(o + 8, 0)
+        wr32(o + 12, <int64_t>flags[i])
+        wr32(o + 16, len(body))
+        o += BATCH_HEAD_SIZE
+        memcpy(o, <const char*>body, len(body))
+        o += len(body)
+        wr16(o, len(pr))
+        memcpy(o + 2, <const char*>pr, len(pr))
+        o += 2 + len(pr)
+    return out
+
+
+def split_batch(buf):
+    cdef Py_buffer view
+    cdef list out = []
+    cdef Py_ssize_t pos = 0, n, p
+    cdef int32_t total, body_len, flag
+    cdef int16_t props_len
+    cdef const unsigned char* b
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char*>view.buf
+        n = view.len
+        while pos < n:
+            if n - pos < BATCH_MIN:
+                raise _MessageDecodeError(pos, "truncated batch entry")
+            total = rd32(b + pos)
+            flag = rd32(b + pos + 12)
+            body_len = rd32(b + pos + 16)
+            if total < BATCH_MIN or pos + total > n or body_len < 0:
+                raise _MessageDecodeError(pos, f"batch entry size {total} does not fit")
+            p = pos + BATCH_HEAD_SIZE
+            if p + body_len + 2 > pos + total:
+                raise _MessageDecodeError(pos, "batch entry body overruns the entry")
+            body = PyBytes_FromStringAndSize(<const char*>b + p, body_len)
+            p += body_len
+            props_len = rd16(b + p)
+            p += 2
+            if props_len < 0 or p + props_len != pos + total:
+                raise _MessageDecodeError(pos, "batch entry properties do not end with the entry")
+            PyList_Append(out, (flag, body,
+                                PyBytes_FromStringAndSize(<const char*>b + p, props_len)))
+            pos += total
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+# --- the store's batch: encode once, patch the position in -----------------------------------------
+def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, born_bytes,
+                    tag_code, schedule_topic):
+    cdef Py_ssize_t n = len(msgs), i, total = 0, size
+    cdef list praws = []
+    cdef list traws = []
+    cdef list borns = []
+    cdef list sizes = []
+    cdef list tags = []
+    cdef list keys = []
+    cdef list delays = []
+    cdef bytes praw
+    cdef bytes traw
+    cdef bytes born
+    cdef Py_buffer bv
+    cdef Py_ssize_t store_len = len(store_host)
+    cdef bint store_v6 = store_len == HOST_V6
+    for i in range(n):
+        m = msgs[i]
+        props = m.properties
+        if type(props) is dict:
+            try:
+                praw = encode_props(<dict>props)
+            except PropertyError:
+                raise _RecordEncodeError(
+                    "MESSAGE_ILLEGAL", "a property name or value contains \\x01 or \\x02") from None
+            tags_text = (<dict>props).get(_TAGS)
+            keys_text = (<dict>props).get(_KEYS)
+            uniq = (<dict>props).get(_UNIQ)
+            delay = (<dict>props).get(_DELAY)
+        else:
+            praw = props
+            tags_text, keys_text, uniq, delay = scan_props(
+                <const unsigned char*>PyBytes_AS_STRING(praw), len(praw))
+        if len(praw) > MAX_PROPS:
+            raise _RecordEncodeError("PROPERTIES_SIZE_EXCEEDED",
+                                     f"properties are {len(praw)} bytes; at most {MAX_PROPS}")
+        topic = m.topic
+        traw = topic_bytes(topic)
+        body = m.body
+        born = born_bytes(m.born_host)
+        size = MIN_RECORD + len(body) + len(traw) + len(praw)
+        if len(born) != HOST_V4:
+            size += V6_EXTRA
+        if store_v6:
+            size += V6_EXTRA
+        if size > max_size:
+            raise _RecordEncodeError("MESSAGE_ILLEGAL",
+                                     f"message of {size} bytes exceeds max_message_size {max_size}")
+        PyList_Append(praws, praw)
+        PyList_Append(traws, traw)
+        PyList_Append(borns, born)
+        PyList_Append(sizes, size)
+        PyList_Append(tags, tag_code(tags_text) if tags_text else 0)
+        if uniq or keys_text:
+            mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
+            if uniq:
+                PyList_Append(mkeys, uniq)
+            PyList_Append(keys, (i, mkeys))
+        if topic == schedule_topic:
+            PyList_Append(delays, (i, delay))
+        total += size
+    out = bytearray(total)
+    cdef unsigned char* o = <unsigned char*>PyByteArray_AS_STRING(out)
+    for i in range(n):
+        m = msgs[i]
+        praw = <bytes>praws[i]
+        traw = <bytes>traws[i]
+        born = <bytes>borns[i]
+        PyObject_GetBuffer(m.body, &bv, PyBUF_SIMPLE)
+        try:
+            o += write_record(o, traw, len(traw), m.queue_id, m.flag,
+                              <const unsigned char*>bv.buf, bv.len, praw, len(praw), m.sys_flag,
+                              m.born_timestamp, born, len(born), 0, store_host, store_len,
+                              m.reconsume_times, m.prepared_transaction_offset, 0, 0,
+                              body_crc(<const unsigned char*>bv.buf, bv.len))
+        finally:
+            PyBuffer_Release(&bv)
+    return out, sizes, tags, keys, delays
+
+
+cdef char* HEX = b"0123456789ABCDEF"
+
+
+def place_messages(bytearray data, msgs, sizes, tags, int64_t pos, int64_t store_ts,
+                   next_offset, str msg_id_prefix, appended_type):
+    cdef dict entries = {}
+    cdef dict counters = {}
+    cdef list appended = []
+    cdef unsigned char* d = <unsigned char*>PyByteArray_AS_STRING(data)
+    cdef Py_ssize_t o = 0, n = len(msgs), i, at, j
+    cdef int64_t phys = pos, qo, size, tag
+    cdef char idbuf[16]
+    cdef uint64_t u
+    cdef PyObject* found
+    if len(sizes) != n or len(tags) != n:
+        raise ValueError("place_messages: sizes and tags must match the messages")
+    for i in range(n):
+        m = msgs[i]
+        size = sizes[i]
+        tag = tags[i]
+        if o + size > PyByteArray_GET_SIZE(data):
+            raise ValueError("place_messages: sizes overrun the data")
+        q = (m.topic, m.queue_id)
+        found = PyDict_GetItem(counters, q)
+        if found == NULL:
+            qo = next_offset(q)
+            entry = bytearray()
+            PyDict_SetItem(entries, q, entry)
+        else:
+            qo = <object>found
+            entry = entries[q]
+        PyDict_SetItem(counters, q, qo + 1)
+        wr64(d + o + P_QUEUEOFFSET, qo)
+        wr64(d + o + P_PHYSICALOFFSET, phys)
+        at = o + P_STORETIMESTAMP_V4 + (V6_EXTRA if d[o + P_SYSFLAG + 3] & F_BORN_V6 else 0)
+        wr64(d + at, store_ts)
+        j = PyByteArray_GET_SIZE(entry)
+        PyByteArray_Resize(entry, j + CQ_SIZE)
+        wr64(<unsigned char*>PyByteArray_AS_STRING(entry) + j, phys)
+        wr32(<unsigned char*>PyByteArray_AS_STRING(entry) + j + 8, size)
+        wr64(<unsigned char*>PyByteArray_AS_STRING(entry) + j + 12, tag)
+        u = <uint64_t>phys
+        for j in range(16):
+            idbuf[15 - j] = HEX[u & 0xF]
+            u >>= 4
+        msg_id = msg_id_prefix + PyUnicode_FromStringAndSize(idbuf, 16)
+        PyList_Append(appended, _new_tuple(appended_type, (phys, size, qo, store_ts, msg_id)))
+        o += size
+        phys += size
+    return {q: bytes(e) for q, e in entries.items()}, appended
