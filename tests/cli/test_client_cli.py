@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from cli_util import ferrymq, json_out
 
 from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer
 
@@ -26,27 +27,6 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "con
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
-
-
-def ferrymq(
-    server: Any, *args: str, stdin: bytes | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, FERRYMQ_NAMESRV=server.namesrv)
-    proc = subprocess.run(
-        [sys.executable, "-m", "ferrymq", *args],
-        capture_output=True,
-        env=env,
-        input=stdin.decode("latin-1") if stdin else None,
-        text=True,
-        timeout=60,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"ferrymq {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
-    return proc
-
-
-def json_out(server: Any, *args: str) -> Any:
-    return json.loads(ferrymq(server, *args, "--json").stdout)
 
 
 def test_topic_send_consume_and_progress_print_the_documented_json(standalone: Any) -> None:

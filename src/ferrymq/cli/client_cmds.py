@@ -1,8 +1,9 @@
-"""The client commands of `ferrymq`: topic, send, consume, group, msg, dlq.
+"""The client commands of `ferrymq`: topic, send, consume, group, msg, dlq, cluster.
 
 `add_client_commands(subparsers)` is called by the entry point. Every command takes
 --namesrv (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876) and --json; exit codes are 0 ok,
-1 a runtime failure (explained on stderr), 2 bad usage (argparse)."""
+1 a runtime failure, 2 bad usage, the same with and without --json (see failures.py for
+how a failure is printed)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,26 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..client.errors import ClientError
-from ..common.ids import MessageIdError
-from ..common.names import InvalidNameError
-from ..common.props import PropertyError
-from ..remoting import RemotingError
-from . import dlq_cmds, group_cmds, message_cmds, topic_cmds
-from .render import fail
+from ..common.errors import FerryMQError
+from . import cluster_cmds, dlq_cmds, group_cmds, message_cmds, topic_cmds
+from .failures import CommandFailed, describe, report
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 Command = Callable[[argparse.Namespace], int]
 
 
+def operation_of(args: argparse.Namespace) -> str:
+    """The command as typed, without its arguments: "topic create", "send"."""
+    words = [str(args.command)]
+    action = getattr(args, f"{args.command}_command", None)
+    if action:
+        words.append(str(action))
+    return " ".join(words)
+
+
 def _guarded(fn: Command) -> Command:
-    """Turn the errors a user can cause or meet into a one-line message and exit code 1."""
+    """Turn the errors a user can cause or meet into one message and exit code 1."""
 
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
@@ -36,34 +42,37 @@ def _guarded(fn: Command) -> Command:
             logging.getLogger("ferrymq.client").setLevel(logging.WARNING)
         try:
             return fn(args)
-        except (InvalidNameError, MessageIdError, PropertyError) as exc:
-            return fail(str(exc))
-        except ClientError as exc:
-            return fail(str(exc))
-        except RemotingError as exc:
-            return fail(f"cannot reach {args.namesrv} or a broker: {exc}")
-        except (TimeoutError, OSError, ValueError) as exc:
-            return fail(str(exc) or type(exc).__name__)
+        except (CommandFailed, FerryMQError, TimeoutError, OSError, ValueError) as exc:
+            return report(describe(exc, operation_of(args)), as_json=bool(args.json))
 
     return run
 
 
-def add_client_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--namesrv",
         default=os.environ.get("FERRYMQ_NAMESRV", DEFAULT_NAMESRV),
         help="name server HOST:PORT (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876)",
     )
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output; a failure prints {\"error\": {...}} on stdout",
+    )
+    return common
+
+
+def add_client_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = common_options()
     before = set(subparsers.choices)
-    for module in (topic_cmds, message_cmds, group_cmds, dlq_cmds):
+    for module in (topic_cmds, message_cmds, group_cmds, dlq_cmds, cluster_cmds):
         module.add(subparsers, common)
     for name in set(subparsers.choices) - before:
-        _wrap(subparsers.choices[name])
+        wrap(subparsers.choices[name])
 
 
-def _wrap(parser: argparse.ArgumentParser) -> None:
+def wrap(parser: argparse.ArgumentParser) -> None:
     """Guard the func of this parser and of every nested sub-command."""
     func = parser.get_default("func")
     if func is not None:
@@ -71,4 +80,4 @@ def _wrap(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                _wrap(child)
+                wrap(child)

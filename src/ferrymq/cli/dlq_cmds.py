@@ -17,7 +17,8 @@ from ..client.results import PullStatus
 from ..common import props as P
 from ..common.message import Message, MessageExt, MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP, dlq_topic, retry_topic
-from .render import fail, fmt_time, preview, print_json, print_table, progress, stdout
+from .failures import CommandFailed
+from .render import fmt_time, preview, print_json, print_table, progress, stdout
 
 CLI_PRODUCER_GROUP = "ferrymq-cli-dlq"
 # Properties the broker sets on the way to the DLQ; a re-driven message starts clean.
@@ -124,9 +125,7 @@ def redrive_message(group: str, entry: DlqEntry) -> Message:
 
 
 def cmd_resend(args: argparse.Namespace) -> int:
-    wanted = set(args.msg_id or [])
-    if not wanted and not args.all:
-        return fail("name messages with --msg-id, or resend everything with --all")
+    wanted = set(args.msg_id or [])  # argparse makes --msg-id and --all exclusive, one required
     with AdminClient(args.namesrv) as admin:
         entries = pending(admin, args.group)
         chosen = entries if args.all else [e for e in entries if e.matches(wanted)]
@@ -135,7 +134,7 @@ def cmd_resend(args: argparse.Namespace) -> int:
                 i for e in chosen for i in (e.msg.msg_id, e.msg.offset_msg_id, e.original_msg_id)
             }
             if missing:
-                return fail(f"not pending in {dlq_topic(args.group)}: {', '.join(sorted(missing))}")
+                raise CommandFailed(f"not pending in {dlq_topic(args.group)}: {', '.join(sorted(missing))}")
         sent: list[dict[str, Any]] = []
         done: set[tuple[MessageQueue, int]] = set()
         with (
@@ -211,11 +210,12 @@ def add(
         "resend", parents=[common], help="send DLQ messages back to the group's retry topic"
     )
     c.add_argument("group")
-    c.add_argument(
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument(
         "--msg-id",
         action="append",
         metavar="ID",
         help="a message to re-drive (msg_id, offset id or original id; repeatable)",
     )
-    c.add_argument("--all", action="store_true", help="re-drive every pending message")
+    which.add_argument("--all", action="store_true", help="re-drive every pending message")
     c.set_defaults(func=cmd_resend)

@@ -1,4 +1,4 @@
-"""`ferrymq group progress|reset-offset`."""
+"""`ferrymq group progress|connections|reset-offset`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import datetime as dt
 
 from ..client.admin import AdminClient
-from .render import print_json, print_table, stderr, stdout
+from .failures import CommandFailed
+from .render import print_json, print_table, stdout
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
@@ -28,6 +29,26 @@ def cmd_progress(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_connections(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        conns = admin.consumer_connections(args.group)
+    if args.json:
+        print_json(conns.to_json())
+        return 0
+    if not conns.connections:
+        stdout.print(f"no consumer of group {args.group} is online", markup=False)
+        return 0
+    print_table(
+        f"group {args.group}: {conns.message_model or '-'} {conns.consume_type or '-'}, "
+        f"from {conns.consume_from_where or '-'}",
+        ["client id", "address", "language", "version"],
+        ([c.client_id, c.client_addr, c.language, c.version] for c in conns.connections),
+        right=["version"],
+    )
+    print_table(None, ["topic", "expression"], sorted(conns.subscriptions.items()))
+    return 0
+
+
 def _target_timestamp(args: argparse.Namespace) -> int:
     """-1 asks the broker for the end of each queue; 0 is before the first message."""
     if args.to_end:
@@ -46,8 +67,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
     try:
         ts = _target_timestamp(args)
     except ValueError as exc:
-        stderr.print(f"ferrymq: bad --to-time: {exc}", markup=False)
-        return 2  # a usage error, like argparse's
+        # A usage error, like argparse's.
+        raise CommandFailed(f"bad --to-time: {exc}", kind="UsageError", exit_code=2) from exc
     with AdminClient(args.namesrv) as admin:
         offsets = admin.reset_offset_by_time(args.group, args.topic, ts)
     rows = [
@@ -75,6 +96,11 @@ def add(
     c = gsub.add_parser("progress", parents=[common], help="lag per queue, retry topic included")
     c.add_argument("group")
     c.set_defaults(func=cmd_progress)
+    c = gsub.add_parser(
+        "connections", parents=[common], help="the group's online consumers and subscriptions"
+    )
+    c.add_argument("group")
+    c.set_defaults(func=cmd_connections)
     c = gsub.add_parser(
         "reset-offset",
         parents=[common],

@@ -7,8 +7,24 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn, cast
 
+from .. import __version__
 from ..broker.config import BrokerConfig, ConfigError, load_config
+from .failures import EXIT_USAGE, Failure, report
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit 2 as argparse's do; with --json on the command line the error is the
+    same JSON object a runtime failure prints."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if Parser.json_errors:
+            report(Failure("UsageError", f"{self.prog}: {message}", EXIT_USAGE), as_json=True)
+            self.exit(EXIT_USAGE)
+        super().error(message)
 
 
 def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
@@ -44,9 +60,14 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ferrymq", description="RocketMQ's messaging model in Python")
+    parser = Parser(prog="ferrymq", description="RocketMQ's messaging model in Python")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"ferrymq {__version__}")
+    # Parser is an ArgumentParser; the command modules take the general type.
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND"),
+    )
     sub.required = True
 
     p = sub.add_parser("standalone", help="name server and broker in one process")
@@ -58,12 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9876)
     p.set_defaults(func=_cmd_namesrv)
 
-    p = sub.add_parser("broker", help="run a broker that registers with a name server")
+    p = sub.add_parser(
+        "broker",
+        help="run a broker that registers with a name server; or `broker status|config`",
+    )
     _add_broker_flags(p, standalone=False)
     p.set_defaults(func=_cmd_broker)
 
-    from .client_cmds import add_client_commands
+    from .client_cmds import add_client_commands, common_options, wrap
+    from .cluster_cmds import add_broker_actions
 
+    for action in add_broker_actions(p, common_options()):
+        wrap(action)
     add_client_commands(sub)
     return parser
 
@@ -89,9 +116,13 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     # Servers log their life at INFO; a client command's stderr is for its own error message.
-    quiet = logging.INFO if args.command in ("standalone", "namesrv", "broker") else logging.ERROR
+    server = args.command in ("standalone", "namesrv", "broker") and not getattr(
+        args, "broker_command", None
+    )
+    quiet = logging.INFO if server else logging.ERROR
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else quiet,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,4 +1,4 @@
-"""`ferrymq send`, `ferrymq consume`, `ferrymq msg show|find`."""
+"""`ferrymq send`, `ferrymq consume`, `ferrymq msg show|get|find`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from ..client.admin import AdminClient
 from ..client.consumer.types import ConsumeFromWhere
 from ..client.consumers import LitePullConsumer
 from ..client.producer import Producer
+from ..client.results import PullStatus
 from ..common.errors import FerryMQError
-from ..common.ids import MessageIdError, decode_offset_msg_id
-from ..common.message import Message, MessageExt
+from ..common.ids import is_offset_msg_id, is_uniq_id
+from ..common.message import Message, MessageExt, MessageQueue
+from .failures import CommandFailed
 from .render import (
-    fail,
     fmt_time,
     message_detail,
     message_json,
@@ -126,35 +127,44 @@ def cmd_consume(args: argparse.Namespace) -> int:
     finally:
         consumer.shutdown()
     if args.count is not None and printed < args.count:
-        return fail(f"received {printed} of {args.count} message(s) within {args.timeout}s")
+        raise CommandFailed(f"received {printed} of {args.count} message(s) within {args.timeout}s")
     return 0
 
 
-def _looks_like_offset_id(text: str) -> bool:
-    try:
-        decode_offset_msg_id(text)
-    except MessageIdError:
-        return False
-    return True
+def _lookup(admin: AdminClient, msg_id: str, topic: str | None) -> MessageExt:
+    """A message by its offset id (store host + commit-log offset) or its unique id. The two
+    have the same length; a unique id's port field is out of range (RocketMQ's
+    MessageDecoder.decodeMessageId would dial it anyway), so it is only searched by key."""
+    offset_id, uniq_id = is_offset_msg_id(msg_id), is_uniq_id(msg_id)
+    if not (offset_id or uniq_id):
+        raise CommandFailed(
+            f"{msg_id!r} is not a message id (32 or 56 hex digits: a msg_id or an offset_msg_id)",
+            kind="MessageIdError",
+        )
+    errors: list[str] = []
+    if topic and uniq_id:
+        try:
+            return admin.query_by_uniq_key(topic, msg_id)
+        except FerryMQError as exc:
+            errors.append(str(exc))
+    if offset_id:
+        try:
+            return admin.view_message(msg_id)
+        except FerryMQError as exc:
+            errors.append(str(exc))
+    if uniq_id and not topic:
+        found = admin.find_by_uniq_key(msg_id)
+        if found:
+            return found[0]  # the original; later copies are its retries or dead letter
+        errors.append("no topic has a message with this unique id")
+    raise CommandFailed(
+        f"message {msg_id} not found: {'; '.join(errors)}", kind="MessageNotFoundError"
+    )
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv) as admin:
-        msg: MessageExt | None = None
-        errors: list[str] = []
-        if args.topic:
-            try:
-                msg = admin.query_by_uniq_key(args.topic, args.id)
-            except FerryMQError as exc:
-                errors.append(str(exc))
-        if msg is None and _looks_like_offset_id(args.id):
-            try:
-                msg = admin.view_message(args.id)
-            except FerryMQError as exc:
-                errors.append(str(exc))
-        if msg is None:
-            hint = "" if args.topic else " (a unique key needs --topic)"
-            return fail(f"message {args.id} not found{hint}: {'; '.join(errors) or 'no match'}")
+        msg = _lookup(admin, args.id, args.topic)
     detail = message_detail(msg)
     if args.json:
         print_json(detail)
@@ -177,7 +187,7 @@ def cmd_find(args: argparse.Namespace) -> int:
         print_json([message_detail(m) for m in msgs])
         return 0
     if not msgs:
-        return fail(f"no message with key {args.key!r} in topic {args.topic}")
+        raise CommandFailed(f"no message with key {args.key!r} in topic {args.topic}")
     print_table(
         f"messages with key {args.key}",
         ["msg_id", "offset_msg_id", "queue", "offset", "tags", "stored", "body"],
@@ -188,6 +198,61 @@ def cmd_find(args: argparse.Namespace) -> int:
                 f"{m.broker}:{m.queue_id}",
                 m.queue_offset,
                 m.tags or "-",
+                fmt_time(m.store_timestamp),
+                preview(m.body),
+            ]
+            for m in msgs
+        ),
+        right=["offset"],
+    )
+    return 0
+
+
+def _queue(admin: AdminClient, topic: str, queue_id: int, broker: str | None) -> MessageQueue:
+    queues = [q for q in admin.message_queues(topic) if q.queue_id == queue_id]
+    if broker is not None:
+        queues = [q for q in queues if q.broker_name == broker]
+    names = sorted({q.broker_name for q in queues})
+    if not queues:
+        where = f" on broker {broker}" if broker else ""
+        raise CommandFailed(f"topic {topic} has no readable queue {queue_id}{where}")
+    if len(names) > 1:
+        raise CommandFailed(
+            f"queue {queue_id} of {topic} is on brokers {', '.join(names)}: choose with --broker"
+        )
+    return queues[0]
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    """Read by (topic, queue, offset) without a group and without committing anything."""
+    with AdminClient(args.namesrv) as admin:
+        mq = _queue(admin, args.topic, args.queue, args.broker)
+        result = admin.pull(mq, args.offset, args.count)
+    if result.status is not PullStatus.FOUND:
+        held = (
+            f"it holds offsets {result.min_offset} to {result.max_offset - 1}"
+            if result.max_offset > result.min_offset
+            else f"it is empty, next offset {result.max_offset}"
+        )
+        raise CommandFailed(
+            f"no message at offset {args.offset} of queue {mq.queue_id} of {mq.topic} on "
+            f"{mq.broker_name} ({held})",
+            kind="MessageNotFoundError",
+        )
+    msgs = result.messages[: args.count]
+    if args.json:
+        print_json([message_detail(m) for m in msgs])
+        return 0
+    print_table(
+        f"{mq.topic}:{mq.broker_name}:{mq.queue_id} from offset {args.offset}",
+        ["offset", "msg_id", "offset_msg_id", "tags", "keys", "stored", "body"],
+        (
+            [
+                m.queue_offset,
+                m.msg_id,
+                m.offset_msg_id,
+                m.tags or "-",
+                m.keys or "-",
                 fmt_time(m.store_timestamp),
                 preview(m.body),
             ]
@@ -247,11 +312,22 @@ def add(
     c = msub.add_parser(
         "show",
         parents=[common],
-        help="one message by offset message id, or by unique key with --topic",
+        help="one message by msg_id (unique id) or offset_msg_id",
     )
     c.add_argument("id")
-    c.add_argument("--topic", help="the topic, to look the id up as a unique key (msg_id)")
+    c.add_argument(
+        "--topic", help="the topic of a msg_id (faster: otherwise every topic is searched)"
+    )
     c.set_defaults(func=cmd_show)
+    c = msub.add_parser(
+        "get", parents=[common], help="messages by (topic, queue, offset), read without a group"
+    )
+    c.add_argument("topic")
+    c.add_argument("queue", type=int, help="queue id")
+    c.add_argument("offset", type=int, help="queue offset of the first message")
+    c.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
+    c.add_argument("--broker", help="the broker of the queue, when several serve the topic")
+    c.set_defaults(func=cmd_get)
     c = msub.add_parser("find", parents=[common], help="messages by key")
     c.add_argument("--topic", required=True)
     c.add_argument("--key", required=True)

@@ -8,9 +8,10 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -25,6 +26,16 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+def is_id_column(name: str) -> bool:
+    """Columns people copy whole: ids (msg_id, offset_msg_id, client id) and addresses."""
+    return name.endswith("id") or name in ("addr", "address")
+
+
+# A folded column keeps its header whole, and words up to this length (the longest message id,
+# an IPv6 one) are never cut, so an id in a key/value table stays whole too.
+FOLD_MIN_WIDTH = 56
+
+
 def print_table(
     title: str | None,
     columns: Sequence[str],
@@ -32,18 +43,24 @@ def print_table(
     *,
     right: Iterable[str] = (),
 ) -> None:
+    """A table that never cuts an id: id columns keep their full width, other columns fold,
+    and when even that does not fit the table is wider than the terminal rather than lossy."""
     numeric = set(right)
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for col in columns:
-        table.add_column(col, justify="right" if col in numeric else "left", no_wrap=True)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    stdout.print(table)
-
-
-def fail(message: str) -> int:
-    stderr.print(f"ferrymq: {message}", markup=False)
-    return 1
+    for i, col in enumerate(columns):
+        justify: Literal["left", "right"] = "right" if col in numeric else "left"
+        if is_id_column(col):
+            longest = max((len(r[i]) for r in cells), default=0)
+            table.add_column(col, justify=justify, no_wrap=True, min_width=longest)
+        else:
+            word = max((len(w) for r in cells for w in r[i].split()), default=0)
+            floor = max(len(col), min(word, FOLD_MIN_WIDTH))
+            table.add_column(col, justify=justify, overflow="fold", min_width=floor)
+    for row in cells:
+        table.add_row(*row)
+    needed = Measurement.get(stdout, stdout.options, table).minimum
+    stdout.print(table, width=max(stdout.width, needed), crop=False)
 
 
 def body_fields(body: bytes) -> dict[str, Any]:

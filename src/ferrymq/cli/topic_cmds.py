@@ -1,10 +1,11 @@
-"""`ferrymq topic create|list|status`."""
+"""`ferrymq topic create|list|status|delete|update`."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..client.admin import AdminClient
+from ..common.headers import PERM_READ, PERM_WRITE
 from .render import fmt_time, print_json, print_table, stdout
 
 
@@ -57,6 +58,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_delete(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        brokers = admin.delete_topic(args.topic)
+    if args.json:
+        print_json({"topic": args.topic, "deleted": True, "brokers": brokers})
+    else:
+        stdout.print(f"topic {args.topic} deleted on {', '.join(brokers)}", markup=False)
+    return 0
+
+
+# RocketMQ's perm values, by the names mqadmin's users know them.
+PERMS = {"rw": PERM_READ | PERM_WRITE, "r": PERM_READ, "w": PERM_WRITE, "none": 0}
+PERM_NAMES = {v: k for k, v in PERMS.items()}
+
+
+def parse_perm(text: str) -> int:
+    """'rw', 'r', 'w', 'none' or RocketMQ's number (6, 4, 2, 0)."""
+    if text in PERMS:
+        return PERMS[text]
+    if text.isdigit() and int(text) in PERM_NAMES:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: use rw, r, w, none (or 6, 4, 2, 0)")
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        brokers = admin.update_topic_perm(args.topic, args.perm)
+    name = PERM_NAMES[args.perm]
+    if args.json:
+        print_json({"topic": args.topic, "perm": args.perm, "perm_name": name, "brokers": brokers})
+    else:
+        stdout.print(
+            f"topic {args.topic} is now {name} ({args.perm}) on {', '.join(brokers)}", markup=False
+        )
+    return 0
+
+
 def add(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
@@ -73,3 +111,17 @@ def add(
     c = tsub.add_parser("status", parents=[common], help="offsets of each queue of a topic")
     c.add_argument("topic")
     c.set_defaults(func=cmd_status)
+    c = tsub.add_parser(
+        "delete", parents=[common], help="delete a topic on its brokers and the name servers"
+    )
+    c.add_argument("topic")
+    c.set_defaults(func=cmd_delete)
+    c = tsub.add_parser("update", parents=[common], help="change a topic's permission")
+    c.add_argument("topic")
+    c.add_argument(
+        "--perm",
+        type=parse_perm,
+        required=True,
+        help="rw (6), r (4: no sends), w (2: no consumption) or none (0)",
+    )
+    c.set_defaults(func=cmd_update)

@@ -11,11 +11,18 @@ from typing import Any
 
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
-from ..common.ids import decode_offset_msg_id
+from ..common.ids import decode_offset_msg_id, decode_uniq_id
 from ..common.message import MessageExt, MessageQueue
-from ..common.names import TOOLS_CONSUMER_GROUP, retry_topic, validate_topic
+from ..common.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    SYSTEM_TOPICS,
+    TOOLS_CONSUMER_GROUP,
+    retry_topic,
+    validate_topic,
+)
 from ..common.record import decode_records
 from ..remoting import ClientConfig, RemotingClient
+from .admin_results import BrokerStatus
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .errors import ClientStateError, MessageNotFoundError, NoRouteError
 from .results import (
@@ -118,6 +125,68 @@ class AsyncAdminClient:
         names = set((info.get("clusterAddrTable") or {}).get(cluster) or [])
         return {n: a for n, a in everything.items() if n in names}
 
+    async def cluster_list(self) -> list[BrokerStatus]:
+        """Every broker of every cluster, slaves included, with its runtime table (RocketMQ's
+        GET_BROKER_RUNTIME_INFO); a broker that does not answer is listed with the error."""
+        info = await self.api.cluster_info()
+        clusters = {
+            str(name): str(cluster)
+            for cluster, names in (info.get("clusterAddrTable") or {}).items()
+            for name in names or []
+        }
+        listed: list[tuple[str, str, int, str]] = []
+        for name, bd in (info.get("brokerAddrTable") or {}).items():
+            cluster = clusters.get(str(name), str(bd.get("cluster", "")))
+            for bid, addr in (bd.get("brokerAddrs") or {}).items():
+                listed.append((cluster, str(name), int(bid), str(addr)))
+        listed.sort()
+        answers = await asyncio.gather(
+            *(self.api.broker_runtime_info(addr) for *_, addr in listed), return_exceptions=True
+        )
+        out: list[BrokerStatus] = []
+        for (cluster, name, bid, addr), answer in zip(listed, answers, strict=True):
+            if isinstance(answer, FerryMQError):
+                out.append(BrokerStatus(cluster, name, bid, addr, error=str(answer)))
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                out.append(BrokerStatus(cluster, name, bid, addr, answer))
+        return out
+
+    async def broker_status(self, broker: str) -> BrokerStatus:
+        """One broker's runtime table; `broker` is a broker name (its master) or HOST:PORT."""
+        for status in await self.cluster_list():
+            if status.addr == broker or (status.broker == broker and status.broker_id == 0):
+                if status.error is not None:
+                    raise NoRouteError("", self.namesrv, f"broker {broker}: {status.error}")
+                return status
+        raise NoRouteError("", self.namesrv, f"no broker {broker!r} is registered")
+
+    async def broker_config(self, broker: str) -> dict[str, str]:
+        """The broker's configuration (RocketMQ's camelCase keys); `broker` as in
+        broker_status."""
+        return await self.api.broker_config(await self._broker_address(broker))
+
+    async def update_broker_config(
+        self, values: dict[str, str], broker: str | None = None
+    ) -> list[str]:
+        """Change configuration keys at runtime on one broker, or on every master when
+        `broker` is None. The broker refuses keys that cannot change while it runs."""
+        if broker is not None:
+            addrs = [await self._broker_address(broker)]
+        else:
+            addrs = list((await self.brokers()).values())
+        await _gather(self.api.update_broker_config(addr, values) for addr in addrs)
+        return addrs
+
+    async def _broker_address(self, broker: str) -> str:
+        if ":" in broker:
+            return broker
+        addr = (await self.brokers()).get(broker)
+        if not addr:
+            raise NoRouteError("", self.namesrv, f"no broker {broker!r} is registered")
+        return addr
+
     # --- offsets and pulls -------------------------------------------------------------------
     async def max_offset(self, mq: MessageQueue) -> int:
         return await self.api.max_offset(await self.broker_addr(mq), mq.topic, mq.queue_id)
@@ -204,6 +273,43 @@ class AsyncAdminClient:
         )
         self._routes.pop(topic, None)
         return sorted(brokers)
+
+    async def delete_topic(self, topic: str) -> list[str]:
+        """Delete the topic on every broker that serves it, then on every name server
+        (RocketMQ's order: a route never points at a broker that no longer has the topic).
+        Returns the broker names."""
+        validate_topic(topic)
+        if topic in SYSTEM_TOPICS:
+            raise ValueError(f"{topic} is a system topic and cannot be deleted")
+        route = await self.topic_route(topic, refresh=True)
+        await _gather(self.api.delete_topic_in_broker(a, topic) for a in route.brokers.values())
+        await self.api.delete_topic_in_namesrvs(topic)
+        self._routes.pop(topic, None)
+        return sorted(route.brokers)
+
+    async def update_topic_perm(self, topic: str, perm: int) -> list[str]:
+        """Set the topic's permission (PERM_READ | PERM_WRITE bits) on every broker that serves
+        it, keeping its queue numbers and flags. Returns the broker names."""
+        if perm & ~(PERM_READ | PERM_WRITE) or not perm >= 0:
+            raise ValueError(f"permission {perm} is not a combination of read (4) and write (2)")
+        if topic in SYSTEM_TOPICS:
+            raise ValueError(f"{topic} is a system topic; its permission is the broker's")
+        route = await self.topic_route(topic, refresh=True)
+        addrs = route.brokers
+        await _gather(
+            self.api.create_topic(
+                addrs[q.broker_name],
+                topic,
+                read_queue_nums=q.read_queue_nums,
+                write_queue_nums=q.write_queue_nums,
+                perm=perm,
+                topic_sys_flag=q.topic_sys_flag,
+            )
+            for q in route.queue_datas
+            if q.broker_name in addrs
+        )
+        self._routes.pop(topic, None)
+        return sorted(q.broker_name for q in route.queue_datas if q.broker_name in addrs)
 
     async def topic_list(self) -> list[str]:
         return await self.api.topic_list()
@@ -338,6 +444,27 @@ class AsyncAdminClient:
         # A message stored twice (a producer retry) has the same unique key; the first wins.
         return min(found, key=lambda m: m.store_timestamp)
 
+    async def find_by_uniq_key(self, uniq: str) -> list[MessageExt]:
+        """Every stored copy of the message with unique id `uniq`, in any topic (its own, a
+        retry topic, the DLQ, the delay schedule), oldest first: the index of each topic on
+        each broker is asked, as no topic is given."""
+        decode_uniq_id(uniq)  # refuse what cannot be a unique id before asking anyone
+        topics = [t for t in await self.topic_list() if t != AUTO_CREATE_TOPIC_KEY_TOPIC]
+        found: list[MessageExt] = []
+        for start in range(0, len(topics), UNIQ_SEARCH_FANOUT):
+            batch = topics[start : start + UNIQ_SEARCH_FANOUT]
+            results = await asyncio.gather(
+                *(self._query(t, uniq, max_num=32, unique=True) for t in batch),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, NoRouteError):
+                    continue  # deleted between the list and the query
+                if isinstance(result, BaseException):
+                    raise result
+                found.extend(m for m in result if m.msg_id == uniq)
+        return sorted(found, key=lambda m: (m.store_timestamp, m.commit_log_offset))
+
     async def _query(self, topic: str, key: str, *, max_num: int, unique: bool) -> list[MessageExt]:
         route = await self.topic_route(topic, refresh=True)
         out: list[MessageExt] = []
@@ -356,6 +483,10 @@ class AsyncAdminClient:
         except FerryMQError:  # the message itself was found; its name is a nicety
             return ""
         return next((name for name, a in brokers.items() if a == addr), "")
+
+
+# How many topics a unique-id search asks at once.
+UNIQ_SEARCH_FANOUT = 16
 
 
 async def _gather(aws: Any) -> list[Any]:

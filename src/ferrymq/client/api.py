@@ -447,6 +447,47 @@ class MQClientAPI:
         return data
 
 
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, fields(topic=topic))
+
+    async def delete_topic_in_namesrvs(self, topic: str) -> None:
+        """Every name server forgets the topic (RocketMQ asks each one, not the first)."""
+        for addr in self.namesrv_addrs:
+            await self.invoke_ok(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, fields(topic=topic))
+
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        resp = await self.invoke_ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        table = jsonx.loads(resp.body or b"{}").get("table") or {}
+        return {str(k): str(v) for k, v in table.items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """The broker's configuration as RocketMQ sends it: `key=value` lines (camelCase)."""
+        resp = await self.invoke_ok(addr, RequestCode.GET_BROKER_CONFIG)
+        return parse_properties((resp.body or b"").decode("utf-8"))
+
+    async def update_broker_config(self, addr: str, values: Mapping[str, str]) -> None:
+        await self.invoke_ok(
+            addr, RequestCode.UPDATE_BROKER_CONFIG, body=format_properties(values).encode("utf-8")
+        )
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """java.util.Properties text as MixAll.properties2String writes it (no escapes needed for
+    ferrymq's keys and values)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def format_properties(values: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
 def pull_sys_flag(*, commit: bool, suspend: bool, subscription: bool = True) -> int:
     flag = 0
     if commit:

@@ -130,3 +130,21 @@ class ConsumerConnections:
     consume_type: str = ""
     consume_from_where: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "message_model": self.message_model,
+            "consume_type": self.consume_type,
+            "consume_from_where": self.consume_from_where,
+            "connections": [
+                {
+                    "client_id": c.client_id,
+                    "client_addr": c.client_addr,
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in self.connections
+            ],
+            "subscriptions": dict(self.subscriptions),
+        }

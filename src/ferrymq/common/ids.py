@@ -11,14 +11,17 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .errors import FerryMQError
+
 _ADDR_V4 = struct.Struct(">4sIq")
 
 
-class MessageIdError(ValueError):
-    def __init__(self, msg_id: str, reason: str) -> None:
-        super().__init__(f"not an offset message id {msg_id!r}: {reason}")
+class MessageIdError(FerryMQError, ValueError):
+    def __init__(self, msg_id: str, reason: str, *, kind: str = "offset message id") -> None:
+        super().__init__(f"{msg_id!r} is not a valid {kind}: {reason}")
         self.msg_id = msg_id
         self.reason = reason
+        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +56,62 @@ def decode_offset_msg_id(msg_id: str) -> OffsetMessageId:
         raise MessageIdError(msg_id, "not hexadecimal") from exc
     if len(raw) == 16:
         ip_raw, port, offset = _ADDR_V4.unpack(raw)
-        return OffsetMessageId(socket.inet_ntoa(ip_raw), port, offset)
-    if len(raw) == 28:
+        host = socket.inet_ntoa(ip_raw)
+    elif len(raw) == 28:
         port, offset = struct.unpack(">Iq", raw[16:])
-        return OffsetMessageId(str(ipaddress.IPv6Address(raw[:16])), port, offset)
-    raise MessageIdError(msg_id, f"{len(raw)} bytes, expected 16 or 28")
+        host = str(ipaddress.IPv6Address(raw[:16]))
+    else:
+        raise MessageIdError(msg_id, f"{len(raw)} bytes, expected 16 or 28")
+    # A unique id (UNIQ_KEY) has the same length; where an offset id has its port, it has the
+    # producer's pid and class-loader hash, which decode to a port no broker listens on.
+    if not 0 < port <= 0xFFFF:
+        raise MessageIdError(msg_id, f"port {port} is out of range (a unique id, not an offset id?)")
+    if offset < 0:
+        raise MessageIdError(msg_id, f"negative commit-log offset {offset}")
+    return OffsetMessageId(host, port, offset)
+
+
+def is_offset_msg_id(msg_id: str) -> bool:
+    try:
+        decode_offset_msg_id(msg_id)
+    except MessageIdError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class UniqMessageId:
+    """The parts of a unique id (RocketMQ's MessageClientIDSetter): the producer's address,
+    pid and class-loader hash, ms since the start of the month it was made in, and a counter."""
+
+    ip: str
+    pid: int
+    instance: int
+    month_ms: int
+    counter: int
+
+
+def decode_uniq_id(msg_id: str) -> UniqMessageId:
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise MessageIdError(msg_id, "not hexadecimal", kind="unique message id") from exc
+    if len(raw) not in (16, 28):
+        raise MessageIdError(
+            msg_id, f"{len(raw)} bytes, expected 16 or 28", kind="unique message id"
+        )
+    ip_len = len(raw) - 12
+    ip = str(ipaddress.ip_address(raw[:ip_len]))
+    pid, instance, month_ms, counter = struct.unpack(">HIIH", raw[ip_len:])
+    return UniqMessageId(ip, pid, instance, month_ms, counter)
+
+
+def is_uniq_id(msg_id: str) -> bool:
+    try:
+        decode_uniq_id(msg_id)
+    except MessageIdError:
+        return False
+    return True
 
 
 class UniqIdGenerator:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import FerryMQError
+
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
@@ -21,7 +23,7 @@ _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC})
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(FerryMQError, ValueError):
     """A topic or group name breaks RocketMQ's naming rule."""
 
     def __init__(self, kind: str, name: str, reason: str) -> None:

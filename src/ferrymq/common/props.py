@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .errors import FerryMQError
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
@@ -53,7 +55,7 @@ SYSTEM_PROPERTIES = frozenset(
 )
 
 
-class PropertyError(ValueError):
+class PropertyError(FerryMQError, ValueError):
     """A property name or value contains one of the two separator characters."""
 
     def __init__(self, name: str, value: str) -> None:

@@ -31,6 +31,20 @@ def _mark_started(msgs: list[MessageExt]) -> None:
         m.properties[P.PROPERTY_CONSUME_START_TIMESTAMP] = now
 
 
+def _listener_failed(exc: Exception, msgs: list[MessageExt], ctx: Any) -> None:
+    """One line per failure: a listener that fails on every message of a backlog would
+    otherwise print a traceback per message. The traceback is there at debug level."""
+    log.warning(
+        "listener raised %s on %d message(s) of %s (first %s): %s",
+        type(exc).__name__,
+        len(msgs),
+        ctx.message_queue,
+        msgs[0].msg_id if msgs else "-",
+        exc,
+    )
+    log.debug("listener traceback", exc_info=exc)
+
+
 class ListenerRunner:
     def __init__(self, fn: Callable[..., Any], threads: int, name: str) -> None:
         self.fn = fn
@@ -49,13 +63,8 @@ class ListenerRunner:
                 _mark_started(msgs)
                 try:
                     return await self.fn(list(msgs), ctx)
-                except Exception:
-                    log.warning(
-                        "listener raised on %d message(s) of %s",
-                        len(msgs),
-                        ctx.message_queue,
-                        exc_info=True,
-                    )
+                except Exception as exc:
+                    _listener_failed(exc, msgs, ctx)
                     return None
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self._name)
@@ -66,13 +75,8 @@ class ListenerRunner:
         _mark_started(msgs)
         try:
             return self.fn(list(msgs), ctx)
-        except Exception:
-            log.warning(
-                "listener raised on %d message(s) of %s",
-                len(msgs),
-                ctx.message_queue,
-                exc_info=True,
-            )
+        except Exception as exc:
+            _listener_failed(exc, msgs, ctx)
             return None
 
     def shutdown(self) -> None:

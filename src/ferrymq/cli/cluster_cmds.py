@@ -1,0 +1,141 @@
+"""`ferrymq cluster list`, `ferrymq broker status|config get|config update`: the brokers, their
+runtime state and the configuration keys that can change while they run (mqadmin's
+clusterList, brokerStatus, getBrokerConfig and updateBrokerConfig)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..client.admin import AdminClient
+from .failures import CommandFailed
+from .render import fmt_time, print_json, print_table, stdout
+
+
+def _ms(value: str) -> str:
+    return fmt_time(int(value)) if value.isdigit() else "-"
+
+
+def cmd_cluster_list(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        brokers = admin.cluster_list()
+    if args.json:
+        print_json([b.to_json() for b in brokers])
+        return 0
+    if not brokers:
+        stdout.print("no broker is registered with the name server", markup=False)
+        return 0
+    print_table(
+        None,
+        ["cluster", "broker", "bid", "role", "addr", "version", "booted", "commit log max",
+         "disk ratio", "topics", "groups", "error"],
+        (
+            [
+                b.cluster,
+                b.broker,
+                b.broker_id,
+                b.role,
+                b.addr,
+                b.runtime.get("brokerVersionDesc", "-"),
+                _ms(b.runtime.get("bootTimestamp", "")),
+                b.runtime.get("commitLogMaxOffset", "-"),
+                b.runtime.get("commitLogDiskRatio", "-"),
+                b.runtime.get("topicCount", "-"),
+                b.runtime.get("consumerGroupCount", "-"),
+                b.error or "",
+            ]
+            for b in brokers
+        ),
+        right=["bid", "commit log max", "disk ratio", "topics", "groups"],
+    )
+    return 0
+
+
+def cmd_broker_status(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        status = admin.broker_status(args.broker)
+    if args.json:
+        print_json(status.to_json())
+        return 0
+    print_table(
+        f"broker {status.broker} ({status.role} at {status.addr}, cluster {status.cluster})",
+        ["key", "value"],
+        sorted(status.runtime.items()),
+    )
+    return 0
+
+
+def cmd_config_get(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv) as admin:
+        config = admin.broker_config(args.broker)
+    if args.keys:
+        unknown = [k for k in args.keys if k not in config]
+        if unknown:
+            raise CommandFailed(f"broker {args.broker} has no configuration key {', '.join(unknown)}")
+        config = {k: config[k] for k in args.keys}
+    if args.json:
+        print_json(config)
+        return 0
+    print_table(f"broker {args.broker} configuration", ["key", "value"], sorted(config.items()))
+    return 0
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CommandFailed(f"expected KEY=VALUE, got {item!r}", kind="UsageError", exit_code=2)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_config_update(args: argparse.Namespace) -> int:
+    values = _pairs(args.pairs)
+    with AdminClient(args.namesrv) as admin:
+        addrs = admin.update_broker_config(values, args.broker)
+    if args.json:
+        print_json({"updated": values, "brokers": addrs})
+        return 0
+    changes = ", ".join(f"{k}={v}" for k, v in values.items())
+    stdout.print(f"updated {changes} on {', '.join(addrs)}", markup=False)
+    return 0
+
+
+def add(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("cluster", help="the brokers of every cluster")
+    csub = p.add_subparsers(dest="cluster_command", metavar="ACTION")
+    csub.required = True
+    c = csub.add_parser(
+        "list", parents=[common], help="every broker (slaves too) with its runtime state"
+    )
+    c.set_defaults(func=cmd_cluster_list)
+
+
+def add_broker_actions(
+    broker: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> list[argparse.ArgumentParser]:
+    """`broker status|config` under the `broker` command, which without an action runs a
+    broker. Returns the action parsers (they need the client commands' error handling)."""
+    bsub = broker.add_subparsers(dest="broker_command", metavar="ACTION")
+    bsub.required = False
+    c = bsub.add_parser("status", parents=[common], help="a broker's runtime state")
+    c.add_argument("broker", help="broker name (its master) or HOST:PORT")
+    c.set_defaults(func=cmd_broker_status)
+    cfg = bsub.add_parser("config", help="read or change a broker's configuration")
+    fsub = cfg.add_subparsers(dest="config_command", metavar="ACTION")
+    fsub.required = True
+    c = fsub.add_parser("get", parents=[common], help="the broker's configuration keys")
+    c.add_argument("broker", help="broker name (its master) or HOST:PORT")
+    c.add_argument("keys", nargs="*", metavar="KEY", help="only these keys")
+    c.set_defaults(func=cmd_config_get)
+    c = fsub.add_parser(
+        "update",
+        parents=[common],
+        help="change keys that can change at runtime (others are refused)",
+    )
+    c.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
+    c.add_argument("--broker", help="one broker (name or HOST:PORT); default every master")
+    c.set_defaults(func=cmd_config_update)
+    return list(bsub.choices.values())
