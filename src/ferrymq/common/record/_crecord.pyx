@@ -515,6 +515,10 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
     cdef Py_buffer bv
     cdef Py_ssize_t store_len = len(store_host)
     cdef bint store_v6 = store_len == HOST_V6
+    cdef object last_topic = None, last_born = None, last_tags = None
+    cdef object tag = 0
+    traw = b""
+    born = b""
     for i in range(n):
         m = msgs[i]
         props = m.properties
@@ -536,9 +540,14 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
             raise _RecordEncodeError("PROPERTIES_SIZE_EXCEEDED",
                                      f"properties are {len(praw)} bytes; at most {MAX_PROPS}")
         topic = m.topic
-        traw = topic_bytes(topic)
+        if topic != last_topic:
+            traw = topic_bytes(topic)
+            last_topic = topic
+        born_host = m.born_host
+        if born_host != last_born:
+            born = born_bytes(born_host)
+            last_born = born_host
         body = m.body
-        born = born_bytes(m.born_host)
         size = MIN_RECORD + len(body) + len(traw) + len(praw)
         if len(born) != HOST_V4:
             size += V6_EXTRA
@@ -551,7 +560,10 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
         PyList_Append(traws, traw)
         PyList_Append(borns, born)
         PyList_Append(sizes, size)
-        PyList_Append(tags, tag_code(tags_text) if tags_text else 0)
+        if tags_text != last_tags:
+            tag = tag_code(tags_text) if tags_text else 0
+            last_tags = tags_text
+        PyList_Append(tags, tag)
         if uniq or keys_text:
             mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
             if uniq:
@@ -595,11 +607,13 @@ def place_messages(bytearray data, msgs, sizes, tags, int64_t pos, int64_t store
     cdef PyObject* found
     if len(sizes) != n or len(tags) != n:
         raise ValueError("place_messages: sizes and tags must match the messages")
+    if sum(sizes) > PyByteArray_GET_SIZE(data):
+        raise ValueError("place_messages: sizes overrun the data")
     for i in range(n):
         m = msgs[i]
         size = sizes[i]
         tag = tags[i]
-        if o + size > PyByteArray_GET_SIZE(data):
+        if size < 0 or o + size > PyByteArray_GET_SIZE(data):
             raise ValueError("place_messages: sizes overrun the data")
         q = (m.topic, m.queue_id)
         found = PyDict_GetItem(counters, q)

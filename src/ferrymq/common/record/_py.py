@@ -3,6 +3,7 @@ interface; _crecord.pyx is the compiled twin and must behave identically, errors
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -265,9 +266,11 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
     """Encode StoreMessages with queue offset, physical offset and store timestamp left 0
     (place_messages patches them in). Returns (data, sizes, tag codes, index keys as
     (record index, keys), and for records of `schedule_topic`, whose tag code is their delivery
-    time, (record index, DELAY level text)). Raises RecordEncodeError before anything is returned."""
-    out = bytearray()
-    add = out.extend
+    time, (record index, DELAY level text)). Raises RecordEncodeError before anything is
+    returned. The three callbacks are asked again only when the topic, born host or tags
+    differ from the previous message's (a batch usually repeats them)."""
+    parts: list[bytes] = []
+    add = parts.append
     sizes: list[int] = []
     tags: list[int] = []
     keys: list[tuple[int, list[str]]] = []
@@ -277,14 +280,24 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
     fixed = FIXED_V4.pack
     i16 = I16.pack
     crc32 = zlib.crc32
+    join_pair = "\x01".join
+    join_props = "\x02".join
+    last_topic = last_born = last_tags = None
+    traw = tpart = born_ip = b""
+    born_port = tag = 0
+    born: bytes = b""
     for i, m in enumerate(msgs):
         props = m.properties
-        if isinstance(props, dict):
-            try:
-                praw = properties_encode(props)
-            except PropertyError:
-                raise RecordEncodeError("MESSAGE_ILLEGAL",
-                                        "a property name or value contains \\x01 or \\x02") from None
+        if type(props) is dict:
+            if props:
+                text = join_props(map(join_pair, props.items()))
+                n = len(props)
+                if text.count("\x01") != n or text.count("\x02") != n - 1:
+                    raise RecordEncodeError("MESSAGE_ILLEGAL",
+                                            "a property name or value contains \\x01 or \\x02")
+                praw = (text + "\x02").encode()
+            else:
+                praw = b""
             tags_text = props.get(_TAGS)
             keys_text = props.get(_KEYS)
             uniq = props.get(_UNIQ)
@@ -295,9 +308,16 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
         if len(praw) > MAX_PROPERTIES_BYTES:
             raise RecordEncodeError("PROPERTIES_SIZE_EXCEEDED",
                                     f"properties are {len(praw)} bytes; at most {MAX_PROPERTIES_BYTES}")
-        traw = topic_bytes(m.topic)
+        topic = m.topic
+        if topic != last_topic:
+            traw = topic_bytes(topic)
+            tpart = bytes((len(traw),)) + traw
+            last_topic = topic
+        if m.born_host != last_born:
+            born = born_bytes(m.born_host)
+            born_ip, born_port = born[:4], int.from_bytes(born[4:8], "big")
+            last_born = m.born_host
         body = m.body
-        born = born_bytes(m.born_host)
         size = MIN_RECORD_SIZE + len(body) + len(traw) + len(praw)
         if len(born) != 8:
             size += IPV6_EXTRA
@@ -310,12 +330,10 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
         sys_flag = m.sys_flag & ~HOST_FLAGS
         if v4 and len(born) == 8:
             add(fixed(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, 0, 0, sys_flag,
-                      m.born_timestamp, born[:4], int.from_bytes(born[4:], "big"), 0,
-                      store_ip, store_port, m.reconsume_times, m.prepared_transaction_offset,
-                      len(body)))
+                      m.born_timestamp, born_ip, born_port, 0, store_ip, store_port,
+                      m.reconsume_times, m.prepared_transaction_offset, len(body)))
             add(body)
-            add(bytes((len(traw),)))
-            add(traw)
+            add(tpart)
             add(i16(len(praw)))
             add(praw)
         else:
@@ -325,15 +343,22 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
                 store_timestamp=0, store_host=store_host, reconsume_times=m.reconsume_times,
                 prepared_transaction_offset=m.prepared_transaction_offset, crc=crc))
         sizes.append(size)
-        tags.append(tag_code(tags_text) if tags_text else 0)
+        if tags_text != last_tags:
+            tag = tag_code(tags_text) if tags_text else 0
+            last_tags = tags_text
+        tags.append(tag)
         if uniq or keys_text:
             mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
             if uniq:
                 mkeys.append(uniq)
             keys.append((i, mkeys))
-        if m.topic == schedule_topic:
+        if topic == schedule_topic:
             delays.append((i, delay))
-    return out, sizes, tags, keys, delays
+    return bytearray(b"".join(parts)), sizes, tags, keys, delays
+
+
+_QO_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET: adjacent, patched together
+assert POS_PHYSICALOFFSET == POS_QUEUEOFFSET + 8
 
 
 def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
@@ -343,34 +368,37 @@ def place_messages(data: bytearray, msgs: Sequence[Any], sizes: Sequence[int],
                    ) -> tuple[dict[tuple[str, int], bytes], list[Any]]:
     """Patch QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into records encoded by
     encode_messages for a write at `pos` (RocketMQ's doAppend). Returns the consume-queue
-    entries per queue and make_appended(phys, size, queue offset, store ts, offset msg id) per
-    record. `next_offset` gives a queue's next offset; offsets within the batch continue."""
-    entries: dict[tuple[str, int], bytearray] = {}
-    counters: dict[tuple[str, int], int] = {}
-    appended: list[Any] = []
-    pack_i64 = I64.pack_into
-    entry = CQ_ENTRY.pack
-    o = 0
-    phys = pos
+    entries per queue and an `appended_type` tuple (phys, size, queue offset, store ts, offset
+    msg id) per record. `next_offset` gives a queue's next offset; offsets within the batch
+    continue."""
     if len(sizes) != len(msgs) or len(tags) != len(msgs):
         raise ValueError("place_messages: sizes and tags must match the messages")
+    if sum(sizes) > len(data):
+        raise ValueError("place_messages: sizes overrun the data")
+    entries: dict[tuple[str, int], list[bytes]] = {}
+    counters: dict[tuple[str, int], int] = {}
+    appended: list[Any] = []
+    add = appended.append
+    qo_phys = _QO_PHYS.pack_into
+    pack_i64 = I64.pack_into
+    entry = CQ_ENTRY.pack
     new = _new_tuple
+    flag_at = POS_SYSFLAG + 3
+    ts_v4 = POS_STORETIMESTAMP_V4
+    ts_v6 = POS_STORETIMESTAMP_V4 + IPV6_EXTRA
+    o = 0
+    phys = pos
     for m, size, tag in zip(msgs, sizes, tags, strict=True):
-        if o + size > len(data):
-            raise ValueError("place_messages: sizes overrun the data")
         q = (m.topic, m.queue_id)
         qo = counters.get(q)
         if qo is None:
             qo = next_offset(q)
-            entries[q] = bytearray()
+            entries[q] = []
         counters[q] = qo + 1
-        pack_i64(data, o + POS_QUEUEOFFSET, qo)
-        pack_i64(data, o + POS_PHYSICALOFFSET, phys)
-        born_v6 = data[o + POS_SYSFLAG + 3] & SYSFLAG_BORNHOST_V6
-        pack_i64(data, o + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if born_v6 else 0), store_ts)
-        entries[q] += entry(phys, size, tag)
-        appended.append(new(appended_type, (phys, size, qo, store_ts, f"{msg_id_prefix}{phys:016X}")))
+        qo_phys(data, o + POS_QUEUEOFFSET, qo, phys)
+        pack_i64(data, o + (ts_v6 if data[o + flag_at] & SYSFLAG_BORNHOST_V6 else ts_v4), store_ts)
+        entries[q].append(entry(phys, size, tag))
+        add(new(appended_type, (phys, size, qo, store_ts, f"{msg_id_prefix}{phys:016X}")))
         o += size
         phys += size
-    return {q: bytes(e) for q, e in entries.items()}, appended
-
+    return {q: b"".join(e) for q, e in entries.items()}, appended
