@@ -31,6 +31,7 @@ from .config import BrokerConfig, parse_delay_levels
 from .events import MessageEvent, MessageEventKind, MessageEvents
 from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
+from .processors import register_all
 from .schedule import ScheduleService, to_scheduled
 from .topics import TopicManager
 
@@ -64,9 +65,7 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_soon = asyncio.Event()
         self._stopping = False
-        from .processors import register_all
-
-        register_all(self)
+        register_all(self, self.server)
 
     # --- lifecycle -------------------------------------------------------------------------
     def now_ms(self) -> int:

@@ -5,19 +5,16 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from ...common.codes import ResponseCode
 from ...common.headers import HeaderError
 from ...common.names import InvalidNameError
-from ...remoting import Connection, RemotingCommand
-
-if TYPE_CHECKING:
-    from ..controller import Broker
+from ...remoting import Connection, RemotingCommand, RemotingServer
+from ..context import BrokerContext
 
 log = logging.getLogger("ferrymq.broker")
 
-Handler = Callable[["Broker", Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Callable[[BrokerContext, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
@@ -28,7 +25,7 @@ def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
 Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
-def _guard(broker: Broker, handler: Handler) -> Served:
+def _guard(broker: BrokerContext, handler: Handler) -> Served:
     @functools.wraps(handler)
     async def run(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         if broker.store is None:
@@ -43,9 +40,9 @@ def _guard(broker: Broker, handler: Handler) -> Served:
     return run
 
 
-def register_all(broker: Broker) -> None:
+def register_all(broker: BrokerContext, server: RemotingServer) -> None:
     from . import admin, consumer, pull, send
 
     for module in (send, pull, consumer, admin):
         for code, handler in module.HANDLERS.items():
-            broker.server.register(code, _guard(broker, handler))
+            server.register(code, _guard(broker, handler))

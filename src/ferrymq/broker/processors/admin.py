@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...common import jsonx
 from ...common.codes import RequestCode, ResponseCode
@@ -15,32 +15,30 @@ from ...common.ids import MessageIdError, decode_offset_msg_id
 from ...common.jsonx import FrozenKey
 from ...common.names import SCHEDULE_TOPIC, validate_topic
 from ...remoting import Connection, RemotingCommand
+from ..context import BrokerContext
 from ..topics import TopicConfig
 from . import reply
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 
 def _mq_key(topic: str, broker_name: str, queue_id: int) -> FrozenKey:
     return FrozenKey((("brokerName", broker_name), ("queueId", queue_id), ("topic", topic)))
 
 
-async def get_max_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def get_max_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
     offset = broker.store.get_max_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
 
-async def get_min_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def get_min_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
     offset = broker.store.get_min_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
 
-async def search_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def search_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
     offset = broker.store.get_offset_by_time(req_str(ext, "topic"), req_int(ext, "queueId"),
@@ -48,14 +46,14 @@ async def search_offset(broker: Broker, conn: Connection, req: RemotingCommand) 
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
 
-async def earliest_store_time(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def earliest_store_time(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
     ts = broker.store.get_earliest_store_time(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(timestamp=ts))
 
 
-async def view_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def view_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     assert broker.store is not None
     offset = req_int(req.ext_fields, "offset")
     raw = broker.store.read_record(offset)
@@ -64,7 +62,7 @@ async def view_message(broker: Broker, conn: Connection, req: RemotingCommand) -
     return reply(req, ResponseCode.SUCCESS, body=raw)
 
 
-async def query_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def query_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     store = broker.store
     assert store is not None
@@ -82,7 +80,7 @@ async def query_message(broker: Broker, conn: Connection, req: RemotingCommand) 
         indexLastUpdateTimestamp=broker.now_ms(), indexLastUpdatePhyoffset=store.max_phy_offset))
 
 
-async def view_message_by_msg_id(broker: Broker, msg_id: str) -> bytes | None:
+async def view_message_by_msg_id(broker: BrokerContext, msg_id: str) -> bytes | None:
     try:
         decoded = decode_offset_msg_id(msg_id)
     except MessageIdError:
@@ -91,7 +89,7 @@ async def view_message_by_msg_id(broker: Broker, msg_id: str) -> bytes | None:
     return broker.store.read_record(decoded.offset)
 
 
-async def update_topic(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     topic = req_str(ext, "topic")
     validate_topic(topic)
@@ -109,7 +107,7 @@ async def update_topic(broker: Broker, conn: Connection, req: RemotingCommand) -
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def delete_topic(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def delete_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     topic = req_str(req.ext_fields, "topic")
     broker.topics.delete(topic)
     assert broker.store is not None
@@ -118,11 +116,11 @@ async def delete_topic(broker: Broker, conn: Connection, req: RemotingCommand) -
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def all_topic_config(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def all_topic_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(broker.topics.wrapper_json()))
 
 
-async def runtime_info(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     store = broker.store
     assert store is not None
     table = {
@@ -141,7 +139,7 @@ async def runtime_info(broker: Broker, conn: Connection, req: RemotingCommand) -
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
 
 
-def consume_stats(broker: Broker, group: str, topic: str | None) -> dict[str, Any]:
+def consume_stats(broker: BrokerContext, group: str, topic: str | None) -> dict[str, Any]:
     store = broker.store
     assert store is not None
     info = broker.clients.consumer_group(group)
@@ -166,13 +164,13 @@ def consume_stats(broker: Broker, group: str, topic: str | None) -> dict[str, An
     return {"consumeTps": 0.0, "offsetTable": table}
 
 
-async def get_consume_stats(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def get_consume_stats(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     body = consume_stats(broker, req_str(ext, "consumerGroup"), opt_str(ext, "topic") or None)
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
 
 
-async def topic_stats(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def topic_stats(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     store = broker.store
     assert store is not None
     topic = req_str(req.ext_fields, "topic")
@@ -192,7 +190,7 @@ async def topic_stats(broker: Broker, conn: Connection, req: RemotingCommand) ->
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": table}))
 
 
-async def consumer_connections(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def consumer_connections(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     group = req_str(req.ext_fields, "consumerGroup")
     info = broker.clients.consumer_group(group)
     if info is None or not info.channels:
@@ -210,7 +208,7 @@ async def consumer_connections(broker: Broker, conn: Connection, req: RemotingCo
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
 
 
-async def reset_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     """Move a group's offsets on a topic to a timestamp (-1 = the end), commit them here so an
     offline group resumes there, and tell online members to drop what they hold."""
     ext = req.ext_fields
@@ -244,16 +242,16 @@ async def reset_offset(broker: Broker, conn: Connection, req: RemotingCommand) -
     return reply(req, ResponseCode.SUCCESS, body=body)
 
 
-async def all_consumer_offsets(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def all_consumer_offsets(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     table = {k: {q: p.offset for q, p in v.items()} for k, v in broker.offsets.table.items()}
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": table}))
 
 
-async def all_delay_offsets(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def all_delay_offsets(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": broker.delay_offsets.table}))
 
 
-async def topic_consumed_by(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def topic_consumed_by(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     topic = req_str(req.ext_fields, "topic")
     groups = broker.offsets.groups_of_topic(topic) | set(broker.clients.groups_subscribed_to(topic))
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"groupList": sorted(groups)}))

@@ -3,7 +3,7 @@ GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...common import jsonx
 from ...common.codes import LanguageCode, RequestCode, ResponseCode
@@ -11,16 +11,14 @@ from ...common.headers import fields, opt_str, req_int, req_str
 from ...common.names import retry_topic, validate_group
 from ...remoting import Connection, RemotingCommand
 from ..clients import ClientChannel, parse_subscription
+from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from . import reply
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 _WATCHED = "_ferrymq_client_watch"
 
 
-def _watch(broker: Broker, conn: Connection) -> None:
+def _watch(broker: BrokerContext, conn: Connection) -> None:
     if not getattr(conn, _WATCHED, False):
         setattr(conn, _WATCHED, True)
         conn.on_close(broker.clients.drop_connection)
@@ -52,7 +50,7 @@ def _language_name(code: int) -> str:
         return "OTHER"
 
 
-async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def heart_beat(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     try:
         data: dict[str, Any] = jsonx.loads(req.body or b"{}")
     except ValueError as exc:
@@ -94,14 +92,14 @@ async def heart_beat(broker: Broker, conn: Connection, req: RemotingCommand) -> 
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def unregister_client(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def unregister_client(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     broker.clients.unregister(conn, producer_group=opt_str(ext, "producerGroup"),
                               consumer_group=opt_str(ext, "consumerGroup"))
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def consumer_list(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def consumer_list(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     group = req_str(req.ext_fields, "consumerGroup")
     info = broker.clients.consumer_group(group)
     if info is None or not info.channels:
@@ -109,7 +107,8 @@ async def consumer_list(broker: Broker, conn: Connection, req: RemotingCommand) 
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"consumerIdList": info.client_ids()}))
 
 
-async def query_consumer_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def query_consumer_offset(broker: BrokerContext, conn: Connection,
+                                req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
     offset = broker.offsets.query(group, topic, queue_id)
@@ -121,7 +120,8 @@ async def query_consumer_offset(broker: Broker, conn: Connection, req: RemotingC
     return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
 
 
-async def update_consumer_offset(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def update_consumer_offset(broker: BrokerContext, conn: Connection,
+                                 req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
     offset = req_int(ext, "commitOffset")
@@ -132,7 +132,7 @@ async def update_consumer_offset(broker: Broker, conn: Connection, req: Remoting
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def update_ack_ranges(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def update_ack_ranges(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     """ferrymq extension: the committed offset plus the ranges above it already consumed."""
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
@@ -154,7 +154,7 @@ def _mq_json(mqs: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
     return [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in mqs]
 
 
-async def lock_batch(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def lock_batch(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     body = jsonx.loads(req.body or b"{}")
     group = str(body.get("consumerGroup", ""))
     client_id = str(body.get("clientId", ""))
@@ -162,14 +162,14 @@ async def lock_batch(broker: Broker, conn: Connection, req: RemotingCommand) -> 
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"lockOKMQSet": _mq_json(locked)}))
 
 
-async def unlock_batch(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def unlock_batch(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     body = jsonx.loads(req.body or b"{}")
     broker.locks.unlock_batch(str(body.get("consumerGroup", "")), str(body.get("clientId", "")),
                               _mq_list(body))
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def check_client_config(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def check_client_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import (
     PERM_READ,
@@ -19,11 +17,9 @@ from ...common.headers import (
 from ...remoting import Connection, RemotingCommand
 from ...store import GetStatus
 from ..clients import Subscription, parse_subscription
+from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from . import reply
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 MAX_PULL_BATCH = 1024
 
@@ -38,7 +34,7 @@ _STATUS_CODES = {
 }
 
 
-async def pull_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     group = req_str(ext, "consumerGroup")
     topic = req_str(ext, "topic")
@@ -81,7 +77,7 @@ async def pull_message(broker: Broker, conn: Connection, req: RemotingCommand) -
                        suspend_ms if allow_suspend else 0)
 
 
-def _note_start(broker: Broker, group: str, topic: str, queue_id: int, offset: int) -> None:
+def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, offset: int) -> None:
     """A clustering group pulling a queue where it has no offset starts there: that position
     is committed, so messages arriving while the consumer is down are not skipped on restart.
     Clients that commit only the queues they consumed from (the C++ client), or that commit -1
@@ -95,7 +91,7 @@ def _note_start(broker: Broker, group: str, topic: str, queue_id: int, offset: i
         broker.offsets.note_pull(group, topic, queue_id, offset)
 
 
-async def _pull(broker: Broker, conn: Connection, req: RemotingCommand, group: str, topic: str,
+async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, group: str, topic: str,
                 queue_id: int, offset: int, max_nums: int, sub: Subscription,
                 suspend_ms: int) -> RemotingCommand:
     store = broker.store

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 from ...common import props as P
 from ...common.codes import RequestCode, ResponseCode
@@ -34,12 +33,10 @@ from ...common.record import (
 )
 from ...remoting import Connection, RemotingCommand
 from ...store import PutResult, PutStatus, StoreMessage
+from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..topics import TopicConfig
 from . import reply
-
-if TYPE_CHECKING:
-    from ..controller import Broker
 
 _PUT_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -59,7 +56,7 @@ class SendRejected(Exception):
         self.remark = remark
 
 
-def _resolve_topic(broker: Broker, topic: str, default_topic: str | None, queue_nums: int) -> TopicConfig:
+def _resolve_topic(broker: BrokerContext, topic: str, default_topic: str | None, queue_nums: int) -> TopicConfig:
     validate_topic(topic)
     cfg = broker.topics.get(topic)
     if cfg is None and is_retry_topic(topic):
@@ -84,7 +81,7 @@ def _pick_queue(cfg: TopicConfig, queue_id: int) -> int:
     return queue_id
 
 
-def _retry_to_dlq(broker: Broker, topic: str, ext: dict[str, str], reconsume: int,
+def _retry_to_dlq(broker: BrokerContext, topic: str, ext: dict[str, str], reconsume: int,
                   props: dict[str, str]) -> tuple[str, int] | None:
     """A client that sends straight to %RETRY% (send-back fallback) has its DLQ decided here."""
     if not is_retry_topic(topic):
@@ -98,7 +95,7 @@ def _retry_to_dlq(broker: Broker, topic: str, ext: dict[str, str], reconsume: in
     return None
 
 
-def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Broker) -> RemotingCommand:
+def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: BrokerContext) -> RemotingCommand:
     code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
     if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
         return reply(req, code, result.reason or f"store refused the message: {result.status.name}")
@@ -110,7 +107,7 @@ def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Br
     ))
 
 
-async def send_message(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in ext):
         ext = send_header_from_v2(ext)
@@ -164,7 +161,8 @@ async def send_message(broker: Broker, conn: Connection, req: RemotingCommand) -
     return _response(req, result, queue_id, broker)
 
 
-async def consumer_send_msg_back(broker: Broker, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
+                                 req: RemotingCommand) -> RemotingCommand | None:
     """A consumer gives a message back: it goes to %RETRY%<group> with a delay level, or to
     %DLQ%<group> once it has been reconsumed max times (no delay on that last hop)."""
     ext = req.ext_fields

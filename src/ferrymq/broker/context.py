@@ -1,0 +1,61 @@
+"""What request processors may use of the broker.
+
+Processors depend on this protocol, not on the Broker class, so the controller imports the
+processors without the processors importing the controller back, and a processor's reach into
+broker state is listed in one place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..store import MessageStore, PutResult, StoreMessage
+from .clients import ClientRegistry, QueueLocks
+from .config import BrokerConfig
+from .events import MessageEvents
+from .longpoll import PullWaiters
+from .offsets import DelayOffsetManager, OffsetManager
+from .topics import TopicManager
+
+
+class BrokerContext(Protocol):
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MessageStore | None:
+        """None until the store has started; processors answer SYSTEM_BUSY until then."""
+
+    @property
+    def topics(self) -> TopicManager: ...
+
+    @property
+    def offsets(self) -> OffsetManager: ...
+
+    @property
+    def delay_offsets(self) -> DelayOffsetManager: ...
+
+    @property
+    def clients(self) -> ClientRegistry: ...
+
+    @property
+    def locks(self) -> QueueLocks: ...
+
+    @property
+    def events(self) -> MessageEvents: ...
+
+    @property
+    def waiters(self) -> PullWaiters | None: ...
+
+    @property
+    def started_ms(self) -> int: ...
+
+    def now_ms(self) -> int: ...
+
+    async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:
+        """Store messages (delayed ones go to the schedule topic) and emit STORED events."""
+        ...
+
+    async def register_once(self) -> bool:
+        """Tell the name servers the current topic set now (not on the next periodic beat)."""
+        ...

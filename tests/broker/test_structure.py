@@ -1,0 +1,30 @@
+"""The request processors reach the broker only through BrokerContext: none imports the
+controller, so the controller can import them without a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ferrymq.broker.processors as processors
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or ""))
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_processors_do_not_import_the_controller() -> None:
+    package = Path(processors.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert modules, "no processor modules found"
+    offenders = {
+        p.name: sorted(m for m in _imported_modules(p) if m.endswith("controller"))
+        for p in modules
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
