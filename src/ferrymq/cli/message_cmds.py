@@ -180,6 +180,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_messages(title: str, msgs: list[MessageExt]) -> None:
+    print_table(
+        title,
+        ["msg_id", "offset_msg_id", "queue", "offset", "tags", "keys", "stored", "body"],
+        (
+            [
+                m.msg_id,
+                m.offset_msg_id,
+                f"{m.broker}:{m.queue_id}",
+                m.queue_offset,
+                m.tags or "-",
+                m.keys or "-",
+                fmt_time(m.store_timestamp),
+                preview(m.body),
+            ]
+            for m in msgs
+        ),
+        right=["offset"],
+    )
+
+
 def cmd_find(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv) as admin:
         msgs = admin.query_message(args.topic, args.key, max_num=args.limit)
@@ -188,23 +209,7 @@ def cmd_find(args: argparse.Namespace) -> int:
         return 0
     if not msgs:
         raise CommandFailed(f"no message with key {args.key!r} in topic {args.topic}")
-    print_table(
-        f"messages with key {args.key}",
-        ["msg_id", "offset_msg_id", "queue", "offset", "tags", "stored", "body"],
-        (
-            [
-                m.msg_id,
-                m.offset_msg_id,
-                f"{m.broker}:{m.queue_id}",
-                m.queue_offset,
-                m.tags or "-",
-                fmt_time(m.store_timestamp),
-                preview(m.body),
-            ]
-            for m in msgs
-        ),
-        right=["offset"],
-    )
+    _print_messages(f"messages with key {args.key}", msgs)
     return 0
 
 
@@ -243,23 +248,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         print_json([message_detail(m) for m in msgs])
         return 0
-    print_table(
-        f"{mq.topic}:{mq.broker_name}:{mq.queue_id} from offset {args.offset}",
-        ["offset", "msg_id", "offset_msg_id", "tags", "keys", "stored", "body"],
-        (
-            [
-                m.queue_offset,
-                m.msg_id,
-                m.offset_msg_id,
-                m.tags or "-",
-                m.keys or "-",
-                fmt_time(m.store_timestamp),
-                preview(m.body),
-            ]
-            for m in msgs
-        ),
-        right=["offset"],
-    )
+    _print_messages(f"{mq.topic} queue {mq.queue_id} from offset {args.offset}", msgs)
     return 0
 
 

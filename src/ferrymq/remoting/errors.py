@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..common.errors import FerryMQError
+from ..common.errors import FerryMQError, request_name
 
 
 class RemotingError(FerryMQError):
@@ -42,7 +42,7 @@ class RemotingConnectError(RemotingError):
 
 class RemotingTimeoutError(RemotingError):
     def __init__(self, addr: str, code: int, timeout: float) -> None:
-        super().__init__(f"request code {code} to {addr} timed out after {timeout:.3f}s")
+        super().__init__(f"{request_name(code)} to {addr} timed out after {timeout:.3f}s")
         self.addr = addr
         self.code = code
         self.timeout = timeout
@@ -52,7 +52,7 @@ class RemotingClosedError(RemotingError):
     """The connection closed before the answer came, or was closed when the request was made."""
 
     def __init__(self, addr: str, code: int | None = None) -> None:
-        what = f"request code {code}" if code is not None else "connection"
+        what = request_name(code) if code is not None else "connection"
         super().__init__(f"{what}: connection to {addr} is closed")
         self.addr = addr
         self.code = code

@@ -1,0 +1,96 @@
+"""The broker's configuration over the wire (RocketMQ's GET_BROKER_CONFIG / UPDATE_BROKER_CONFIG):
+every key as `camelCase=value` text, and the few keys that may change while the broker runs.
+
+Only keys the broker reads on every request can change at runtime; a key read once at start
+(ports, store layout, intervals of running loops) is refused rather than accepted and then
+ignored. A runtime change is not written back to the configuration file: a restart takes the
+file's value again."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .config import BrokerConfig, ConfigError
+
+# RocketMQ's broker.conf names where they are not the plain camelCase of ferrymq's field.
+ROCKETMQ_NAMES = {
+    "store_dir": "storePathRootDir",
+    "host": "brokerIP1",
+    "mapped_file_size_commitlog": "mappedFileSizeCommitLog",
+}
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+
+# Read on each send or pull, so a change takes effect at once.
+RUNTIME_KEYS = frozenset({"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable"})
+
+
+def camel(name: str) -> str:
+    if name in ROCKETMQ_NAMES:
+        return ROCKETMQ_NAMES[name]
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+_BY_WIRE_NAME = {camel(n): n for n in _FIELDS}
+
+
+def field_name(key: str) -> str | None:
+    """The field a key names: camelCase as RocketMQ's tools send it, or snake_case."""
+    if key in _FIELDS:
+        return key
+    if key in _BY_WIRE_NAME:
+        return _BY_WIRE_NAME[key]
+    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+    return snake if snake in _FIELDS else None
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def config_properties(cfg: BrokerConfig) -> dict[str, str]:
+    """Every key, camelCase, as text (MixAll.properties2String's input)."""
+    return {camel(n): _text(getattr(cfg, n)) for n in sorted(_FIELDS)}
+
+
+def _parse(name: str, text: str) -> object:
+    kind = _FIELDS[name].type  # a string: the module uses postponed annotations
+    text = text.strip()
+    try:
+        if kind == "bool":
+            if text.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return text.lower() == "true"
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "Path":
+            return Path(text)
+    except ValueError as exc:
+        raise ConfigError(camel(name), f"{text!r} is not a valid {kind}: {exc}") from None
+    return text
+
+
+def apply_runtime_update(cfg: BrokerConfig, values: Mapping[str, str]) -> BrokerConfig:
+    """`cfg` with `values` applied, all or nothing; ConfigError names the first key refused."""
+    changes: dict[str, Any] = {}
+    for key, text in values.items():
+        name = field_name(key)
+        if name is None:
+            raise ConfigError(key, "unknown key")
+        if name not in RUNTIME_KEYS:
+            allowed = ", ".join(sorted(camel(n) for n in RUNTIME_KEYS))
+            raise ConfigError(
+                key,
+                "cannot change while the broker runs (set it in the configuration file and "
+                f"restart); keys that can: {allowed}",
+            )
+        changes[name] = _parse(name, text)
+    return dataclasses.replace(cfg, **changes).validate()
