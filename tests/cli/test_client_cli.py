@@ -219,3 +219,38 @@ def test_failures_exit_1_with_a_message_and_bad_usage_exits_2(standalone: Any) -
 def test_namesrv_defaults_to_the_environment(standalone: Any) -> None:
     out = ferrymq(standalone, "topic", "list", "--json")  # FERRYMQ_NAMESRV only
     assert isinstance(json.loads(out.stdout), list)
+
+
+def test_dlq_resend_by_id_is_not_sent_again_by_all(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "cli-dlq2", "--queues", "1")
+    first = json_out(standalone, "send", "cli-dlq2", "older")
+    second = json_out(standalone, "send", "cli-dlq2", "newer")
+    failing = PushConsumer(
+        "cli-dg2",
+        standalone.namesrv,
+        max_reconsume_times=0,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        rebalance_interval=0.3,
+        route_refresh_interval=0.3,
+        pull_suspend_timeout=1.0,
+    )
+    failing.subscribe("cli-dlq2")
+    failing.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
+    with failing:
+        listed = wait_for(
+            lambda: (lambda rows: rows if len(rows) == 2 else None)(
+                json_out(standalone, "dlq", "list", "cli-dg2")
+            ),
+            what="two DLQ entries",
+        )
+    by_time = [e["msg_id"] for e in sorted(listed, key=lambda e: e["store_timestamp"])]
+    assert set(by_time) == {first["msg_id"], second["msg_id"]}
+    newest = by_time[-1]  # behind the other one in the DLQ queue
+
+    one = json_out(standalone, "dlq", "resend", "cli-dg2", "--msg-id", newest)
+    assert [m["msg_id"] for m in one["resent"]] == [newest] and one["held_back"] == 0
+    assert [e["msg_id"] for e in json_out(standalone, "dlq", "list", "cli-dg2")] == by_time[:1]
+    rest = json_out(standalone, "dlq", "resend", "cli-dg2", "--all")
+    assert [m["msg_id"] for m in rest["resent"]] == by_time[:1]  # not the one sent by id
+    assert json_out(standalone, "dlq", "list", "cli-dg2") == []
+    assert json_out(standalone, "dlq", "resend", "cli-dg2", "--all")["resent"] == []

@@ -184,3 +184,57 @@ def test_msg_get_reads_by_queue_and_offset(standalone: Any) -> None:
     ]
     # Nothing was committed: no group appears.
     assert json_out(standalone, "group", "progress", "ferrymq-cli") == []
+
+
+def test_reset_offset_refuses_a_group_that_does_not_exist(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "ops-reset", "--queues", "1")
+    ferrymq(standalone, "send", "ops-reset", "m")
+    err = json_error(standalone, "group", "reset-offset", "ops-typo", "--topic", "ops-reset",
+                     "--to-start")
+    assert (err["type"], err["code_name"]) == ("GroupNotExistError", "SUBSCRIPTION_GROUP_NOT_EXIST")
+    assert "ops-typo" in err["message"]
+    table = ferrymq(standalone, "group", "reset-offset", "ops-typo", "--topic", "ops-reset",
+                    "--to-start", check=False)
+    assert table.returncode == 1 and "does not exist" in table.stderr
+    assert json_out(standalone, "group", "progress", "ops-typo") == []  # not created
+    # A group that consumed the topic is reset as before.
+    json_out(standalone, "consume", "ops-reset", "--group", "ops-real", "--from", "first",
+             "--count", "1", "--timeout", "30")
+    reset = json_out(standalone, "group", "reset-offset", "ops-real", "--topic", "ops-reset",
+                     "--to-start")
+    assert [o["offset"] for o in reset["offsets"]] == [0]
+
+
+def test_broker_config_get_and_runtime_update(standalone: Any) -> None:
+    config = json_out(standalone, "broker", "config", "get", "broker-a")
+    assert config["brokerName"] == "broker-a" and config["autoCreateTopicEnable"] == "true"
+    only = json_out(standalone, "broker", "config", "get", "broker-a", "maxReconsumeTimes")
+    assert only == {"maxReconsumeTimes": "16"}
+
+    done = json_out(standalone, "broker", "config", "update", "autoCreateTopicEnable=false",
+                    "maxReconsumeTimes=3")
+    assert done["brokers"] == [standalone.broker]
+    assert json_out(standalone, "broker", "config", "get", standalone.broker,
+                    "autoCreateTopicEnable", "maxReconsumeTimes") == {
+        "autoCreateTopicEnable": "false",
+        "maxReconsumeTimes": "3",
+    }
+    # It takes effect at once: a send to an unknown topic no longer creates it.
+    assert json_error(standalone, "send", "ops-never-created", "x")["type"] in (
+        "SendError",
+        "NoRouteError",
+    )
+
+    refused = json_error(standalone, "broker", "config", "update", "listenPort=1",
+                         "--broker", "broker-a")
+    assert refused["code_name"] == "NO_PERMISSION"
+    assert "listenPort" in refused["message"] and "cannot change while the broker runs" in (
+        refused["message"]
+    )
+    unknown = json_error(standalone, "broker", "config", "update", "noSuchKey=1")
+    assert "unknown key" in unknown["message"]
+    usage = ferrymq(standalone, "broker", "config", "update", "oops", check=False)
+    assert usage.returncode == 2 and "KEY=VALUE" in usage.stderr
+    assert json_out(standalone, "broker", "config", "get", "broker-a", "listenPort") != {
+        "listenPort": "1"
+    }

@@ -50,6 +50,11 @@ class BrokerContext(Protocol):
     @property
     def started_ms(self) -> int: ...
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Replace the configuration while running (UPDATE_BROKER_CONFIG): only keys read on
+        each request take effect, so callers change only those."""
+        ...
+
     def now_ms(self) -> int: ...
 
     async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:

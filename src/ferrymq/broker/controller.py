@@ -68,6 +68,9 @@ class Broker:
         register_all(self, self.server)
 
     # --- lifecycle -------------------------------------------------------------------------
+    def reconfigure(self, config: BrokerConfig) -> None:
+        self.config = config.validate()
+
     def now_ms(self) -> int:
         return self._clock()
 

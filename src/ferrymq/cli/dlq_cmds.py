@@ -1,8 +1,10 @@
 """`ferrymq dlq list|resend`: inspect a group's dead-letter queue and send its messages back
 through the group's retry path.
 
-Progress of the re-drive is the offset of the tools group on %DLQ%<group>: `list` shows what
-lies beyond it, `resend` moves it past what it sent, so nothing is re-driven twice."""
+Progress of the re-drive is the tools group's offset on %DLQ%<group>, with the acknowledged
+ranges above it (a ferrymq broker keeps them) for messages re-driven out of order: `list`
+shows what lies beyond the offset and outside the ranges, `resend` records what it sent, so
+nothing is re-driven twice."""
 
 from __future__ import annotations
 
@@ -66,31 +68,50 @@ class DlqEntry:
         }
 
 
-def pending(admin: AdminClient, group: str) -> list[DlqEntry]:
-    """DLQ messages beyond the tools group's offset."""
+Ranges = list[tuple[int, int]]
+
+
+@dataclass(slots=True)
+class QueueProgress:
+    """Where the re-drive stands on one DLQ queue: the tools offset (everything below it was
+    handled) and the [start, end) ranges above it already re-driven."""
+
+    offset: int
+    acked: Ranges
+
+    def handled(self, offset: int) -> bool:
+        return offset < self.offset or any(a <= offset < b for a, b in self.acked)
+
+
+def pending(admin: AdminClient, group: str) -> tuple[list[DlqEntry], dict[MessageQueue, QueueProgress]]:
+    """DLQ messages not re-driven yet, and the progress of each DLQ queue."""
     try:
         mqs = admin.message_queues(dlq_topic(group))
     except NoRouteError:
-        return []
+        return [], {}
     entries: list[DlqEntry] = []
+    progress: dict[MessageQueue, QueueProgress] = {}
     for mq in mqs:
-        offset = admin.query_consumer_offset(TOOLS_CONSUMER_GROUP, mq)
+        offset, acked = admin.acknowledged(TOOLS_CONSUMER_GROUP, mq)
         if offset < 0:
             offset = admin.min_offset(mq)
+        progress[mq] = state = QueueProgress(offset, acked)
         end = admin.max_offset(mq)
         while offset < end:
             result = admin.pull(mq, offset, 32)
             if result.status is PullStatus.FOUND:
-                entries += [DlqEntry(mq, m) for m in result.messages]
+                entries += [
+                    DlqEntry(mq, m) for m in result.messages if not state.handled(m.queue_offset)
+                ]
             if result.next_begin_offset <= offset:
                 break
             offset = result.next_begin_offset
-    return entries
+    return entries, progress
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv) as admin:
-        entries = pending(admin, args.group)
+        entries, _ = pending(admin, args.group)
     if args.json:
         print_json([e.to_json() for e in entries])
         return 0
@@ -127,7 +148,7 @@ def redrive_message(group: str, entry: DlqEntry) -> Message:
 def cmd_resend(args: argparse.Namespace) -> int:
     wanted = set(args.msg_id or [])  # argparse makes --msg-id and --all exclusive, one required
     with AdminClient(args.namesrv) as admin:
-        entries = pending(admin, args.group)
+        entries, states = pending(admin, args.group)
         chosen = entries if args.all else [e for e in entries if e.matches(wanted)]
         if wanted and not args.all:
             missing = wanted - {
@@ -154,46 +175,57 @@ def cmd_resend(args: argparse.Namespace) -> int:
                     }
                 )
                 bar.update(task, advance=1)
-        skipped = _advance(admin, entries, done, everything=args.all)
+        skipped = _record(admin, states, done)
     if args.json:
         print_json({"group": args.group, "resent": sent, "held_back": skipped})
     else:
         stdout.print(f"re-drove {len(sent)} message(s) to {retry_topic(args.group)}", markup=False)
         if skipped:
             stdout.print(
-                f"{skipped} re-driven message(s) lie behind older ones that were not; "
-                "they stay listed, and a later `dlq resend --all` sends them again",
+                f"{skipped} re-driven message(s) lie behind older ones that were not, and this "
+                "broker keeps no acknowledged ranges: they stay listed, and a later "
+                "`dlq resend --all` sends them again",
                 markup=False,
             )
     return 0
 
 
-def _advance(
-    admin: AdminClient,
-    entries: list[DlqEntry],
-    done: set[tuple[MessageQueue, int]],
-    *,
-    everything: bool,
-) -> int:
-    """Move the tools offset past the re-driven messages. It can only pass a contiguous run
-    from the current offset; returns how many re-driven ones lie beyond an unsent message."""
-    held_back = 0
-    by_queue: dict[MessageQueue, list[int]] = {}
-    for e in entries:
-        by_queue.setdefault(e.mq, []).append(e.msg.queue_offset)
-    for mq, offsets in by_queue.items():
-        target = None
-        if everything:
-            # Not the queue's end: a message dead-lettered meanwhile was not re-driven.
-            target = max(offsets) + 1
+def merge_ranges(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
         else:
-            for i, off in enumerate(sorted(offsets)):
-                if (mq, off) not in done:
-                    held_back += sum(1 for o in sorted(offsets)[i:] if (mq, o) in done)
-                    break
-                target = off + 1
-        if target is not None:
-            admin.update_consumer_offset(TOOLS_CONSUMER_GROUP, mq, target)
+            out.append((a, b))
+    return out
+
+
+def advance(state: QueueProgress, done: set[int]) -> tuple[int, Ranges]:
+    """The new tools offset and the ranges above it once the offsets `done` are handled too:
+    the offset moves over every handled run that starts at it."""
+    ranges = merge_ranges(state.acked + [(o, o + 1) for o in done if o >= state.offset])
+    offset = state.offset
+    while ranges and ranges[0][0] <= offset:
+        offset = max(offset, ranges.pop(0)[1])
+    return offset, ranges
+
+
+def _record(
+    admin: AdminClient,
+    progress: dict[MessageQueue, QueueProgress],
+    done: set[tuple[MessageQueue, int]],
+) -> int:
+    """Store what was re-driven. Returns how many re-driven messages stay listed because the
+    broker keeps no acknowledged ranges (Apache RocketMQ) and they lie beyond an unsent one."""
+    held_back = 0
+    for mq, state in progress.items():
+        sent = {off for q, off in done if q == mq}
+        if not sent:
+            continue
+        offset, ranges = advance(state, sent)
+        if not admin.acknowledge(TOOLS_CONSUMER_GROUP, mq, offset, ranges):
+            admin.update_consumer_offset(TOOLS_CONSUMER_GROUP, mq, offset)
+            held_back += sum(1 for off in sent if off >= offset)
     return held_back
 
 

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "broker",
         help="run a broker that registers with a name server; or `broker status|config`",
+        # Its actions take --broker, which the server flags' prefixes must not swallow.
+        allow_abbrev=False,
     )
     _add_broker_flags(p, standalone=False)
     p.set_defaults(func=_cmd_broker)

@@ -60,6 +60,8 @@ class AdminClient(Facade[AsyncAdminClient]):
     pull_raw = blocking(AsyncAdminClient.pull_raw)
     query_consumer_offset = blocking(AsyncAdminClient.query_consumer_offset)
     update_consumer_offset = blocking(AsyncAdminClient.update_consumer_offset)
+    acknowledged = blocking(AsyncAdminClient.acknowledged)
+    acknowledge = blocking(AsyncAdminClient.acknowledge)
     create_topic = blocking(AsyncAdminClient.create_topic)
     delete_topic = blocking(AsyncAdminClient.delete_topic)
     update_topic_perm = blocking(AsyncAdminClient.update_topic_perm)

@@ -244,6 +244,25 @@ class AsyncAdminClient:
             await self.broker_addr(mq), group, mq.topic, mq.queue_id, offset
         )
 
+    async def acknowledged(self, group: str, mq: MessageQueue) -> tuple[int, list[tuple[int, int]]]:
+        """The group's committed offset on `mq` (-1: none) and the [start, end) ranges above
+        it already acknowledged (always empty on a broker without precise acknowledgement)."""
+        addr = await self.broker_addr(mq)
+        got = await self.api.query_ack_ranges(addr, group, mq.topic, mq.queue_id)
+        if got is None:
+            return await self.api.query_consumer_offset(addr, group, mq.topic, mq.queue_id), []
+        return got
+
+    async def acknowledge(
+        self, group: str, mq: MessageQueue, offset: int, ranges: list[tuple[int, int]]
+    ) -> bool:
+        """Commit `offset` with the acknowledged ranges above it; False (and nothing stored)
+        when the broker keeps no ranges, so the caller can commit the offset alone."""
+        addr = await self.broker_addr(mq)
+        return await self.api.update_ack_ranges(
+            addr, group, mq.topic, mq.queue_id, offset, ranges
+        )
+
     # --- topics ------------------------------------------------------------------------------
     async def create_topic(
         self,

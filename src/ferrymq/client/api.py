@@ -19,6 +19,7 @@ from ..common.headers import (
     fields,
     send_header_to_v2,
 )
+from ..common.javaprops import format_properties, parse_properties
 from ..common.jsonx import FrozenKey
 from ..common.message import MessageQueue
 from ..remoting import RemotingClient, RemotingCommand, RemotingError
@@ -217,6 +218,25 @@ class MQClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise broker_error(addr, RequestCode.UPDATE_CONSUMER_ACK_RANGES, resp.code, resp.remark)
         return True
+
+    async def query_ack_ranges(
+        self, addr: str, group: str, topic: str, queue_id: int
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        """ferrymq extension: the committed offset (-1: none) and the acknowledged [start, end)
+        ranges above it; None when the broker does not know the request (Apache RocketMQ)."""
+        resp = await self.invoke(
+            addr,
+            RequestCode.QUERY_CONSUMER_ACK_RANGES,
+            fields(consumerGroup=group, topic=topic, queueId=queue_id),
+        )
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return None
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1, []
+        if resp.code != ResponseCode.SUCCESS:
+            raise broker_error(addr, RequestCode.QUERY_CONSUMER_ACK_RANGES, resp.code, resp.remark)
+        ranges = [(int(a), int(b)) for a, b in jsonx.loads(resp.body or b"[]")]
+        return int(resp.ext_fields.get("offset", "-1")), ranges
 
     # --- messages ----------------------------------------------------------------------------
     async def send(
@@ -469,23 +489,6 @@ class MQClientAPI:
         await self.invoke_ok(
             addr, RequestCode.UPDATE_BROKER_CONFIG, body=format_properties(values).encode("utf-8")
         )
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """java.util.Properties text as MixAll.properties2String writes it (no escapes needed for
-    ferrymq's keys and values)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, _, value = line.partition("=")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def format_properties(values: Mapping[str, str]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
 def pull_sys_flag(*, commit: bool, suspend: bool, subscription: bool = True) -> int:

@@ -72,6 +72,9 @@ class RequestCode(IntEnum):
     # committed one, so a crash does not re-deliver messages already consumed.
     UPDATE_CONSUMER_ACK_RANGES = 9001
     QUERY_MESSAGE_TRACE = 9002
+    # ferrymq extension: the committed offset and the acknowledged ranges above it (what
+    # UPDATE_CONSUMER_ACK_RANGES stored), so a tool can skip messages already handled.
+    QUERY_CONSUMER_ACK_RANGES = 9003
 
 
 class ResponseCode(IntEnum):

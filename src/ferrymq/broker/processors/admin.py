@@ -12,12 +12,15 @@ from ...common import jsonx
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import PERM_READ, PERM_WRITE, fields, opt_bool, opt_int, opt_str, req_int, req_str
 from ...common.ids import MessageIdError, decode_offset_msg_id
+from ...common.javaprops import format_properties, parse_properties
 from ...common.jsonx import FrozenKey
 from ...common.names import SCHEDULE_TOPIC, validate_topic
 from ...remoting import Connection, RemotingCommand
+from ..config import ConfigError
 from ..context import BrokerContext
+from ..runtime_config import apply_runtime_update, config_properties
 from ..topics import TopicConfig
-from . import reply
+from . import log, reply
 
 
 def _mq_key(topic: str, broker_name: str, queue_id: int) -> FrozenKey:
@@ -220,6 +223,13 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
     cfg = broker.topics.get(topic)
     if cfg is None:
         return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    info = broker.clients.consumer_group(group)
+    if not broker.offsets.queue_offsets(group, topic) and (info is None or not info.channels):
+        # As RocketMQ's Broker2Client.resetOffset: a reset must not create a group that a
+        # typo named; a group exists here once it committed on the topic or is online.
+        return reply(req, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                     f"the consumer group[{group}] does not exist: it has no offset on topic[{topic}] "
+                     "and no consumer online")
     table: dict[Any, int] = {}
     for qid in range(cfg.read_queue_nums):
         if timestamp < 0:
@@ -231,7 +241,6 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
             broker.offsets.commit(group, topic, qid, target, broker.now_ms())
             table[_mq_key(topic, broker.config.broker_name, qid)] = target
     body = jsonx.dumps_bytes({"offsetTable": table})
-    info = broker.clients.consumer_group(group)
     if info is not None:
         notice = RemotingCommand.request(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
@@ -257,6 +266,34 @@ async def topic_consumed_by(broker: BrokerContext, conn: Connection, req: Remoti
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"groupList": sorted(groups)}))
 
 
+async def get_broker_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    body = format_properties(config_properties(broker.config)).encode("utf-8")
+    return reply(req, ResponseCode.SUCCESS, body=body)
+
+
+async def update_broker_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    values = parse_properties((req.body or b"").decode("utf-8", "replace"))
+    if not values:
+        return reply(req, ResponseCode.SYSTEM_ERROR, "no key=value in the request body")
+    try:
+        broker.reconfigure(apply_runtime_update(broker.config, values))
+    except ConfigError as exc:
+        return reply(req, ResponseCode.NO_PERMISSION, str(exc))
+    log.info("configuration changed at runtime by %s: %s", conn.remote_addr, values)
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def query_ack_ranges(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """ferrymq extension: a group's committed offset on a queue and the ranges above it."""
+    ext = req.ext_fields
+    progress = broker.offsets.progress(req_str(ext, "consumerGroup"), req_str(ext, "topic"),
+                                       req_int(ext, "queueId"))
+    if progress is None:
+        return reply(req, ResponseCode.QUERY_NOT_FOUND, "no offset committed")
+    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=progress.offset),
+                 body=jsonx.dumps_bytes([[a, b] for a, b in progress.acked]))
+
+
 HANDLERS = {
     RequestCode.GET_MAX_OFFSET: get_max_offset,
     RequestCode.GET_MIN_OFFSET: get_min_offset,
@@ -275,4 +312,7 @@ HANDLERS = {
     RequestCode.GET_ALL_CONSUMER_OFFSET: all_consumer_offsets,
     RequestCode.GET_ALL_DELAY_OFFSET: all_delay_offsets,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: topic_consumed_by,
+    RequestCode.GET_BROKER_CONFIG: get_broker_config,
+    RequestCode.UPDATE_BROKER_CONFIG: update_broker_config,
+    RequestCode.QUERY_CONSUMER_ACK_RANGES: query_ack_ranges,
 }
