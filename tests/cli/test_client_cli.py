@@ -140,11 +140,11 @@ def test_topic_send_consume_and_progress_print_the_documented_json(standalone: A
     assert [m["msg_id"] for m in found] == [sent["msg_id"]]
 
 
-def test_dlq_list_and_resend_drive_messages_back_once(standalone: Any) -> None:
-    ferrymq(standalone, "topic", "create", "cli-dlq", "--queues", "1")
-    sent = json_out(standalone, "send", "cli-dlq", "poison")
+def dead_letter(standalone: Any, group: str, topic: str, count: int) -> list[dict[str, Any]]:
+    """Run a consumer of `group` that fails everything (no retries) until `dlq list` shows
+    `count` entries; returns them."""
     failing = PushConsumer(
-        "cli-dg",
+        group,
         standalone.namesrv,
         max_reconsume_times=0,
         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
@@ -152,11 +152,22 @@ def test_dlq_list_and_resend_drive_messages_back_once(standalone: Any) -> None:
         route_refresh_interval=0.3,
         pull_suspend_timeout=1.0,
     )
-    failing.subscribe("cli-dlq")
+    failing.subscribe(topic)
     failing.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
     with failing:
-        listed = wait_for(lambda: json_out(standalone, "dlq", "list", "cli-dg"), what="a DLQ entry")
-    assert len(listed) == 1
+        listed: list[dict[str, Any]] = wait_for(
+            lambda: (lambda rows: rows if len(rows) == count else None)(
+                json_out(standalone, "dlq", "list", group)
+            ),
+            what=f"{count} DLQ entries",
+        )
+    return listed
+
+
+def test_dlq_list_and_resend_drive_messages_back_once(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "cli-dlq", "--queues", "1")
+    sent = json_out(standalone, "send", "cli-dlq", "poison")
+    listed = dead_letter(standalone, "cli-dg", "cli-dlq", 1)
     entry = listed[0]
     assert set(entry) == {
         "msg_id",
@@ -225,24 +236,7 @@ def test_dlq_resend_by_id_is_not_sent_again_by_all(standalone: Any) -> None:
     ferrymq(standalone, "topic", "create", "cli-dlq2", "--queues", "1")
     first = json_out(standalone, "send", "cli-dlq2", "older")
     second = json_out(standalone, "send", "cli-dlq2", "newer")
-    failing = PushConsumer(
-        "cli-dg2",
-        standalone.namesrv,
-        max_reconsume_times=0,
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        rebalance_interval=0.3,
-        route_refresh_interval=0.3,
-        pull_suspend_timeout=1.0,
-    )
-    failing.subscribe("cli-dlq2")
-    failing.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
-    with failing:
-        listed = wait_for(
-            lambda: (lambda rows: rows if len(rows) == 2 else None)(
-                json_out(standalone, "dlq", "list", "cli-dg2")
-            ),
-            what="two DLQ entries",
-        )
+    listed = dead_letter(standalone, "cli-dg2", "cli-dlq2", 2)
     by_time = [e["msg_id"] for e in sorted(listed, key=lambda e: e["store_timestamp"])]
     assert set(by_time) == {first["msg_id"], second["msg_id"]}
     newest = by_time[-1]  # behind the other one in the DLQ queue
