@@ -62,7 +62,7 @@ def test_commit_offset_is_smallest_held_or_max_plus_one(
 
 
 def test_orderly_take_commit_and_reconsume_keep_offset_order() -> None:
-    pq = ProcessQueue(MQ)
+    pq = ProcessQueue(MQ, in_order=True)
     pq.put(msgs(range(10, 15)))
     first = pq.take(2)
     assert [m.queue_offset for m in first] == [10, 11]
@@ -86,3 +86,28 @@ def test_flow_control_closes_and_reopens_on_count_and_bytes() -> None:
     big = ProcessQueue(MQ, max_count=100, max_bytes=100)
     big.put(msgs([1], size=150))
     assert big.over_limit()
+
+
+def test_ranges_acknowledged_before_a_takeover_are_skipped_and_still_reported() -> None:
+    # The broker had 3..8 and 10..12 acknowledged above offset 2 when this member took over.
+    pq = ProcessQueue(MQ, acked_above=[(3, 8), (10, 12)])
+    added = pq.put(msgs(range(2, 10)))
+    assert [m.queue_offset for m in added] == [2, 8, 9]
+    assert pq.commit_offset() == 2
+    # Not reached yet (10..12) still goes back to the broker with the rest.
+    assert pq.acked_ranges() == [(3, 8), (10, 12)]
+    assert pq.remove(added[:1]) == 8
+    assert pq.acked_ranges() == [(10, 12)]
+    assert pq.remove(added[1:]) == 10
+    assert pq.acked_ranges() == [(11, 12)]  # 10 itself is the commit offset's neighbour
+    assert [m.queue_offset for m in pq.put(msgs(range(10, 14)))] == [12, 13]
+
+
+def test_acknowledging_out_of_order_keeps_the_oldest_held_offset() -> None:
+    pq = ProcessQueue(MQ)
+    batch = msgs(range(100))
+    pq.put(batch)
+    assert pq.remove(batch[1:50]) == 0
+    assert pq.acked_ranges() == [(1, 50)]
+    assert pq.remove(batch[:1]) == 50
+    assert pq.remove(batch[50:]) == 100 and pq.empty and pq.bytes == 0

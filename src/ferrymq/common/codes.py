@@ -75,6 +75,9 @@ class RequestCode(IntEnum):
     # ferrymq extension: the committed offset and the acknowledged ranges above it (what
     # UPDATE_CONSUMER_ACK_RANGES stored), so a tool can skip messages already handled.
     QUERY_CONSUMER_ACK_RANGES = 9003
+    # ferrymq extension: many queues' offsets and acknowledged ranges of one group in one request,
+    # answered once they are durable on the broker.
+    UPDATE_CONSUMER_PROGRESS = 9004
 
 
 class ResponseCode(IntEnum):

@@ -9,6 +9,13 @@ from ...common import jsonx
 from ...common.codes import LanguageCode, RequestCode, ResponseCode
 from ...common.headers import fields, opt_str, req_int, req_str
 from ...common.names import retry_topic, validate_group
+from ...common.progress import (
+    WITH_ACK_RANGES,
+    ProgressDecodeError,
+    decode_progress,
+    decode_ranges,
+    encode_ranges,
+)
 from ...remoting import Connection, RemotingCommand
 from ..clients import ClientChannel, parse_subscription
 from ..context import BrokerContext
@@ -111,9 +118,11 @@ async def query_consumer_offset(broker: BrokerContext, conn: Connection,
                                 req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
-    offset = broker.offsets.query(group, topic, queue_id)
-    if offset >= 0:
-        return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
+    progress = broker.offsets.progress(group, topic, queue_id)
+    if progress is not None and progress.offset >= 0:
+        # Ranges only for a ferrymq client that asks: Apache clients see RocketMQ's answer.
+        body = encode_ranges(progress.acked) if ext.get(WITH_ACK_RANGES) == "true" else None
+        return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=progress.offset), body=body)
     # A group that never committed here decides where to start itself (consume-from-where).
     # RocketMQ answers 0 instead when the queue's first message is still in memory, which makes a
     # new CONSUME_FROM_LAST_OFFSET group re-read history; ferrymq keeps the documented meaning.
@@ -138,11 +147,26 @@ async def update_ack_ranges(broker: BrokerContext, conn: Connection, req: Remoti
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
     offset = req_int(ext, "commitOffset")
     try:
-        raw = jsonx.loads(req.body or b"[]")
-        ranges = sorted((int(a), int(b)) for a, b in raw if int(b) > int(a) > offset)
-    except (ValueError, TypeError) as exc:
-        return reply(req, ResponseCode.SYSTEM_ERROR, f"ack ranges must be [[start, end], ...]: {exc}")
+        ranges = decode_ranges(req.body, offset)
+    except ProgressDecodeError as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
     broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms(), acked=ranges)
+    return reply(req, ResponseCode.SUCCESS)
+
+
+async def update_consumer_progress(broker: Broker, conn: Connection,
+                                   req: RemotingCommand) -> RemotingCommand | None:
+    """ferrymq extension: offsets and acknowledged ranges of many queues of one group."""
+    try:
+        group, updates = decode_progress(req.body)
+    except ProgressDecodeError as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
+    now = broker.now_ms()
+    for u in updates:
+        broker.offsets.commit(group, u.topic, u.queue_id, u.offset, now, acked=list(u.acked))
+        if broker.events.active:
+            broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, u.topic, u.queue_id, u.offset,
+                                            group=group, client=conn.remote_addr))
     return reply(req, ResponseCode.SUCCESS)
 
 
@@ -180,6 +204,7 @@ HANDLERS = {
     RequestCode.QUERY_CONSUMER_OFFSET: query_consumer_offset,
     RequestCode.UPDATE_CONSUMER_OFFSET: update_consumer_offset,
     RequestCode.UPDATE_CONSUMER_ACK_RANGES: update_ack_ranges,
+    RequestCode.UPDATE_CONSUMER_PROGRESS: update_consumer_progress,
     RequestCode.LOCK_BATCH_MQ: lock_batch,
     RequestCode.UNLOCK_BATCH_MQ: unlock_batch,
     RequestCode.CHECK_CLIENT_CONFIG: check_client_config,

@@ -18,6 +18,8 @@ from ..loop import wait_event
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
+from .pull import pull_loop
+from .rebalance import Rebalancer
 from .subscription import Subscription
 from .types import MessageModel
 
@@ -47,9 +49,8 @@ class ConsumerBase(Lifecycle):
         self._store: OffsetStore | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeup: asyncio.Event | None = None
+        self._commit_soon: asyncio.Event | None = None
         self.start_timestamp_ms = 0
-        from .rebalance import Rebalancer
-
         self.rebalancer = Rebalancer(self)
 
     # --- configuration -----------------------------------------------------------------------
@@ -133,6 +134,8 @@ class ConsumerBase(Lifecycle):
             self._store = LocalOffsetStore(self.options.offsets_dir() / f"{self.group}.json")
         await self._store.load()
         self._wakeup = asyncio.Event()
+        self._commit_soon = asyncio.Event()
+        self._store.on_dirty = self._commit_soon.set
         self.state = State.RUNNING
         inst.register_consumer(self)
         for topic in sorted(self.topics()):
@@ -143,6 +146,8 @@ class ConsumerBase(Lifecycle):
             await self.rebalancer.rebalance()
             self._spawn(self._rebalance_loop(), "rebalance")
         self._spawn(self._persist_loop(), "persist")
+        if self.clustering:
+            self._spawn(self._commit_loop(), "commit")
 
     async def __aenter__(self) -> ConsumerBase:
         await self.start()
@@ -223,22 +228,49 @@ class ConsumerBase(Lifecycle):
             except Exception:
                 log.exception("%s: persisting offsets failed", self.group)
 
+    async def _commit_loop(self) -> None:
+        """Acknowledgements reach the broker soon after a batch completes (within
+        commit_delay plus a round trip), coalesced: one request per broker per round, and
+        while one round is out the next one gathers."""
+        assert self._commit_soon is not None
+        while self.state is State.RUNNING:
+            await self._commit_soon.wait()
+            self._commit_soon.clear()
+            if self.options.commit_delay > 0:
+                await asyncio.sleep(self.options.commit_delay)
+            mqs = self.offset_store.take_dirty() & set(self.table)
+            if not mqs:
+                continue
+            try:
+                await self.offset_store.persist(mqs)
+            except Exception:
+                log.exception("%s: committing offsets failed", self.group)
+
     async def persist_all(self) -> None:
         if self._store is not None:
             await self._store.persist(set(self.table))
 
     # --- queues ------------------------------------------------------------------------------
-    def new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
+    def takes_in_order(self) -> bool:
+        """True when the consumer takes held messages batch after batch (orderly, lite pull)
+        instead of having each handed over as it arrives."""
+        return True
+
+    def new_process_queue(
+        self, mq: MessageQueue, acked_above: list[tuple[int, int]] | None = None
+    ) -> ProcessQueue:
         return ProcessQueue(
             mq,
             max_count=self.options.pull_threshold_for_queue,
             max_bytes=self.options.pull_threshold_size_for_queue * 1024 * 1024,
+            in_order=self.takes_in_order(),
+            acked_above=acked_above or (),
         )
 
     def start_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        from .pull import pull_loop
-
         self.table[mq] = pq
+        if self.clustering and self.options.precise_ack and not self.orderly:
+            self.offset_store.track(mq, pq.acked_ranges)
         self.pull_tasks[mq] = asyncio.create_task(
             pull_loop(self, pq, offset), name=f"ferrymq-pull-{mq}"
         )
@@ -273,19 +305,20 @@ class ConsumerBase(Lifecycle):
         raise NotImplementedError
 
     # --- acknowledgement: every change of a message's state in this client happens here -------
-    def settle(self, pq: ProcessQueue, consumed: list[MessageExt]) -> None:
-        """Concurrent consumption: the batch's consumed (or sent back) messages leave the
-        process queue; the committed offset becomes the smallest offset still held."""
+    def settle(self, pq: ProcessQueue, consumed: list[MessageExt], *, closing: bool = False) -> None:
+        """Concurrent consumption: the consumed (or sent back) messages leave the process
+        queue; the committed offset becomes the smallest offset still held (the ranges above
+        it are read from the process queue when the offset goes out). `closing`: the queue is
+        being handed over and its last offset is about to be persisted."""
         offset = pq.remove(consumed)
-        if offset >= 0 and not pq.dropped:
-            acked = pq.acked_ranges() if self.options.precise_ack else None
-            self.offset_store.update(pq.mq, offset, increase_only=True, acked=acked)
+        if offset >= 0 and (closing or not pq.dropped):
+            self.offset_store.update(pq.mq, offset, increase_only=True)
 
-    def settle_orderly(self, pq: ProcessQueue) -> None:
+    def settle_orderly(self, pq: ProcessQueue, *, closing: bool = False) -> None:
         """Orderly consumption: the taken batch is done; the offset moves past it exactly."""
         offset = pq.commit()
-        if offset >= 0 and not pq.dropped:
-            self.offset_store.update(pq.mq, offset, increase_only=False, acked=[])
+        if offset >= 0 and (closing or not pq.dropped):
+            self.offset_store.update(pq.mq, offset, increase_only=False)
 
     def reset_retry_topic(self, msgs: list[MessageExt]) -> None:
         """Messages re-delivered through %RETRY%<group> show the topic they were sent to."""
@@ -303,7 +336,8 @@ class ConsumerBase(Lifecycle):
             if mq.topic != topic:
                 continue
             self.drop_queue(mq)
-            self.offset_store.update(mq, offset, increase_only=False, acked=[])
+            self.offset_store.track(mq, None)
+            self.offset_store.update(mq, offset, increase_only=False)
         log.info("%s: offsets of %s reset by the broker", self.group, topic)
         self.trigger_rebalance()
 

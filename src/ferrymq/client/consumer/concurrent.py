@@ -1,21 +1,22 @@
 """Concurrent consumption (RocketMQ's ConsumeMessageConcurrentlyService): batches of a queue
 run in parallel; after each, failed messages are sent back to the broker's retry path (or,
-if that fails, consumed again here later) and the rest leave the process queue."""
+if that fails, consumed again here later) and the rest leave the process queue.
+
+Finished requests come back from the runner in runs; the consumed messages of a run are
+acknowledged with one process-queue removal and one offset update per queue."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections import defaultdict
 
 from ...common.message import MessageExt
+from .host import ConsumeHost
 from .process_queue import ProcessQueue
-from .runner import ListenerRunner
+from .runner import ConsumeRequest, ListenerRunner
 from .types import ConsumeConcurrentlyContext, ConsumeStatus
-
-if TYPE_CHECKING:
-    from .push import AsyncPushConsumer
 
 log = logging.getLogger("ferrymq.client.consume")
 
@@ -30,18 +31,27 @@ def concurrent_status(result: object) -> ConsumeStatus:
 
 
 class ConcurrentService:
-    def __init__(self, consumer: AsyncPushConsumer, runner: ListenerRunner) -> None:
-        self.c = consumer
+    def __init__(self, host: ConsumeHost, runner: ListenerRunner) -> None:
+        self.c = host
         self.runner = runner
-        self.inflight: set[asyncio.Task[None]] = set()
+        runner.on_done = self._finished
         self._later: set[asyncio.TimerHandle] = set()
+        self._sending: set[asyncio.Task[None]] = set()
+        self._closing: ProcessQueue | None = None
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         n = self.c.options.consume_message_batch_max_size
-        for i in range(0, len(msgs), n):
-            task = asyncio.create_task(self._consume(pq, msgs[i : i + n]))
-            self.inflight.add(task)
-            task.add_done_callback(self.inflight.discard)
+        if self.c.is_retry(pq.mq):
+            self.c.reset_retry_topic(msgs)
+        mq = pq.mq
+        if n == 1:
+            reqs = [ConsumeRequest(pq, [m], ConsumeConcurrentlyContext(mq)) for m in msgs]
+        else:
+            reqs = [
+                ConsumeRequest(pq, msgs[i : i + n], ConsumeConcurrentlyContext(mq))
+                for i in range(0, len(msgs), n)
+            ]
+        self.runner.submit(reqs)
 
     def submit_later(self, pq: ProcessQueue, msgs: list[MessageExt], delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -55,74 +65,75 @@ class ConcurrentService:
         handle = loop.call_later(delay, fire)
         self._later.add(handle)
 
-    async def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if pq.dropped:
-            return
-        ctx = ConsumeConcurrentlyContext(pq.mq)
-        self.c.reset_retry_topic(msgs)
-        status = concurrent_status(await self.runner.call(msgs, ctx))
-        if pq.dropped:
-            # The queue went to another member meanwhile; it will deliver these again.
-            log.debug(
-                "%s: %s dropped; result of %d message(s) ignored", self.c.group, pq.mq, len(msgs)
-            )
-            return
-        await self._process(pq, msgs, status, ctx)
+    def _finished(self, reqs: list[ConsumeRequest]) -> None:
+        done: dict[ProcessQueue, list[MessageExt]] = defaultdict(list)
+        for req in reqs:
+            pq = req.pq
+            if not req.ran or (pq.dropped and pq is not self._closing):
+                # The queue went to another member meanwhile; it will deliver these again.
+                continue
+            ctx: ConsumeConcurrentlyContext = req.ctx
+            msgs = req.msgs
+            if concurrent_status(req.result) is ConsumeStatus.CONSUME_SUCCESS:
+                ack_index = max(min(ctx.ack_index, len(msgs) - 1), -1)
+            else:
+                ack_index = -1
+            done[pq] += msgs[: ack_index + 1]
+            failed = msgs[ack_index + 1 :]
+            if failed and not self.c.clustering:
+                for m in failed:
+                    log.warning("%s: BROADCASTING, consuming %s failed; dropped", self.c.group, m)
+                done[pq] += failed
+            elif failed:
+                task = asyncio.get_running_loop().create_task(self._send_back(pq, failed, ctx))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+        for pq, msgs in done.items():
+            self.c.settle(pq, msgs, closing=pq is self._closing)
 
-    async def _process(
-        self,
-        pq: ProcessQueue,
-        msgs: list[MessageExt],
-        status: ConsumeStatus,
-        ctx: ConsumeConcurrentlyContext,
+    async def _send_back(
+        self, pq: ProcessQueue, failed: list[MessageExt], ctx: ConsumeConcurrentlyContext
     ) -> None:
-        if status is ConsumeStatus.CONSUME_SUCCESS:
-            ack_index = max(min(ctx.ack_index, len(msgs) - 1), -1)
-        else:
-            ack_index = -1
-        done = list(msgs[: ack_index + 1])
-        failed = list(msgs[ack_index + 1 :])
-        if failed and not self.c.clustering:
-            for m in failed:
-                log.warning("%s: BROADCASTING, consuming %s failed; dropped", self.c.group, m)
-            done += failed
-        elif failed:
-            sent = await asyncio.gather(
-                *(self.c.send_back(m, ctx.delay_level_when_next_consume) for m in failed)
+        sent = await asyncio.gather(
+            *(self.c.send_back(m, ctx.delay_level_when_next_consume) for m in failed)
+        )
+        kept = [m for m, ok in zip(failed, sent, strict=True) if not ok]
+        done = [m for m, ok in zip(failed, sent, strict=True) if ok]
+        if kept:
+            for m in kept:
+                m.reconsume_times += 1
+            log.warning(
+                "%s: %d message(s) of %s could not be sent back; consuming them again in %.1fs",
+                self.c.group,
+                len(kept),
+                pq.mq,
+                self.c.options.local_retry_delay,
             )
-            kept = [m for m, ok in zip(failed, sent, strict=True) if not ok]
-            done += [m for m, ok in zip(failed, sent, strict=True) if ok]
-            if kept:
-                for m in kept:
-                    m.reconsume_times += 1
-                log.warning(
-                    "%s: %d message(s) of %s could not be sent back; consuming them again in %.1fs",
-                    self.c.group,
-                    len(kept),
-                    pq.mq,
-                    self.c.options.local_retry_delay,
-                )
-                self.submit_later(pq, kept, self.c.options.local_retry_delay)
-        if pq.dropped:
-            return
-        self.c.settle(pq, done)
+            self.submit_later(pq, kept, self.c.options.local_retry_delay)
+        if done and not pq.dropped:
+            self.c.settle(pq, done)
+
+    def close_queue(self, pq: ProcessQueue) -> None:
+        """The queue is being handed over: acknowledge what finished on it already, so the
+        offset persisted next covers it; only what is still in the listener comes again."""
+        self._closing = pq
+        try:
+            self.runner.collect()
+        finally:
+            self._closing = None
 
     async def clean_expired(self) -> None:
         """Messages whose consumption started more than consume_timeout ago are sent back and
         released, so one stuck listener call cannot hold a queue's offset forever."""
-        limit_ms = self.c.options.consume_timeout * 1000
-        now_ms = time.time() * 1000
-        for pq in list(self.c.table.values()):
-            if pq.dropped:
+        limit = self.c.options.consume_timeout
+        now = time.time()
+        for req in self.runner.running():
+            pq = req.pq
+            if pq.dropped or now - req.started <= limit:
                 continue
-            for m, started in pq.oldest_started():
-                if now_ms - started <= limit_ms:
-                    continue
+            for m in req.msgs:
                 log.warning(
-                    "%s: %s has been consuming for over %.0fs; sent back",
-                    self.c.group,
-                    m,
-                    self.c.options.consume_timeout,
+                    "%s: %s has been consuming for over %.0fs; sent back", self.c.group, m, limit
                 )
                 if await self.c.send_back(m, TIMEOUT_DELAY_LEVEL) and not pq.dropped:
                     self.c.settle(pq, [m])
@@ -133,5 +144,6 @@ class ConcurrentService:
         for handle in list(self._later):
             handle.cancel()
         self._later.clear()
-        while self.inflight:
-            await asyncio.gather(*list(self.inflight), return_exceptions=True)
+        await self.runner.wait_idle()
+        while self._sending:
+            await asyncio.gather(*list(self._sending), return_exceptions=True)

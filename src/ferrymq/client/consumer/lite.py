@@ -155,7 +155,7 @@ class AsyncLitePullConsumer(ConsumerBase):
         if mq not in self.table:
             raise ClientStateError(self.kind, f"not assigned {mq}", "seek")
         self.drop_queue(mq)
-        self.offset_store.update(mq, offset, increase_only=False, acked=[])
+        self.offset_store.update(mq, offset, increase_only=False)
         self.start_queue(mq, self.new_process_queue(mq), offset)
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:

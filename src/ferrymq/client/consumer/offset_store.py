@@ -1,41 +1,59 @@
 """Where a consumer's progress lives: on the broker for clustering consumers
 (RemoteBrokerOffsetStore), in a local file for broadcasting ones (LocalFileOffsetStore).
 
-Offsets are updated in memory after every consumed batch and written out periodically, on
-pulls (the broker takes the piggy-backed offset) and at shutdown. With a ferrymq broker the
-ranges already consumed above the committed offset go along (UPDATE_CONSUMER_ACK_RANGES)."""
+Offsets are updated in memory after every consumed batch and written out soon after (the
+consumer's commit loop, coalesced), periodically, on pulls (the broker takes the
+piggy-backed offset) and at shutdown. With a ferrymq broker the ranges already consumed above
+the committed offset go along, and come back when a queue is taken over or a consumer
+restarts, so those messages are not consumed again."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from ...common import jsonx
+from ...common.codes import RequestCode, ResponseCode
 from ...common.errors import FerryMQError
+from ...common.headers import fields
 from ...common.jsonx import FrozenKey
 from ...common.message import MessageQueue
+from ...common.progress import (
+    WITH_ACK_RANGES,
+    ProgressDecodeError,
+    QueueProgressUpdate,
+    decode_ranges,
+    encode_progress,
+)
 from ..api import mq_from_key
-from ..errors import ClientError
+from ..errors import ClientError, broker_error
 from ..instance import ClientInstance
 
 log = logging.getLogger("ferrymq.client.offsets")
 
 Ranges = list[tuple[int, int]]
+RangesOf = Callable[[], Ranges]
 
 
 class OffsetStore(Protocol):
     async def load(self) -> None: ...
 
-    def update(
-        self, mq: MessageQueue, offset: int, *, increase_only: bool, acked: Ranges | None = None
-    ) -> None: ...
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None: ...
+
+    def track(self, mq: MessageQueue, ranges: RangesOf | None) -> None: ...
 
     def read_memory(self, mq: MessageQueue) -> int: ...
 
     async def read_store(self, mq: MessageQueue) -> int: ...
+
+    def loaded_ranges(self, mq: MessageQueue) -> Ranges: ...
+
+    def take_dirty(self) -> set[MessageQueue]: ...
 
     async def persist(self, mqs: set[MessageQueue]) -> None: ...
 
@@ -45,35 +63,64 @@ class OffsetStore(Protocol):
 class _MemoryTable:
     def __init__(self) -> None:
         self.offsets: dict[MessageQueue, int] = {}
-        self.acked: dict[MessageQueue, Ranges] = {}
+        # Where each queue's acknowledged ranges above its offset come from (its process
+        # queue); asked only when the offset goes out, so acknowledging stays O(1).
+        self.ranges_of: dict[MessageQueue, RangesOf] = {}
+        self._loaded: dict[MessageQueue, Ranges] = {}
+        self.dirty: set[MessageQueue] = set()
+        self.on_dirty: Callable[[], None] = lambda: None
 
-    def update(
-        self, mq: MessageQueue, offset: int, *, increase_only: bool, acked: Ranges | None = None
-    ) -> None:
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
         current = self.offsets.get(mq)
         if increase_only and current is not None and offset < current:
             return
         self.offsets[mq] = offset
-        if acked is not None:
-            self.acked[mq] = [(a, b) for a, b in acked if a > offset]
-        elif current is None or offset != current:
-            self.acked[mq] = [(a, b) for a, b in self.acked.get(mq, []) if a > offset]
+        if not self.dirty:
+            self.on_dirty()
+        self.dirty.add(mq)
+
+    def track(self, mq: MessageQueue, ranges: RangesOf | None) -> None:
+        if ranges is None:
+            self.ranges_of.pop(mq, None)
+        else:
+            self.ranges_of[mq] = ranges
+            if not self.dirty:
+                self.on_dirty()
+            self.dirty.add(mq)
+
+    def acked(self, mq: MessageQueue, offset: int) -> Ranges:
+        source = self.ranges_of.get(mq)
+        return [] if source is None else [(a, b) for a, b in source() if a > offset]
 
     def read_memory(self, mq: MessageQueue) -> int:
         return self.offsets.get(mq, -1)
 
+    def loaded_ranges(self, mq: MessageQueue) -> Ranges:
+        """The acknowledged ranges read from the store with the queue's offset."""
+        return self._loaded.pop(mq, [])
+
+    def take_dirty(self) -> set[MessageQueue]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
     def remove(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
-        self.acked.pop(mq, None)
+        self.ranges_of.pop(mq, None)
+        self._loaded.pop(mq, None)
+        self.dirty.discard(mq)
 
 
 class RemoteOffsetStore(_MemoryTable):
+    """With a ferrymq broker all queues of one broker go in one UPDATE_CONSUMER_PROGRESS
+    (offsets and ranges, answered once durable); an Apache RocketMQ broker gets
+    UPDATE_CONSUMER_OFFSET per queue."""
+
     def __init__(self, inst: ClientInstance, group: str, *, precise_ack: bool = True) -> None:
         super().__init__()
         self.inst = inst
         self.group = group
         self.precise_ack = precise_ack
-        self._ack_supported: dict[str, bool] = {}  # broker address -> knows the extension
+        self._extension: dict[str, bool] = {}  # broker address -> knows the extension
 
     async def load(self) -> None:
         return None
@@ -85,40 +132,73 @@ class RemoteOffsetStore(_MemoryTable):
         return addr
 
     async def read_store(self, mq: MessageQueue) -> int:
-        """The broker's committed offset (-1: none); remembered locally when found."""
-        offset = await self.inst.api.query_consumer_offset(
-            await self._addr(mq), self.group, mq.topic, mq.queue_id
+        """The broker's committed offset (-1: none); remembered locally when found, with the
+        ranges above it already acknowledged (see loaded_ranges)."""
+        ext = fields(consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id)
+        if self.precise_ack:
+            ext[WITH_ACK_RANGES] = "true"
+        resp = await self.inst.api.invoke_ok(
+            await self._addr(mq),
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            ext,
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        offset = int(resp.ext_fields.get("offset", "-1"))
         if offset >= 0:
-            self.update(mq, offset, increase_only=False, acked=[])
+            self.update(mq, offset, increase_only=False)
+            self.dirty.discard(mq)
+            if self.precise_ack and resp.body:
+                try:
+                    self._loaded[mq] = decode_ranges(resp.body, offset)
+                except ProgressDecodeError as exc:
+                    log.warning("%s: ack ranges of %s ignored: %s", self.group, mq, exc)
         return offset
 
-    async def persist_one(self, mq: MessageQueue) -> None:
-        offset = self.offsets.get(mq)
-        if offset is None or offset < 0:
-            return
-        addr = await self._addr(mq)
-        api = self.inst.api
-        if self.precise_ack and self._ack_supported.get(addr, True):
-            # Sent even with no ranges, so the broker never keeps ranges we no longer hold.
-            ok = await api.update_ack_ranges(
-                addr, self.group, mq.topic, mq.queue_id, offset, self.acked.get(mq, [])
-            )
-            self._ack_supported[addr] = ok
-            if ok:
-                return
-        await api.update_consumer_offset(addr, self.group, mq.topic, mq.queue_id, offset)
-
     async def persist(self, mqs: set[MessageQueue]) -> None:
-        targets = [mq for mq in list(self.offsets) if mq in mqs]
+        by_addr: dict[str, list[MessageQueue]] = defaultdict(list)
+        for mq in mqs:
+            if self.offsets.get(mq, -1) < 0:
+                continue
+            try:
+                by_addr[await self._addr(mq)].append(mq)
+            except FerryMQError as exc:
+                log.warning("%s: persisting offset of %s failed: %s", self.group, mq, exc)
         results = await asyncio.gather(
-            *(self.persist_one(mq) for mq in targets), return_exceptions=True
+            *(self._persist_broker(addr, qs) for addr, qs in by_addr.items()),
+            return_exceptions=True,
         )
-        for mq, result in zip(targets, results, strict=True):
+        for (addr, _), result in zip(by_addr.items(), results, strict=True):
             if isinstance(result, FerryMQError):
-                log.warning("%s: persisting offset of %s failed: %s", self.group, mq, result)
+                log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, result)
             elif isinstance(result, BaseException):
                 raise result
+
+    async def _persist_broker(self, addr: str, mqs: list[MessageQueue]) -> None:
+        api = self.inst.api
+        if self._extension.get(addr, True):
+            updates = []
+            for mq in sorted(mqs):
+                offset = self.offsets[mq]
+                # Sent even with no ranges, so the broker never keeps ranges we no longer hold.
+                acked = tuple(self.acked(mq, offset)) if self.precise_ack else ()
+                updates.append(QueueProgressUpdate(mq.topic, mq.queue_id, offset, acked))
+            resp = await api.invoke(
+                addr, RequestCode.UPDATE_CONSUMER_PROGRESS, body=encode_progress(self.group, updates)
+            )
+            if resp.code == ResponseCode.SUCCESS:
+                self._extension[addr] = True
+                return
+            if resp.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise broker_error(addr, RequestCode.UPDATE_CONSUMER_PROGRESS, resp.code, resp.remark)
+            self._extension[addr] = False
+        await asyncio.gather(
+            *(
+                api.update_consumer_offset(addr, self.group, mq.topic, mq.queue_id, self.offsets[mq])
+                for mq in mqs
+            )
+        )
 
 
 class LocalOffsetStore(_MemoryTable):
@@ -147,6 +227,7 @@ class LocalOffsetStore(_MemoryTable):
         offset = self._stored.get(mq, -1)
         if offset >= 0:
             self.update(mq, offset, increase_only=False)
+            self.dirty.discard(mq)
         return offset
 
     async def persist(self, mqs: set[MessageQueue]) -> None:

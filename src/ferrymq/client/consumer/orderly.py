@@ -8,15 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ...common.message import MessageExt
+from .host import ConsumeHost
 from .process_queue import ProcessQueue
 from .runner import ListenerRunner
 from .types import ConsumeOrderlyContext, ConsumeOrderlyStatus
-
-if TYPE_CHECKING:
-    from .push import AsyncPushConsumer
 
 log = logging.getLogger("ferrymq.client.consume")
 
@@ -33,7 +30,7 @@ def orderly_succeeded(result: object) -> bool:
 
 
 class OrderlyService:
-    def __init__(self, consumer: AsyncPushConsumer, runner: ListenerRunner) -> None:
+    def __init__(self, consumer: ConsumeHost, runner: ListenerRunner) -> None:
         self.c = consumer
         self.runner = runner
         self.tasks: dict[ProcessQueue, asyncio.Task[None]] = {}
@@ -72,6 +69,11 @@ class OrderlyService:
                 ctx = ConsumeOrderlyContext(pq.mq)
                 ok = orderly_succeeded(await self.runner.call(msgs, ctx))
                 if pq.dropped:
+                    # Handed over while the batch ran: this member still holds the broker
+                    # lock (it is given up only after this task ends), so a finished batch is
+                    # committed and goes out with the offset persisted before the unlock.
+                    if ok:
+                        self.c.settle_orderly(pq, closing=True)
                     return
                 if ok:
                     self.c.settle_orderly(pq)

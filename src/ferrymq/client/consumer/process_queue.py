@@ -5,31 +5,47 @@ The offset to commit is always the smallest offset still held, or the highest of
 held plus one when nothing is (the seeds' removeMessage). Above that offset, `acked_ranges`
 names what is already consumed, for brokers that keep precise acknowledgements.
 
-Every method runs on the consumer's event loop; nothing here is shared with listener
-threads, so there are no locks."""
+Acknowledging costs O(1) per message: held offsets sit in a deque in offset order (pulls
+arrive in order), acknowledged ones leave the dict at once and the deque's head is trimmed
+past them; the ranges are only computed when they are reported.
+
+Every method runs on the consumer's event loop; listener threads only read `dropped`."""
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
 import time
+from collections import deque
 from collections.abc import Iterable
 
-from ...common import props as P
 from ...common.message import MessageExt, MessageQueue
+
+Ranges = list[tuple[int, int]]
 
 
 class ProcessQueue:
     def __init__(
-        self, mq: MessageQueue, *, max_count: int = 1000, max_bytes: int = 100 * 1024 * 1024
+        self,
+        mq: MessageQueue,
+        *,
+        max_count: int = 1000,
+        max_bytes: int = 100 * 1024 * 1024,
+        in_order: bool = False,
+        acked_above: Iterable[tuple[int, int]] = (),
     ) -> None:
         self.mq = mq
         self.max_count = max_count
         self.max_bytes = max_bytes
-        self._offsets: list[int] = []  # sorted offsets of held messages not taken for consuming
-        self._msgs: dict[int, MessageExt] = {}  # every held message, taken or not
-        self._taken: list[int] = []  # orderly: offsets handed to the listener, sorted
+        # in_order: the consumer takes messages one batch after another (orderly, lite pull)
+        # instead of having all of them handed to it as they arrive (concurrent).
+        self.in_order = in_order
+        self._msgs: dict[int, MessageExt] = {}  # held and not acknowledged
+        self._order: deque[int] = deque()  # held offsets in order; the head is never acked
+        self._pending: deque[int] = deque()  # in_order: held offsets not yet taken
+        self._taken: deque[int] = deque()  # in_order: offsets handed out, in order
+        # Ranges the broker already had acknowledged when this queue was taken over: messages
+        # in them are not consumed again (precise acknowledgement).
+        self._skip: deque[tuple[int, int]] = deque(sorted(acked_above))
         self.bytes = 0
         self.queue_offset_max = -1
         self.dropped = False
@@ -54,7 +70,8 @@ class ProcessQueue:
     def over_limit(self) -> bool:
         # Messages already handed out (orderly batch, lite pull poll) do not count: the
         # application holds them, and must be able to poll more before committing.
-        return len(self._offsets) >= self.max_count or self.bytes >= self.max_bytes
+        held = len(self._pending) if self.in_order else len(self._msgs)
+        return held >= self.max_count or self.bytes >= self.max_bytes
 
     def _update_space(self) -> None:
         if self.over_limit():
@@ -63,113 +80,135 @@ class ProcessQueue:
             self.space.set()
 
     def min_offset(self) -> int:
-        return min(self._msgs) if self._msgs else -1
+        return self._order[0] if self._order else -1
 
     def messages(self) -> list[MessageExt]:
-        return [self._msgs[o] for o in sorted(self._msgs)]
+        msgs = self._msgs
+        return [msgs[o] for o in self._order if o in msgs]
 
     # --- pulling in --------------------------------------------------------------------------
     def put(self, msgs: Iterable[MessageExt]) -> list[MessageExt]:
-        """Hold freshly pulled messages; returns the ones that were new (a pull repeated after
-        a timeout may bring some again)."""
+        """Hold freshly pulled messages; returns the ones to consume: not seen before (a pull
+        repeated after a timeout may bring some again) and not already acknowledged."""
         added: list[MessageExt] = []
+        held = self._msgs
+        order = self._order
+        skip = self._skip
+        top = self.queue_offset_max
+        size = 0
         for m in msgs:
             off = m.queue_offset
-            if off in self._msgs or off <= self.queue_offset_max:
+            if off <= top:
                 continue
-            self._msgs[off] = m
-            self._offsets.append(off)  # pulls arrive in offset order
-            self.bytes += len(m.body)
-            self.queue_offset_max = off
+            top = off
+            if skip and self._acked_before(off):
+                continue
+            held[off] = m
+            order.append(off)
+            size += len(m.body)
             added.append(m)
+        self.queue_offset_max = top
+        self.bytes += size
+        if self.in_order:
+            self._pending.extend(m.queue_offset for m in added)
         self._update_space()
         return added
+
+    def _acked_before(self, off: int) -> bool:
+        skip = self._skip
+        while skip and skip[0][1] <= off:
+            skip.popleft()
+        return bool(skip) and skip[0][0] <= off
 
     # --- acknowledging -----------------------------------------------------------------------
     def remove(self, msgs: Iterable[MessageExt]) -> int:
         """Drop consumed messages; the offset to commit, or -1 when nothing was held."""
-        if not self._msgs:
+        held = self._msgs
+        if not held:
             return -1
+        size = 0
         for m in msgs:
-            self._discard(m.queue_offset)
+            if held.pop(m.queue_offset, None) is not None:
+                size += len(m.body)
+        self.bytes -= size
+        self._trim()
         self.last_consume_time = time.monotonic()
         self._update_space()
         return self.commit_offset()
 
+    def _trim(self) -> None:
+        order, held = self._order, self._msgs
+        while order and order[0] not in held:
+            order.popleft()
+
     def commit_offset(self) -> int:
-        heads = [seq[0] for seq in (self._offsets, self._taken) if seq]
-        return min(heads) if heads else self.queue_offset_max + 1
+        return self._order[0] if self._order else self.queue_offset_max + 1
 
-    def _discard(self, off: int) -> None:
-        m = self._msgs.pop(off, None)
-        if m is None:
-            return
-        self.bytes -= len(m.body)
-        for seq in (self._offsets, self._taken):
-            i = bisect.bisect_left(seq, off)
-            if i < len(seq) and seq[i] == off:
-                del seq[i]
-                return
-
-    def acked_ranges(self) -> list[tuple[int, int]]:
+    def acked_ranges(self) -> Ranges:
         """[start, end) ranges above the commit offset that are already consumed: the gaps
-        between held offsets, and the tail after the last held one up to what was pulled."""
-        if not self._msgs:
-            return []
-        held = sorted(self._msgs)
-        ranges: list[tuple[int, int]] = []
-        for a, b in itertools.pairwise(held):
-            if b > a + 1:
-                ranges.append((a + 1, b))
-        if self.queue_offset_max > held[-1]:
-            ranges.append((held[-1] + 1, self.queue_offset_max + 1))
-        return ranges
+        between held offsets, the tail after the last held one up to what was pulled, and the
+        acknowledged ranges taken over that were not reached yet."""
+        held = self._msgs
+        ranges: Ranges = []
+        last = -1
+        for off in self._order:
+            if off not in held:
+                continue
+            if last >= 0 and off > last + 1:
+                ranges.append((last + 1, off))
+            last = off
+        top = self.queue_offset_max
+        if last >= 0 and top > last:
+            ranges.append((last + 1, top + 1))
+        ranges += [(max(a, top + 1), b) for a, b in self._skip if b > top + 1]
+        floor = self.commit_offset() + 1
+        return [(max(a, floor), b) for a, b in ranges if b > max(a, floor)]
 
-    def oldest_started(self, limit: int = 16) -> list[tuple[MessageExt, int]]:
-        """The first held messages with the time (ms) their consumption started, if it has."""
-        out: list[tuple[MessageExt, int]] = []
-        for off in sorted(self._msgs)[:limit]:
-            m = self._msgs[off]
-            started = m.properties.get(P.PROPERTY_CONSUME_START_TIMESTAMP)
-            if started and started.isdigit():
-                out.append((m, int(started)))
-        return out
-
-    # --- orderly consumption -----------------------------------------------------------------
+    # --- in-order consumption ----------------------------------------------------------------
     def take(self, n: int) -> list[MessageExt]:
         """Hand the next n messages in offset order to the listener."""
-        taken = self._offsets[:n]
-        del self._offsets[:n]
-        for off in taken:
-            bisect.insort(self._taken, off)
+        pending, taken, held = self._pending, self._taken, self._msgs
+        out: list[MessageExt] = []
+        while pending and len(out) < n:
+            off = pending.popleft()
+            taken.append(off)
+            out.append(held[off])
         self.last_consume_time = time.monotonic()
         self._update_space()
-        return [self._msgs[o] for o in taken]
+        return out
 
     def commit(self) -> int:
         """The taken messages are done: forget them; returns the offset after them (-1: none)."""
-        if not self._taken:
+        taken = self._taken
+        if not taken:
             return -1
-        offset = self._taken[-1] + 1
-        for off in list(self._taken):
-            self._discard(off)
+        offset = taken[-1] + 1
+        held = self._msgs
+        size = 0
+        for off in taken:
+            m = held.pop(off, None)
+            if m is not None:
+                size += len(m.body)
+        taken.clear()
+        self.bytes -= size
+        self._trim()
         self._update_space()
         return offset
 
     def reconsume(self, msgs: Iterable[MessageExt]) -> None:
         """Give taken messages back; they are consumed again, still in offset order."""
-        for m in msgs:
-            off = m.queue_offset
-            i = bisect.bisect_left(self._taken, off)
-            if i < len(self._taken) and self._taken[i] == off:
-                del self._taken[i]
-                bisect.insort(self._offsets, off)
+        back = {m.queue_offset for m in msgs}
+        keep = [o for o in self._taken if o not in back]
+        again = sorted(o for o in self._taken if o in back)
+        self._taken = deque(keep)
+        self._pending.extendleft(reversed(again))
 
     def has_pending(self) -> bool:
-        return bool(self._offsets)
+        return bool(self._pending)
 
     def clear(self) -> None:
-        self._offsets.clear()
+        self._order.clear()
+        self._pending.clear()
         self._taken.clear()
         self._msgs.clear()
         self.bytes = 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from ...common.errors import FerryMQError
 from ...common.record import MessageDecodeError, decode_records
@@ -16,10 +15,8 @@ from ..errors import BrokerError, ClientError
 from ..lifecycle import State
 from ..loop import wait_event
 from ..results import PullStatus
+from .host import QueueHost
 from .process_queue import ProcessQueue
-
-if TYPE_CHECKING:
-    from .base import ConsumerBase
 
 log = logging.getLogger("ferrymq.client.pull")
 
@@ -27,7 +24,7 @@ log = logging.getLogger("ferrymq.client.pull")
 FLOW_CONTROL_RECHECK = 1.0
 
 
-async def pull_loop(c: ConsumerBase, pq: ProcessQueue, offset: int) -> None:
+async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
     mq = pq.mq
     opts = c.options
     next_offset = offset
@@ -103,7 +100,8 @@ async def pull_loop(c: ConsumerBase, pq: ProcessQueue, offset: int) -> None:
                 result.next_begin_offset,
             )
             c.drop_queue(mq)
-            c.offset_store.update(mq, result.next_begin_offset, increase_only=False, acked=[])
+            c.offset_store.track(mq, None)
+            c.offset_store.update(mq, result.next_begin_offset, increase_only=False)
             await c.offset_store.persist({mq})
             c.offset_store.remove(mq)
             c.trigger_rebalance()

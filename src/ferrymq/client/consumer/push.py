@@ -53,6 +53,9 @@ class AsyncPushConsumer(ConsumerBase):
     def orderly(self) -> bool:
         return self._orderly
 
+    def takes_in_order(self) -> bool:
+        return self._orderly
+
     async def attach(self, inst: Any) -> None:
         if self._runner is None:
             raise ClientStateError(self.kind, "without a listener", "start")
@@ -217,6 +220,8 @@ class AsyncPushConsumer(ConsumerBase):
 
     async def release_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         if not (self._orderly and self.clustering):
+            if self._concurrent is not None:
+                self._concurrent.close_queue(pq)
             await super().release_queue(mq, pq)
             return
         # The queue's lock may only be given up once our batch on it has finished, or two

@@ -9,7 +9,6 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
 
 from ...common.errors import FerryMQError
 from ...common.message import MessageQueue
@@ -18,16 +17,14 @@ from ..errors import ClientError
 from ..lifecycle import State
 from ..route import TopicRoute
 from .allocate import resolve
+from .host import QueueHost
 from .types import ConsumeFromWhere
-
-if TYPE_CHECKING:
-    from .base import ConsumerBase
 
 log = logging.getLogger("ferrymq.client.rebalance")
 
 
 class Rebalancer:
-    def __init__(self, consumer: ConsumerBase) -> None:
+    def __init__(self, consumer: QueueHost) -> None:
         self.consumer = consumer
         self.strategy = resolve(consumer.options.allocate_strategy)
         self._lock = asyncio.Lock()
@@ -97,13 +94,15 @@ class Rebalancer:
             except FerryMQError as exc:
                 log.warning("%s: start offset of %s unknown (%s); later", c.group, mq, exc)
                 continue
-            pq = c.new_process_queue(mq)
+            # Messages above the offset that the group already acknowledged (precise
+            # acknowledgement, by a member that had the queue or an earlier run) are skipped.
+            pq = c.new_process_queue(mq, c.offset_store.loaded_ranges(mq))
             if c.orderly:
                 pq.locked = True
                 pq.last_lock_time = time.monotonic()
             # The start point counts as committed, so a restart before the first message
             # resumes here instead of recomputing (a LAST_OFFSET group would skip messages).
-            c.offset_store.update(mq, offset, increase_only=False, acked=[])
+            c.offset_store.update(mq, offset, increase_only=False)
             log.info("%s: consuming %s from offset %d", c.group, mq, offset)
             c.start_queue(mq, pq, offset)
 

@@ -1,21 +1,38 @@
 """Calling the user's listener: plain functions on a thread pool (consume_threads of them),
 coroutine functions on the event loop with at most consume_threads in flight. An exception
-is logged and becomes "no result", which the services treat as a failure."""
+is logged and becomes "no result", which the services treat as a failure.
+
+Concurrent consumption hands the runner runs of consume requests (`submit`), not one
+executor hop per message: workers take requests one at a time from a shared deque, so a
+listener blocked on one message never strands the others, and finished requests come back
+to the event loop in runs (`on_done`), one wake-up for as many as finished meanwhile. A
+worker checks that the request's queue is still owned right before calling the listener
+(RocketMQ's processQueue.isDropped() in ConsumeRequest.run): messages buffered for a queue
+this member gave away are never consumed here.
+
+Workers are added while the ones running make no progress (a listener that blocks), up to
+consume_threads; a fast listener keeps one or two busy instead of twenty threads fighting
+for the interpreter lock."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
-from ...common import props as P
 from ...common.message import MessageExt
 
 log = logging.getLogger("ferrymq.client.listener")
+
+# A worker is added when no queued request was taken for this long (the running ones are
+# busy in the listener).
+SPAWN_AFTER = 0.002
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -23,12 +40,6 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         vars(type(fn)).get("__call__")
     )
-
-
-def _mark_started(msgs: list[MessageExt]) -> None:
-    now = str(int(time.time() * 1000))
-    for m in msgs:
-        m.properties[P.PROPERTY_CONSUME_START_TIMESTAMP] = now
 
 
 def _listener_failed(exc: Exception, msgs: list[MessageExt], ctx: Any) -> None:
@@ -45,6 +56,24 @@ def _listener_failed(exc: Exception, msgs: list[MessageExt], ctx: Any) -> None:
     log.debug("listener traceback", exc_info=exc)
 
 
+class Droppable(Protocol):
+    dropped: bool
+
+
+class ConsumeRequest:
+    """One listener call: its messages, context and, once run, its result."""
+
+    __slots__ = ("ctx", "msgs", "pq", "ran", "result", "started")
+
+    def __init__(self, pq: Any, msgs: list[MessageExt], ctx: Any) -> None:
+        self.pq = pq  # a ProcessQueue; only `dropped` is read off the loop
+        self.msgs = msgs
+        self.ctx = ctx
+        self.result: Any = None
+        self.ran = False  # False: its queue was dropped before it started
+        self.started = 0.0  # time.time() when the listener was called
+
+
 class ListenerRunner:
     def __init__(self, fn: Callable[..., Any], threads: int, name: str) -> None:
         self.fn = fn
@@ -53,33 +82,184 @@ class ListenerRunner:
         self._executor: ThreadPoolExecutor | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._name = name
+        self.on_done: Callable[[list[ConsumeRequest]], None] = lambda reqs: None
+        self._queue: deque[ConsumeRequest] = deque()
+        self._lock = threading.Lock()
+        self._workers = 0
+        self._progress = time.monotonic()
+        self._running: set[ConsumeRequest] = set()
+        self._done: deque[ConsumeRequest] = deque()
+        self._wake_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._check: asyncio.TimerHandle | None = None
+        self._outstanding = 0
+        self._idle: asyncio.Event | None = None
 
+    # --- one call, awaited (orderly consumption, CONSUME_MESSAGE_DIRECTLY) ---------------------
     async def call(self, msgs: list[MessageExt], ctx: Any) -> Any:
         """The listener's return value, or None when it raised."""
         if self.is_async:
             if self._semaphore is None:
                 self._semaphore = asyncio.Semaphore(self.threads)
             async with self._semaphore:
-                _mark_started(msgs)
                 try:
                     return await self.fn(list(msgs), ctx)
                 except Exception as exc:
                     _listener_failed(exc, msgs, ctx)
                     return None
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self._name)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call_sync, msgs, ctx)
+        return await loop.run_in_executor(self._pool(), self._call_sync, msgs, ctx)
 
     def _call_sync(self, msgs: list[MessageExt], ctx: Any) -> Any:
-        _mark_started(msgs)
         try:
             return self.fn(list(msgs), ctx)
         except Exception as exc:
             _listener_failed(exc, msgs, ctx)
             return None
 
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix=self._name)
+        return self._executor
+
+    # --- runs of requests (concurrent consumption) ---------------------------------------------
+    def submit(self, reqs: list[ConsumeRequest]) -> None:
+        """Queue requests; `on_done` gets them back on this loop once they ran (or were
+        skipped because their queue was dropped)."""
+        if not reqs:
+            return
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._idle = asyncio.Event()
+        assert self._idle is not None
+        self._outstanding += len(reqs)
+        self._idle.clear()
+        if self.is_async:
+            self._queue.extend(reqs)
+            while self._workers < self.threads and self._workers < len(self._queue):
+                self._workers += 1
+                self._loop.create_task(self._awork())
+            return
+        with self._lock:
+            backlog = bool(self._queue)
+            self._queue.extend(reqs)
+            start = self._workers == 0 or (
+                self._workers < self.threads
+                and backlog
+                and time.monotonic() - self._progress > SPAWN_AFTER
+            )
+            if start:
+                self._workers += 1
+        if start:
+            self._progress = time.monotonic()
+            self._pool().submit(self._work)
+        self._watch()
+
+    def _watch(self) -> None:
+        """While requests wait, look again shortly whether the workers are stuck."""
+        if self._check is None and self._queue and self._workers < self.threads:
+            assert self._loop is not None
+            self._check = self._loop.call_later(SPAWN_AFTER, self._recheck)
+
+    def _recheck(self) -> None:
+        self._check = None
+        with self._lock:
+            start = (
+                bool(self._queue)
+                and self._workers < self.threads
+                and time.monotonic() - self._progress > SPAWN_AFTER
+            )
+            if start:
+                self._workers += 1
+        if start:
+            self._progress = time.monotonic()
+            self._pool().submit(self._work)
+        self._watch()
+
+    def _work(self) -> None:
+        queue = self._queue
+        while True:
+            try:
+                req = queue.popleft()
+            except IndexError:
+                with self._lock:
+                    if queue:
+                        continue
+                    self._workers -= 1
+                    return
+            self._progress = time.monotonic()
+            if not req.pq.dropped:
+                req.ran = True
+                req.started = time.time()
+                self._running.add(req)
+                try:
+                    req.result = self.fn(list(req.msgs), req.ctx)
+                except Exception as exc:
+                    _listener_failed(exc, req.msgs, req.ctx)
+                finally:
+                    self._running.discard(req)
+            self._done.append(req)
+            if not self._wake_pending:
+                self._wake_pending = True
+                assert self._loop is not None
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop closed under a listener that outlived it
+                    return
+
+    async def _awork(self) -> None:
+        try:
+            while self._queue:
+                req = self._queue.popleft()
+                if not req.pq.dropped:
+                    req.ran = True
+                    req.started = time.time()
+                    self._running.add(req)
+                    try:
+                        req.result = await self.fn(list(req.msgs), req.ctx)
+                    except Exception as exc:
+                        _listener_failed(exc, req.msgs, req.ctx)
+                    finally:
+                        self._running.discard(req)
+                self._done.append(req)
+                if not self._wake_pending:
+                    self._wake_pending = True
+                    asyncio.get_running_loop().call_soon(self._deliver)
+        finally:
+            self._workers -= 1
+
+    def _deliver(self) -> None:
+        self._wake_pending = False
+        self.collect()
+
+    def collect(self) -> None:
+        """Hand every finished request to on_done now (also called before a queue is
+        released, so what finished is acknowledged before the offset goes out)."""
+        done = self._done
+        if not done:
+            return
+        reqs = [done.popleft() for _ in range(len(done))]
+        self._outstanding -= len(reqs)
+        try:
+            self.on_done(reqs)
+        finally:
+            if self._outstanding <= 0 and self._idle is not None:
+                self._idle.set()
+
+    def running(self) -> list[ConsumeRequest]:
+        """Requests whose listener call is in progress."""
+        return list(self._running)
+
+    async def wait_idle(self) -> None:
+        """Until every submitted request ran and was handed back."""
+        if self._idle is not None and self._outstanding > 0:
+            await self._idle.wait()
+
     def shutdown(self) -> None:
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
+        self._queue.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

@@ -1,0 +1,92 @@
+"""Queues moving between members: what the old owner still had buffered or in its listener
+must not be consumed twice beyond what was truly in flight."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
+
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
+
+
+class Seen:
+    """(queue, offset) of every message any member's listener finished."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[tuple[int, int]] = Counter()
+
+    def add(self, msgs: list[MessageExt]) -> None:
+        with self.lock:
+            for m in msgs:
+                self.counts[(m.queue_id, m.queue_offset)] += 1
+
+    def distinct(self) -> int:
+        with self.lock:
+            return len(self.counts)
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(self.counts.values())
+
+    def duplicates(self) -> int:
+        with self.lock:
+            return sum(n - 1 for n in self.counts.values())
+
+
+def _produce(namesrv: str, topic: str, n: int) -> None:
+    with Producer("p-handover", namesrv, **FAST_PRODUCER) as producer:
+        for start in range(0, n, 32):
+            producer.send_batch([Message(topic, f"m{i}".encode()) for i in range(start, start + 32)])
+
+
+def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
+    standalone: Any,
+) -> None:
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("handover", 4)
+    total = 3200
+    _produce(standalone.namesrv, "handover", total)
+    seen = Seen()
+    threads = 2
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        time.sleep(0.001)  # the work; the first member's buffers fill meanwhile
+        seen.add(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def member() -> PushConsumer:
+        c = PushConsumer(
+            "g-handover",
+            standalone.namesrv,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            consume_threads=threads,
+            **FAST_CONSUMER,
+        )
+        c.subscribe("handover")
+        c.register_listener(listener)
+        return c
+
+    with member() as first:
+        # Every queue is pulled up to its buffer before the second member comes.
+        wait_for(lambda: seen.total() >= 200, what="the first member to be consuming")
+        with member() as second:
+            wait_for(lambda: len(second.assignment()) >= 2, what="the second member's queues")
+            wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
+    # The old owner finishes at most what its listener threads had started; the new owner's
+    # first pull of each queue it took may still overlap what the old owner finished last.
+    assert seen.duplicates() <= threads + 32 * 2, seen.duplicates()
+    admin.close()
