@@ -13,7 +13,6 @@ from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
-    ConsumeOrderlyStatus,
     ConsumeStatus,
     Message,
     MessageExt,
@@ -80,7 +79,7 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
         c.register_listener(listener)
         return c
 
-    with member() as first:
+    with member():
         # Every queue is pulled up to its buffer before the second member comes.
         wait_for(lambda: seen.total() >= 200, what="the first member to be consuming")
         with member() as second:

@@ -154,7 +154,7 @@ async def update_ack_ranges(broker: BrokerContext, conn: Connection, req: Remoti
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def update_consumer_progress(broker: Broker, conn: Connection,
+async def update_consumer_progress(broker: BrokerContext, conn: Connection,
                                    req: RemotingCommand) -> RemotingCommand | None:
     """ferrymq extension: offsets and acknowledged ranges of many queues of one group."""
     try:
