@@ -104,7 +104,16 @@ def test_errors_name_the_operation_and_code_on_one_line_and_json_keeps_the_exit_
 
 
 def test_cluster_list_and_broker_status(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "ops-stat", "--queues", "1")
+    for i in range(3):
+        ferrymq(standalone, "send", "ops-stat", f"m{i}")
+    json_out(standalone, "msg", "get", "ops-stat", "0", "0", "--count", "3")
     (row,) = json_out(standalone, "cluster", "list")
+    assert (row["runtime"]["msgPutTotalTodayNow"], row["runtime"]["msgGetTotalTodayNow"]) == (
+        "3",
+        "3",
+    )
+    assert len(row["runtime"]["putTps"].split()) == 3
     assert {k: row[k] for k in ("cluster", "broker", "broker_id", "role", "addr", "error")} == {
         "cluster": "DefaultCluster",
         "broker": "broker-a",

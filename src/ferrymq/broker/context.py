@@ -15,6 +15,7 @@ from .config import BrokerConfig
 from .events import MessageEvents
 from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
+from .stats import TrafficStats
 from .topics import TopicManager
 
 
@@ -46,6 +47,9 @@ class BrokerContext(Protocol):
 
     @property
     def waiters(self) -> PullWaiters | None: ...
+
+    @property
+    def stats(self) -> TrafficStats: ...
 
     @property
     def started_ms(self) -> int: ...

@@ -33,6 +33,7 @@ from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
 from .processors import register_all
 from .schedule import ScheduleService, to_scheduled
+from .stats import TrafficStats
 from .topics import TopicManager
 
 log = logging.getLogger("ferrymq.broker")
@@ -54,6 +55,7 @@ class Broker:
                                       on_consumer_change=self._consumers_changed)
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
         self.events = MessageEvents()
+        self.stats = TrafficStats()
         self.server = RemotingServer(ServerConfig(host=config.host, port=config.listen_port,
                                                   max_frame_size=config.max_frame_size))
         self.namesrv_client = RemotingClient(ClientConfig())
@@ -149,6 +151,8 @@ class Broker:
         if allow_delay:
             msgs = [self._maybe_schedule(m) for m in msgs]
         result = await store.put_messages_async(msgs)
+        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+            self.stats.add_put(len(msgs))
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT) and self.events.active:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,

@@ -15,6 +15,18 @@ def _ms(value: str) -> str:
     return fmt_time(int(value)) if value.isdigit() else "-"
 
 
+def _first(rates: str | None) -> str:
+    """The 10-second figure of RocketMQ's "10s 1min 10min" rate triple."""
+    return rates.split()[0] if rates else "-"
+
+
+def _today(runtime: dict[str, str], kind: str) -> str:
+    now, morning = runtime.get(f"msg{kind}TotalTodayNow"), runtime.get(f"msg{kind}TotalTodayMorning")
+    if now is None or morning is None:
+        return "-"
+    return str(int(now) - int(morning))
+
+
 def cmd_cluster_list(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv) as admin:
         brokers = admin.cluster_list()
@@ -26,8 +38,8 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
         return 0
     print_table(
         None,
-        ["cluster", "broker", "bid", "role", "addr", "version", "booted", "commit log max",
-         "disk ratio", "topics", "groups", "error"],
+        ["cluster", "broker", "bid", "role", "addr", "version", "in tps", "out tps",
+         "in today", "out today", "disk ratio", "booted", "error"],
         (
             [
                 b.cluster,
@@ -36,16 +48,17 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
                 b.role,
                 b.addr,
                 b.runtime.get("brokerVersionDesc", "-"),
-                _ms(b.runtime.get("bootTimestamp", "")),
-                b.runtime.get("commitLogMaxOffset", "-"),
+                _first(b.runtime.get("putTps")),
+                _first(b.runtime.get("getTransferedTps")),
+                _today(b.runtime, "Put"),
+                _today(b.runtime, "Get"),
                 b.runtime.get("commitLogDiskRatio", "-"),
-                b.runtime.get("topicCount", "-"),
-                b.runtime.get("consumerGroupCount", "-"),
+                _ms(b.runtime.get("bootTimestamp", "")),
                 b.error or "",
             ]
             for b in brokers
         ),
-        right=["bid", "commit log max", "disk ratio", "topics", "groups"],
+        right=["bid", "in tps", "out tps", "in today", "out today", "disk ratio"],
     )
     return 0
 

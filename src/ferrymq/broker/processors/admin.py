@@ -138,6 +138,7 @@ async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCom
         "topicCount": str(len(broker.topics.topics)),
         "consumerGroupCount": str(len(broker.clients.consumers)),
         "runtime": f"python {platform.python_version()} pid {os.getpid()}",
+        **broker.stats.runtime_table(),
     }
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
 

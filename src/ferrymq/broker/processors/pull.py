@@ -112,6 +112,7 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         suggestWhichBrokerId=0,
     )
     if code == ResponseCode.SUCCESS:
+        broker.stats.add_got(result.count)
         if broker.events.active:
             broker.events.emit(MessageEvent(MessageEventKind.DELIVERED, topic, queue_id, offset,
                                             count=result.count, group=group, client=conn.remote_addr))

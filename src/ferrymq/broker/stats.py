@@ -1,0 +1,89 @@
+"""Traffic counters for GET_BROKER_RUNTIME_INFO: messages stored and delivered, as totals of the
+day and as rates over the last 10 s, 1 min and 10 min (RocketMQ's putTps/getTransferedTps).
+
+Counting is two integer additions per put or pull; rates come from one-second buckets kept for
+the longest window, so memory is bounded by that window whatever the traffic."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+RATE_WINDOWS = (10, 60, 600)  # seconds, the three figures RocketMQ's putTps carries
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.total = 0
+        self.today_morning = 0  # the total when the current day began
+        self.yesterday_morning = 0
+        # (second, count in that second), oldest first, at most the longest window.
+        self.buckets: deque[tuple[int, int]] = deque()
+
+    def add(self, n: int, second: int) -> None:
+        self.total += n
+        if self.buckets and self.buckets[-1][0] == second:
+            self.buckets[-1] = (second, self.buckets[-1][1] + n)
+        else:
+            self.buckets.append((second, n))
+        horizon = second - RATE_WINDOWS[-1]
+        while self.buckets and self.buckets[0][0] <= horizon:
+            self.buckets.popleft()
+
+    def rates(self, second: int) -> list[float]:
+        """Per-second rates over each window, counting complete seconds only."""
+        out = []
+        for window in RATE_WINDOWS:
+            count = sum(c for s, c in self.buckets if second - window <= s < second)
+            out.append(count / window)
+        return out
+
+    def new_day(self) -> None:
+        self.yesterday_morning = self.today_morning
+        self.today_morning = self.total
+
+
+class TrafficStats:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
+        self._wall = wall_clock
+        self.put = _Counter()
+        self.got = _Counter()
+        self._day = self._today()
+
+    def _today(self) -> int:
+        return time.localtime(self._wall()).tm_yday
+
+    def _roll(self) -> int:
+        day = self._today()
+        if day != self._day:
+            self._day = day
+            self.put.new_day()
+            self.got.new_day()
+        return int(self._clock())
+
+    def add_put(self, n: int) -> None:
+        self.put.add(n, self._roll())
+
+    def add_got(self, n: int) -> None:
+        self.got.add(n, self._roll())
+
+    def runtime_table(self) -> dict[str, str]:
+        """RocketMQ's keys (BrokerController's runtime info) and value formats."""
+        second = self._roll()
+        return {
+            "msgPutTotalTodayNow": str(self.put.total),
+            "msgGetTotalTodayNow": str(self.got.total),
+            "msgPutTotalTodayMorning": str(self.put.today_morning),
+            "msgGetTotalTodayMorning": str(self.got.today_morning),
+            "msgPutTotalYesterdayMorning": str(self.put.yesterday_morning),
+            "msgGetTotalYesterdayMorning": str(self.got.yesterday_morning),
+            "putTps": " ".join(f"{r:.2f}" for r in self.put.rates(second)),
+            "getTransferedTps": " ".join(f"{r:.2f}" for r in self.got.rates(second)),
+        }

@@ -1,0 +1,52 @@
+"""Traffic counters of GET_BROKER_RUNTIME_INFO, with injected clocks: rates per window over
+complete seconds, totals of the day that roll at midnight."""
+
+from __future__ import annotations
+
+from ferrymq.broker.stats import TrafficStats
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rates_cover_complete_seconds_of_each_window() -> None:
+    mono, wall = Clock(1000.0), Clock(1_700_000_000.0)
+    stats = TrafficStats(clock=mono, wall_clock=wall)
+    for second in range(1000, 1020):  # 20 messages a second for 20 s
+        mono.now = second + 0.5
+        stats.add_put(20)
+    mono.now = 1020.5
+    stats.add_got(7)  # in the current (incomplete) second: not in the rates yet
+    table = stats.runtime_table()
+    assert table["putTps"] == "20.00 6.67 0.67"
+    assert table["getTransferedTps"] == "0.00 0.00 0.00"
+    assert (table["msgPutTotalTodayNow"], table["msgGetTotalTodayNow"]) == ("400", "7")
+    mono.now = 1021.0
+    assert stats.runtime_table()["getTransferedTps"] == "0.70 0.12 0.01"
+
+
+def test_buckets_stay_within_the_longest_window() -> None:
+    mono = Clock(0.0)
+    stats = TrafficStats(clock=mono, wall_clock=Clock(1_700_000_000.0))
+    for second in range(5000):
+        mono.now = float(second)
+        stats.add_put(1)
+    assert len(stats.put.buckets) <= 600
+    assert stats.runtime_table()["putTps"] == "1.00 1.00 1.00"
+
+
+def test_day_totals_roll_at_midnight() -> None:
+    wall = Clock(1_700_000_000.0)
+    stats = TrafficStats(clock=Clock(0.0), wall_clock=wall)
+    stats.add_put(5)
+    wall.now += 86_400  # the next day
+    stats.add_put(2)
+    table = stats.runtime_table()
+    assert table["msgPutTotalTodayMorning"] == "5"
+    assert table["msgPutTotalTodayNow"] == "7"
+    assert table["msgPutTotalYesterdayMorning"] == "0"
