@@ -12,8 +12,8 @@ CPP_STAMP := $(CPP_VENV)/.installed
 
 all: test
 
-# The install builds the compiled record codec (Cython) in place, so its sources are inputs.
-$(STAMP): pyproject.toml setup.py src/ferrymq/common/record/_crecord.pyx
+# The install builds the compiled codecs (Cython) in place, so their sources are inputs.
+$(STAMP): pyproject.toml setup.py src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
@@ -59,3 +59,4 @@ bench: venv
 clean:
 	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) .pytest_cache .mypy_cache build
 	rm -f src/ferrymq/common/record/_crecord.c src/ferrymq/common/record/_crecord*.so
+	rm -f src/ferrymq/remoting/_cheader.c src/ferrymq/remoting/_cheader*.so

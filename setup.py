@@ -1,4 +1,4 @@
-"""Builds the compiled record codec (Cython) when the package is installed; the metadata is
+"""Builds the compiled record and header codecs (Cython) when the package is installed; the metadata is
 in pyproject.toml. Without a C compiler the install fails loudly rather than silently giving
 the slower pure-Python codec; FERRYMQ_NO_EXTENSIONS=1 selects that one at run time."""
 
@@ -13,7 +13,12 @@ setup(
                 ["src/ferrymq/common/record/_crecord.pyx"],
                 libraries=["z"],
                 extra_compile_args=["-O2"],
-            )
+            ),
+            Extension(
+                "ferrymq.remoting._cheader",
+                ["src/ferrymq/remoting/_cheader.pyx"],
+                extra_compile_args=["-O2"],
+            ),
         ],
         compiler_directives={"language_level": "3"},
     ),

@@ -1,11 +1,13 @@
-"""Micro-benchmark of the record codec: each compiled function (ours) beside its pure-Python
-twin (the peer, FERRYMQ_NO_EXTENSIONS=1) on the same input in the same run. Messages are what
-a client sends: 1 KiB bodies with UNIQ_KEY, TAGS and WAIT properties, 32 per batch.
+"""Micro-benchmark of the compiled codecs (record and remoting header): each compiled function
+(ours) beside its pure-Python twin (the peer, FERRYMQ_NO_EXTENSIONS=1) on the same input in the
+same run. Messages are what a client sends: 1 KiB bodies with UNIQ_KEY, TAGS and WAIT
+properties, 32 per batch.
 
 A compiled function is kept only where this table shows it pays."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import statistics
 import time
@@ -13,8 +15,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ferrymq.common.codes import SerializeType
 from ferrymq.common.message import MessageBatchItem
 from ferrymq.common.record import _py
+from ferrymq.remoting import RemotingCommand, _header_py
 from ferrymq.store.encoder import Encoder, _born_host_bytes_of, tag_code
 from ferrymq.store.model import AppendedMessage, StoreMessage
 
@@ -24,12 +28,29 @@ BODY = 1024
 PROPS = {"UNIQ_KEY": "7F0000010D4418B4AAC2000000000001", "TAGS": "TagA", "WAIT": "true"}
 
 
-def _compiled() -> ModuleType | None:
+def _compiled(name: str) -> ModuleType | None:
     try:
-        from ferrymq.common.record import _crecord  # type: ignore[attr-defined]
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return _crecord  # type: ignore[no-any-return]
+
+
+def _header_cases(impl: ModuleType) -> list[tuple[str, Callable[[], Any], int]]:
+    """A SEND_MESSAGE_V2 request header as ferrymq's producer writes it."""
+    ext = {"a": "ProducerGroup", "b": "BenchTopic", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+           "g": "1700000000000", "h": "0", "i": _py.properties_encode(PROPS).decode(), "j": "0",
+           "k": "false", "m": "false"}
+    cmd = RemotingCommand.request(310, ext_fields=ext)
+    json_header = impl.encode_json_header(cmd)
+    binary_cmd = RemotingCommand.request(310, ext_fields=ext)
+    binary_cmd.serialize_type = SerializeType.ROCKETMQ
+    binary_header = impl.encode_binary_header(binary_cmd)
+    return [
+        ("JSON header encode (request)", lambda: impl.encode_json_header(cmd), 1),
+        ("JSON header decode (request)", lambda: impl.decode_json_header(json_header), 1),
+        ("binary header encode (request)", lambda: impl.encode_binary_header(binary_cmd), 1),
+        ("binary header decode (request)", lambda: impl.decode_binary_header(binary_header), 1),
+    ]
 
 
 def _rate(fn: Callable[[], Any], items_per_call: int, seconds: float) -> float:
@@ -86,10 +107,12 @@ def _cases(impl: ModuleType) -> list[tuple[str, Callable[[], Any], int]]:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    compiled = _compiled()
     seconds = 0.3 if quick else 1.0
-    py_cases = _cases(_py)
-    c_cases = _cases(compiled) if compiled is not None else [None] * len(py_cases)
+    record_c = _compiled("ferrymq.common.record._crecord")
+    header_c = _compiled("ferrymq.remoting._cheader")
+    py_cases = _cases(_py) + _header_cases(_header_py)
+    c_cases: list[Any] = ((_cases(record_c) if record_c is not None else [None] * len(_cases(_py)))
+                          + (_header_cases(header_c) if header_c is not None else [None] * 4))
     rows = []
     for py_case, c_case in zip(py_cases, c_cases, strict=True):
         name, py_fn, n = py_case

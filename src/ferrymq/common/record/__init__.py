@@ -6,11 +6,10 @@ FERRYMQ_NO_EXTENSIONS=1; a missing extension silently falls back to Python."""
 
 from __future__ import annotations
 
-import logging
-import os
 from types import ModuleType
 
 from ..message import MessageBatchItem
+from ..speedups import compiled
 from . import _py
 from .layout import (
     BLANK_MAGIC_CODE,
@@ -32,21 +31,7 @@ from .layout import (
 )
 from .view import StoredMessage
 
-log = logging.getLogger("ferrymq.record")
-
-
-def _select() -> ModuleType:
-    if os.environ.get("FERRYMQ_NO_EXTENSIONS", "").strip() not in ("", "0"):
-        return _py
-    try:
-        from . import _crecord  # type: ignore[attr-defined]
-    except ImportError as exc:
-        log.debug("compiled record codec unavailable (%s); using pure Python", exc)
-        return _py
-    return _crecord  # type: ignore[no-any-return]
-
-
-impl: ModuleType = _select()
+impl: ModuleType = compiled("ferrymq.common.record._crecord") or _py
 IMPLEMENTATION: str = impl.IMPLEMENTATION
 StoredMessage.decode_properties = impl.properties_decode
 

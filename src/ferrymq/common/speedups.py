@@ -1,0 +1,29 @@
+"""Which compiled modules to use. Each compiled module (Cython, built by the package install)
+has a pure-Python twin with the same functions; FERRYMQ_NO_EXTENSIONS=1 selects the twins,
+and a compiled module that was not built falls back to its twin silently."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from types import ModuleType
+
+log = logging.getLogger("ferrymq.speedups")
+
+ENV = "FERRYMQ_NO_EXTENSIONS"
+
+
+def disabled() -> bool:
+    return os.environ.get(ENV, "").strip() not in ("", "0")
+
+
+def compiled(name: str) -> ModuleType | None:
+    """The compiled module `name`, or None when disabled or not built."""
+    if disabled():
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        log.debug("compiled module %s unavailable (%s); using pure Python", name, exc)
+        return None
