@@ -13,7 +13,8 @@ CPP_STAMP := $(CPP_VENV)/.installed
 all: test
 
 # The install builds the compiled codecs (Cython) in place, so their sources are inputs.
-$(STAMP): pyproject.toml setup.py src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx
+$(STAMP): pyproject.toml setup.py src/ferrymq/common/_endian.pxd \
+		src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'

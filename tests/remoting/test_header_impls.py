@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from command_strategies import commands
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,16 +27,6 @@ needs_c = pytest.mark.skipif(C is None, reason="the compiled header codec is not
                                                "tree (make venv builds it)")
 
 any_text = st.text(max_size=30)
-commands = st.builds(
-    RemotingCommand,
-    code=st.integers(-32768, 32767),
-    opaque=st.integers(-(2**31), 2**31 - 1),
-    flag=st.integers(0, 3),
-    remark=st.none() | any_text,
-    ext_fields=st.dictionaries(any_text, any_text, max_size=8),
-    language=st.sampled_from([int(c) for c in LanguageCode]),
-    version=st.integers(0, 32767),
-)
 
 
 def outcome(fn: Any, *args: Any) -> Any:

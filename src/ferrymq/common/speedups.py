@@ -8,6 +8,7 @@ import importlib
 import logging
 import os
 from types import ModuleType
+from typing import Any
 
 log = logging.getLogger("ferrymq.speedups")
 
@@ -27,3 +28,13 @@ def compiled(name: str) -> ModuleType | None:
     except ImportError as exc:
         log.debug("compiled module %s unavailable (%s); using pure Python", name, exc)
         return None
+
+
+def choose(name: str, pure: ModuleType) -> ModuleType:
+    """The compiled module `name` if it is to be used, else its pure-Python twin."""
+    return compiled(name) or pure
+
+
+def interface(impl: ModuleType, pure: ModuleType) -> dict[str, Any]:
+    """The functions named in the pure module's INTERFACE, as `impl` provides them."""
+    return {name: getattr(impl, name) for name in pure.INTERFACE}

@@ -16,6 +16,8 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy
 
+from ..common._endian cimport rd16, rd32, wr32
+
 from ..common.codes import LanguageCode, SerializeType
 from . import _header_py as _py
 from .command import RemotingCommand
@@ -346,14 +348,6 @@ def decode_json_header(data):
 
 
 # --- binary decoding -----------------------------------------------------------------------------
-cdef inline int32_t rd32(const unsigned char* p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
-
-
-cdef inline int16_t rd16(const unsigned char* p) noexcept nogil:
-    return <int16_t>((<uint32_t>p[0] << 8) | p[1])
-
-
 cdef object parse_binary(const unsigned char* b, Py_ssize_t n):
     cdef Py_ssize_t pos, end, klen, vlen, rlen
     if n < 17:
@@ -545,14 +539,6 @@ def encode_json_header(cmd):
         return json_header(cmd)
     except (_Fallback, UnicodeEncodeError):
         return _py.encode_json_header(cmd)
-
-
-cdef inline void wr32(unsigned char* p, int64_t v) noexcept nogil:
-    cdef uint32_t u = <uint32_t>v
-    p[0] = u >> 24
-    p[1] = u >> 16
-    p[2] = u >> 8
-    p[3] = u
 
 
 cdef bytes binary_header(cmd):

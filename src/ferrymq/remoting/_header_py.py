@@ -12,6 +12,9 @@ from .command import RemotingCommand
 from .errors import FrameError
 
 IMPLEMENTATION = "python"
+# What the compiled twin provides too.
+INTERFACE = ("encode_json_header", "encode_binary_header", "decode_json_header",
+             "decode_binary_header")
 
 _I32 = struct.Struct(">i")
 _BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag

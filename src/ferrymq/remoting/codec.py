@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import struct
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..common.codes import SerializeType
-from ..common.speedups import compiled
+from ..common.speedups import choose, interface
 from . import _header_py
 from ._header_py import ext_value
 from .command import RemotingCommand
@@ -23,16 +24,16 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">ii")
 
-header_impl: ModuleType = compiled("ferrymq.remoting._cheader") or _header_py
-encode_json_header = _header_py.encode_json_header
-encode_binary_header = _header_py.encode_binary_header
-decode_json_header = _header_py.decode_json_header
-decode_binary_header = _header_py.decode_binary_header
-if header_impl is not _header_py:
-    encode_json_header = header_impl.encode_json_header
-    encode_binary_header = header_impl.encode_binary_header
-    decode_json_header = header_impl.decode_json_header
-    decode_binary_header = header_impl.decode_binary_header
+header_impl: ModuleType = choose("ferrymq.remoting._cheader", _header_py)
+if TYPE_CHECKING:
+    from ._header_py import (
+        decode_binary_header,
+        decode_json_header,
+        encode_binary_header,
+        encode_json_header,
+    )
+else:
+    globals().update(interface(header_impl, _header_py))
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

@@ -7,9 +7,10 @@ FERRYMQ_NO_EXTENSIONS=1; a missing extension silently falls back to Python."""
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..message import MessageBatchItem
-from ..speedups import compiled
+from ..speedups import choose, interface
 from . import _py
 from .layout import (
     BLANK_MAGIC_CODE,
@@ -31,31 +32,25 @@ from .layout import (
 )
 from .view import StoredMessage
 
-impl: ModuleType = compiled("ferrymq.common.record._crecord") or _py
+impl: ModuleType = choose("ferrymq.common.record._crecord", _py)
 IMPLEMENTATION: str = impl.IMPLEMENTATION
 StoredMessage.decode_properties = impl.properties_decode
-
-properties_encode = _py.properties_encode
-properties_decode = _py.properties_decode
-properties_scan = _py.properties_scan
-locate = _py.locate
-decode_record = _py.decode_record
-decode_records = _py.decode_records
-encode_record = _py.encode_record
-encode_batch = _py.encode_batch
-split_batch = _py.split_batch
-encode_messages = _py.encode_messages
-place_messages = _py.place_messages
-if impl is not _py:
-    properties_encode = impl.properties_encode
-    properties_decode = impl.properties_decode
-    properties_scan = impl.properties_scan
-    decode_record = impl.decode_record
-    decode_records = impl.decode_records
-    encode_batch = impl.encode_batch
-    split_batch = impl.split_batch
-    encode_messages = impl.encode_messages
-    place_messages = impl.place_messages
+if TYPE_CHECKING:
+    from ._py import (
+        decode_record,
+        decode_records,
+        encode_batch,
+        encode_messages,
+        encode_record,
+        locate,
+        place_messages,
+        properties_decode,
+        properties_encode,
+        properties_scan,
+        split_batch,
+    )
+else:
+    globals().update(interface(impl, _py))
 
 
 Properties = dict[str, str] | bytes

@@ -41,6 +41,10 @@ from .layout import (
 from .view import Buffer, StoredMessage
 
 IMPLEMENTATION = "python"
+# What the compiled twin provides too.
+INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
+             "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
+             "encode_messages", "place_messages")
 
 _new_tuple = tuple.__new__
 
