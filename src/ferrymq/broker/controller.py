@@ -114,6 +114,7 @@ class Broker:
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="ferrymq-register"),
             asyncio.create_task(self._persist_loop(), name="ferrymq-persist"),
+            asyncio.create_task(self.offsets.run_flusher(), name="ferrymq-offset-journal"),
             asyncio.create_task(self._scan_loop(), name="ferrymq-scan"),
         ]
         if store.recovered_abnormally:
@@ -139,6 +140,7 @@ class Broker:
         await self.server.stop()
         await self.namesrv_client.close()
         self.offsets.persist()
+        self.offsets.close()
         self.delay_offsets.persist()
         self.topics.persist()
         if self.store is not None:

@@ -3,10 +3,15 @@
 The file keeps RocketMQ's shape, `{"offsetTable": {"topic@group": {queueId: offset}}}`, so its
 tools read it. Each queue's progress is a QueueProgress rather than a bare number: besides the
 committed offset it can carry offsets above it that are already acknowledged (precise
-acknowledgement), persisted under a separate key that RocketMQ's tools ignore."""
+acknowledgement), persisted under a separate key that RocketMQ's tools ignore.
+
+Every commit also goes to the offset journal (offset_journal.py); `wait_durable` lets a
+request handler answer only once its commit is on disk. The JSON file is the compacted
+snapshot written every flush_consumer_offset_interval and at shutdown."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +19,10 @@ from typing import Any
 
 from ..common import jsonx
 from ..store import atomic_write, read_json_file
+from .offset_journal import JournalRecord, OffsetJournal, encode_record
+
+# consumerOffset.json key: the last journal sequence the snapshot covers.
+JOURNAL_SEQ_KEY = "ferrymqJournalSeq"
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -34,23 +43,46 @@ class OffsetManager:
         # Lowest offset each group pulled from on a queue where it has no committed offset yet.
         self._first_pull: dict[tuple[str, int], int] = {}
         self._dirty = False
+        self._journal = OffsetJournal(config_dir)
+        self._gen = 0  # journal generation new records go to
+        self._seq = 0  # last journal sequence assigned
+        self._buffer: list[bytes] = []  # journal records not written yet
+        self._durable = 0  # every record up to this sequence is on disk
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None  # set while the flusher runs
 
     @staticmethod
     def key(topic: str, group: str) -> str:
         return f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"
 
     def load(self) -> None:
+        """The snapshot, then every journal record after it (commits answered after the last
+        snapshot, before a crash)."""
         data = read_json_file(self._path, None)
-        if not isinstance(data, dict):
-            return
-        acked = data.get("ferrymqAckedRanges") or {}
-        for key, queues in (data.get("offsetTable") or {}).items():
-            per = self.table.setdefault(str(key), {})
-            for qid, offset in queues.items():
-                ranges = [(int(a), int(b)) for a, b in (acked.get(key, {}).get(str(qid)) or [])]
-                per[int(qid)] = QueueProgress(int(offset), ranges)
+        covered = 0
+        if isinstance(data, dict):
+            covered = int(data.get(JOURNAL_SEQ_KEY) or 0)
+            acked = data.get("ferrymqAckedRanges") or {}
+            for key, queues in (data.get("offsetTable") or {}).items():
+                per = self.table.setdefault(str(key), {})
+                for qid, offset in queues.items():
+                    ranges = [(int(a), int(b)) for a, b in (acked.get(key, {}).get(str(qid)) or [])]
+                    per[int(qid)] = QueueProgress(int(offset), ranges)
+        self._seq = covered
+        for rec in self._journal.replay():
+            if rec.seq <= covered:
+                continue
+            self._apply(rec.key, rec.queue_id, rec.offset, 0,
+                        None if rec.acked is None else list(rec.acked))
+            self._seq = max(self._seq, rec.seq)
+            self._dirty = True
+        self._durable = self._seq
+        gens = self._journal.generations()
+        self._gen = gens[-1] + 1 if gens else 0
 
     def persist(self) -> bool:
+        """Write the snapshot (blocking: the broker calls it on a worker thread) and drop the
+        journal generations it covers."""
         with self._lock:
             if not self._dirty:
                 return False
@@ -60,12 +92,58 @@ class OffsetManager:
                 for k, v in self.table.items()
             }
             self._dirty = False
-        body: dict[str, Any] = {"offsetTable": table}
+            covered = self._seq
+            self._gen += 1  # records after the snapshot go to a new generation
+            gen = self._gen
+        body: dict[str, Any] = {"offsetTable": table, JOURNAL_SEQ_KEY: covered}
         acked = {k: v for k, v in acked.items() if v}
         if acked:
             body["ferrymqAckedRanges"] = acked
         atomic_write(self._path, jsonx.dumps_bytes(body))
+        self._journal.drop_before(gen)
         return True
+
+    def close(self) -> None:
+        self._journal.close()
+
+    # --- durability --------------------------------------------------------------------------
+    async def run_flusher(self) -> None:
+        """Group commit of the journal, off the event loop: whatever was committed while the
+        previous write and fsync ran goes out in the next one."""
+        self._wake = wake = asyncio.Event()
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                with self._lock:
+                    data, upto, gen = b"".join(self._buffer), self._seq, self._gen
+                    self._buffer.clear()
+                if data:
+                    await asyncio.to_thread(self._journal.append, gen, data)
+                self._durable = max(self._durable, upto)
+                self._release_waiters()
+        finally:
+            self._wake = None
+
+    def _release_waiters(self) -> None:
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for seq, fut in self._waiters:
+            if seq <= self._durable:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                still.append((seq, fut))
+        self._waiters = still
+
+    async def wait_durable(self, seq: int) -> None:
+        """Until the commit numbered `seq` is on disk (at once without a running flusher:
+        then only the snapshot written at shutdown keeps it)."""
+        if seq <= self._durable or self._wake is None:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        self._wake.set()
+        await fut
 
     def note_pull(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = self.key(topic, group)
@@ -78,35 +156,47 @@ class OffsetManager:
             self._first_pull[slot] = offset
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int, now_ms: int = 0,
-               acked: list[tuple[int, int]] | None = None) -> None:
+               acked: list[tuple[int, int]] | None = None) -> int:
         """A negative offset means "nothing consumed here since I started" (ali-ons sends -1 for
         an empty queue, and for 0): it never overwrites a real offset, and with none stored it
         becomes the lowest offset the group pulled from, so messages that arrive while the
-        consumer is down are not skipped on its restart."""
+        consumer is down are not skipped on its restart.
+
+        Returns the journal sequence to pass to wait_durable (0: nothing changed)."""
         with self._lock:
             key = self.key(topic, group)
-            per = self.table.setdefault(key, {})
-            progress = per.get(queue_id)
+            per = self.table.get(key)
+            progress = None if per is None else per.get(queue_id)
             if offset < 0:
                 if progress is not None and progress.offset >= 0:
-                    return
+                    return 0
                 first = self._first_pull.get((key, queue_id))
                 if first is None:
-                    if not per:
-                        del self.table[key]
-                    return
+                    return 0
                 offset = first
             self._first_pull.pop((key, queue_id), None)
-            if progress is None:
-                per[queue_id] = QueueProgress(offset, list(acked or []), now_ms)
+            self._apply(key, queue_id, offset, now_ms, acked)
+            self._seq += 1
+            if self._wake is not None:
+                ranges = None if acked is None else tuple(acked)
+                self._buffer.append(encode_record(JournalRecord(self._seq, key, queue_id, offset, ranges)))
+                self._wake.set()
+            return self._seq
+
+    def _apply(self, key: str, queue_id: int, offset: int, now_ms: int,
+               acked: list[tuple[int, int]] | None) -> None:
+        per = self.table.setdefault(key, {})
+        progress = per.get(queue_id)
+        if progress is None:
+            per[queue_id] = QueueProgress(offset, list(acked or []), now_ms)
+        else:
+            progress.offset = offset
+            progress.last_update_ms = now_ms
+            if acked is not None:
+                progress.acked = list(acked)
             else:
-                progress.offset = offset
-                progress.last_update_ms = now_ms
-                if acked is not None:
-                    progress.acked = list(acked)
-                else:
-                    progress.acked = [(a, b) for a, b in progress.acked if b > offset]
-            self._dirty = True
+                progress.acked = [(a, b) for a, b in progress.acked if b > offset]
+        self._dirty = True
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group has never committed on this queue."""

@@ -134,7 +134,7 @@ async def update_consumer_offset(broker: BrokerContext, conn: Connection,
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
     offset = req_int(ext, "commitOffset")
-    broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
+    await broker.offsets.wait_durable(broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms()))
     if broker.events.active:
         broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, topic, queue_id, offset, group=group,
                                         client=conn.remote_addr))
@@ -150,7 +150,8 @@ async def update_ack_ranges(broker: BrokerContext, conn: Connection, req: Remoti
         ranges = decode_ranges(req.body, offset)
     except ProgressDecodeError as exc:
         return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
-    broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms(), acked=ranges)
+    await broker.offsets.wait_durable(
+        broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms(), acked=ranges))
     return reply(req, ResponseCode.SUCCESS)
 
 
@@ -162,11 +163,13 @@ async def update_consumer_progress(broker: BrokerContext, conn: Connection,
     except ProgressDecodeError as exc:
         return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
     now = broker.now_ms()
+    seq = 0
     for u in updates:
-        broker.offsets.commit(group, u.topic, u.queue_id, u.offset, now, acked=list(u.acked))
+        seq = max(seq, broker.offsets.commit(group, u.topic, u.queue_id, u.offset, now, acked=list(u.acked)))
         if broker.events.active:
             broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, u.topic, u.queue_id, u.offset,
                                             group=group, client=conn.remote_addr))
+    await broker.offsets.wait_durable(seq)
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -71,24 +71,26 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         commit = opt_int(ext, "commitOffset", -1)
         if commit >= 0:
             broker.offsets.commit(group, topic, queue_id, commit, broker.now_ms())
-    _note_start(broker, group, topic, queue_id, offset)
+    # A group's first position on a queue is durable before it is served: a broker crash must
+    # not make a LAST_OFFSET group start past messages it never saw.
+    await broker.offsets.wait_durable(_note_start(broker, group, topic, queue_id, offset))
     allow_suspend = bool(sys_flag & PULL_FLAG_SUSPEND) and broker.config.long_polling_enable
     return await _pull(broker, conn, req, group, topic, queue_id, offset, max_nums, sub,
                        suspend_ms if allow_suspend else 0)
 
 
-def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, offset: int) -> None:
+def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, offset: int) -> int:
     """A clustering group pulling a queue where it has no offset starts there: that position
     is committed, so messages arriving while the consumer is down are not skipped on restart.
     Clients that commit only the queues they consumed from (the C++ client), or that commit -1
     for an empty queue (ali-ons), would otherwise restart at the max offset."""
     if broker.offsets.query(group, topic, queue_id) >= 0:
-        return
+        return 0
     info = broker.clients.consumer_group(group)
     if info is not None and info.message_model == "CLUSTERING":
-        broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
-    else:
-        broker.offsets.note_pull(group, topic, queue_id, offset)
+        return broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
+    broker.offsets.note_pull(group, topic, queue_id, offset)
+    return 0
 
 
 async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, group: str, topic: str,

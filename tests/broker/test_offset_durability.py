@@ -1,0 +1,78 @@
+"""Consumer offsets are on disk before a commit is answered: a broker killed right after
+answering comes back with them (offset journal, compacted into consumerOffset.json)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from conftest import start_standalone
+from ferrymq import AdminClient
+from ferrymq.broker.offset_journal import JOURNAL_PREFIX
+from ferrymq.broker.offsets import OffsetManager
+
+
+def test_an_answered_commit_survives_a_broker_kill(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    server = start_standalone(store)
+    try:
+        with AdminClient(server.namesrv) as admin:
+            admin.create_topic("durable", 2)
+            q0, q1 = admin.message_queues("durable")
+            admin.update_consumer_offset("g-durable", q0, 42)
+            assert admin.acknowledge("g-durable", q1, 7, [(9, 12)])
+    finally:
+        server.kill()  # SIGKILL right after the answers: no snapshot was written since
+    server = start_standalone(store)
+    try:
+        with AdminClient(server.namesrv) as admin:
+            q0, q1 = admin.message_queues("durable")
+            assert admin.query_consumer_offset("g-durable", q0) == 42
+            assert admin.acknowledged("g-durable", q1) == (7, [(9, 12)])
+    finally:
+        server.stop()
+
+
+def _journal_files(config: Path) -> list[Path]:
+    return sorted(config.glob(JOURNAL_PREFIX + "*"))
+
+
+def test_journal_replays_after_the_snapshot_and_stops_at_a_torn_record(tmp_path: Path) -> None:
+    async def commits() -> None:
+        m = OffsetManager(tmp_path)
+        m.load()
+        flusher = asyncio.create_task(m.run_flusher())
+        await asyncio.sleep(0)  # let the flusher start listening
+        await m.wait_durable(m.commit("g", "t", 0, 5))
+        assert m.persist()  # snapshot covers offset 5; records after it go to a new file
+        await m.wait_durable(m.commit("g", "t", 0, 9, acked=[(11, 13)]))
+        await m.wait_durable(m.commit("g", "t", 1, 3))
+        flusher.cancel()
+        m.close()
+
+    asyncio.run(commits())
+    journals = _journal_files(tmp_path)
+    assert len(journals) == 1  # the generation before the snapshot is gone
+    replayed = OffsetManager(tmp_path)
+    replayed.load()
+    assert replayed.query("g", "t", 0) == 9
+    assert replayed.progress("g", "t", 0).acked == [(11, 13)]  # type: ignore[union-attr]
+    assert replayed.query("g", "t", 1) == 3
+
+    data = journals[0].read_bytes()
+    journals[0].write_bytes(data[:-5])  # the last record torn by a crash mid-write
+    torn = OffsetManager(tmp_path)
+    torn.load()
+    assert torn.query("g", "t", 0) == 9
+    assert torn.query("g", "t", 1) == -1  # only the torn record is lost; it was never answered
+
+
+def test_commit_without_a_running_flusher_is_kept_by_the_snapshot(tmp_path: Path) -> None:
+    m = OffsetManager(tmp_path)
+    m.commit("g", "t", 0, 3)
+    assert m.persist()
+    again = OffsetManager(tmp_path)
+    again.load()
+    assert again.query("g", "t", 0) == 3
+    assert _journal_files(tmp_path) == []
+
