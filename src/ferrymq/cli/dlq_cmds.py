@@ -19,6 +19,7 @@ from ..client.results import PullStatus
 from ..common import props as P
 from ..common.message import Message, MessageExt, MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP, dlq_topic, retry_topic
+from ..common.progress import Ranges, normalize_ranges
 from .failures import CommandFailed
 from .render import fmt_time, preview, print_json, print_table, progress, stdout
 
@@ -66,9 +67,6 @@ class DlqEntry:
             "store_timestamp": self.msg.store_timestamp,
             "body_preview": preview(self.msg.body),
         }
-
-
-Ranges = list[tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -190,20 +188,10 @@ def cmd_resend(args: argparse.Namespace) -> int:
     return 0
 
 
-def merge_ranges(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 def advance(state: QueueProgress, done: set[int]) -> tuple[int, Ranges]:
     """The new tools offset and the ranges above it once the offsets `done` are handled too:
     the offset moves over every handled run that starts at it."""
-    ranges = merge_ranges(state.acked + [(o, o + 1) for o in done if o >= state.offset])
+    ranges = normalize_ranges(state.acked + [(o, o + 1) for o in done], state.offset - 1)
     offset = state.offset
     while ranges and ranges[0][0] <= offset:
         offset = max(offset, ranges.pop(0)[1])

@@ -247,11 +247,9 @@ class AsyncAdminClient:
     async def acknowledged(self, group: str, mq: MessageQueue) -> tuple[int, list[tuple[int, int]]]:
         """The group's committed offset on `mq` (-1: none) and the [start, end) ranges above
         it already acknowledged (always empty on a broker without precise acknowledgement)."""
-        addr = await self.broker_addr(mq)
-        got = await self.api.query_ack_ranges(addr, group, mq.topic, mq.queue_id)
-        if got is None:
-            return await self.api.query_consumer_offset(addr, group, mq.topic, mq.queue_id), []
-        return got
+        return await self.api.query_consumer_progress(
+            await self.broker_addr(mq), group, mq.topic, mq.queue_id
+        )
 
     async def acknowledge(
         self, group: str, mq: MessageQueue, offset: int, ranges: list[tuple[int, int]]

@@ -22,6 +22,7 @@ from ..common.headers import (
 from ..common.javaprops import format_properties, parse_properties
 from ..common.jsonx import FrozenKey
 from ..common.message import MessageQueue
+from ..common.progress import WITH_ACK_RANGES, Ranges, decode_ranges
 from ..remoting import RemotingClient, RemotingCommand, RemotingError
 from .errors import broker_error
 from .results import PullStatus, RawPullResult
@@ -176,6 +177,26 @@ class MQClientAPI:
             timestamp=timestamp_ms,
         )
 
+    async def query_consumer_progress(
+        self, addr: str, group: str, topic: str, queue_id: int
+    ) -> tuple[int, Ranges]:
+        """The committed offset (-1: none) and, from a ferrymq broker, the acknowledged
+        [start, end) ranges above it (QUERY_CONSUMER_OFFSET asked withAckRanges; an Apache
+        RocketMQ broker ignores the field and sends no ranges)."""
+        resp = await self.invoke_ok(
+            addr,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {
+                **fields(consumerGroup=group, topic=topic, queueId=queue_id),
+                WITH_ACK_RANGES: "true",
+            },
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1, []
+        offset = int(resp.ext_fields.get("offset", "-1"))
+        return offset, decode_ranges(resp.body, offset) if resp.body else []
+
     async def query_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group never committed on the queue (the broker's QUERY_NOT_FOUND)."""
         resp = await self.invoke_ok(
@@ -218,25 +239,6 @@ class MQClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise broker_error(addr, RequestCode.UPDATE_CONSUMER_ACK_RANGES, resp.code, resp.remark)
         return True
-
-    async def query_ack_ranges(
-        self, addr: str, group: str, topic: str, queue_id: int
-    ) -> tuple[int, list[tuple[int, int]]] | None:
-        """ferrymq extension: the committed offset (-1: none) and the acknowledged [start, end)
-        ranges above it; None when the broker does not know the request (Apache RocketMQ)."""
-        resp = await self.invoke(
-            addr,
-            RequestCode.QUERY_CONSUMER_ACK_RANGES,
-            fields(consumerGroup=group, topic=topic, queueId=queue_id),
-        )
-        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
-            return None
-        if resp.code == ResponseCode.QUERY_NOT_FOUND:
-            return -1, []
-        if resp.code != ResponseCode.SUCCESS:
-            raise broker_error(addr, RequestCode.QUERY_CONSUMER_ACK_RANGES, resp.code, resp.remark)
-        ranges = [(int(a), int(b)) for a, b in jsonx.loads(resp.body or b"[]")]
-        return int(resp.ext_fields.get("offset", "-1")), ranges
 
     # --- messages ----------------------------------------------------------------------------
     async def send(

@@ -72,9 +72,6 @@ class RequestCode(IntEnum):
     # committed one, so a crash does not re-deliver messages already consumed.
     UPDATE_CONSUMER_ACK_RANGES = 9001
     QUERY_MESSAGE_TRACE = 9002
-    # ferrymq extension: the committed offset and the acknowledged ranges above it (what
-    # UPDATE_CONSUMER_ACK_RANGES stored), so a tool can skip messages already handled.
-    QUERY_CONSUMER_ACK_RANGES = 9003
     # ferrymq extension: many queues' offsets and acknowledged ranges of one group in one request,
     # answered once they are durable on the broker.
     UPDATE_CONSUMER_PROGRESS = 9004

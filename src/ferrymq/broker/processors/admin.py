@@ -284,17 +284,6 @@ async def update_broker_config(broker: BrokerContext, conn: Connection, req: Rem
     return reply(req, ResponseCode.SUCCESS)
 
 
-async def query_ack_ranges(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-    """ferrymq extension: a group's committed offset on a queue and the ranges above it."""
-    ext = req.ext_fields
-    progress = broker.offsets.progress(req_str(ext, "consumerGroup"), req_str(ext, "topic"),
-                                       req_int(ext, "queueId"))
-    if progress is None:
-        return reply(req, ResponseCode.QUERY_NOT_FOUND, "no offset committed")
-    return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=progress.offset),
-                 body=jsonx.dumps_bytes([[a, b] for a, b in progress.acked]))
-
-
 HANDLERS = {
     RequestCode.GET_MAX_OFFSET: get_max_offset,
     RequestCode.GET_MIN_OFFSET: get_min_offset,
@@ -315,5 +304,4 @@ HANDLERS = {
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: topic_consumed_by,
     RequestCode.GET_BROKER_CONFIG: get_broker_config,
     RequestCode.UPDATE_BROKER_CONFIG: update_broker_config,
-    RequestCode.QUERY_CONSUMER_ACK_RANGES: query_ack_ranges,
 }
