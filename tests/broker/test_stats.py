@@ -41,10 +41,11 @@ def test_buckets_stay_within_the_longest_window() -> None:
 
 
 def test_day_totals_roll_at_midnight() -> None:
-    wall = Clock(1_700_000_000.0)
-    stats = TrafficStats(clock=Clock(0.0), wall_clock=wall)
+    wall, mono = Clock(1_700_000_000.0), Clock(0.0)
+    stats = TrafficStats(clock=mono, wall_clock=wall)
     stats.add_put(5)
     wall.now += 86_400  # the next day
+    mono.now += 86_400
     stats.add_put(2)
     table = stats.runtime_table()
     assert table["msgPutTotalTodayMorning"] == "5"
