@@ -57,6 +57,13 @@ class BrokerConfig:
     disk_force_clean_ratio: float = 0.85
     disk_refuse_ratio: float = 0.90
     max_frame_size: int = 16 * 1024 * 1024
+    # Connection bounds (docs/protocol.md, "Resource bounds"): idle connections are closed;
+    # a connection stops being read while this many bytes of its replies are unsent; the bytes
+    # of frames still arriving are capped over all connections.
+    server_channel_max_idle_time_seconds: float = 120.0
+    write_buffer_high_water_mark: int = 1 << 20
+    write_buffer_low_water_mark: int = 256 << 10
+    partial_frame_budget: int = 128 << 20
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
     # set this to discard everything from the corrupt record on instead.
     truncate_on_corruption: bool = False
@@ -81,6 +88,12 @@ class BrokerConfig:
             # Replication is not built yet; refusing is safer than silently acting as a master.
             raise ConfigError("broker_role", f"{self.broker_role} is not supported yet")
         parse_delay_levels(self.message_delay_level)
+        if self.server_channel_max_idle_time_seconds < 0:
+            raise ConfigError("server_channel_max_idle_time_seconds", "must be >= 0 (0 keeps idle connections)")
+        if not 0 < self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
+            raise ConfigError("write_buffer_low_water_mark", "must be > 0 and <= write_buffer_high_water_mark")
+        if self.partial_frame_budget < self.max_frame_size:
+            raise ConfigError("partial_frame_budget", "must be at least max_frame_size")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
         return self
@@ -111,6 +124,9 @@ _CAMEL_ALIASES = {
     "mapedFileSizeCommitLog": "mapped_file_size_commitlog",
     "mappedFileSizeCommitLog": "mapped_file_size_commitlog",
     "brokerIP1": "host",
+    "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_time_seconds",
+    "writeBufferHighWaterMark": "write_buffer_high_water_mark",
+    "writeBufferLowWaterMark": "write_buffer_low_water_mark",
 }
 
 

@@ -56,8 +56,13 @@ class Broker:
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
         self.events = MessageEvents()
         self.stats = TrafficStats()
-        self.server = RemotingServer(ServerConfig(host=config.host, port=config.listen_port,
-                                                  max_frame_size=config.max_frame_size))
+        self.server = RemotingServer(ServerConfig(
+            host=config.host, port=config.listen_port, max_frame_size=config.max_frame_size,
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+            write_buffer_high=config.write_buffer_high_water_mark,
+            write_buffer_low=config.write_buffer_low_water_mark,
+            partial_frame_budget=config.partial_frame_budget,
+        ))
         self.namesrv_client = RemotingClient(ClientConfig())
         self.store: MessageStore | None = None
         self.waiters: PullWaiters | None = None

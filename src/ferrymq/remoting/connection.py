@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
 from typing import cast
 
 from ..common.codes import ResponseCode
@@ -18,23 +20,29 @@ from ..common.waits import expire_after
 from .codec import FrameSplitter, decode_frame, encode_frame_parts
 from .command import RemotingCommand
 from .errors import FrameError, RemotingClosedError, RemotingError, RemotingTimeoutError
+from .limits import DEFAULT_MAX_INFLIGHT, ConnectionLimits, PartialFrameBudget
 
 Handler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 
 log = logging.getLogger("ferrymq.remoting")
 
-# Reading pauses while this many requests from one peer are still being handled, so a client
-# that floods cannot make the server queue unbounded work.
-MAX_INFLIGHT_PER_CONNECTION = 4096
+MAX_INFLIGHT_PER_CONNECTION = DEFAULT_MAX_INFLIGHT
 
 
 class Connection(asyncio.Protocol):
+    """`limits` is given for connections a server accepted: they stop reading while their
+    replies are not being read. A client's connections must keep reading whatever their own
+    write buffer holds (both ends waiting on each other would deadlock), so they pass none."""
+
     def __init__(
         self,
         handlers: dict[int, Handler],
         max_frame_size: int,
         *,
         on_lost: Callable[[Connection], None] | None = None,
+        limits: ConnectionLimits | None = None,
+        budget: PartialFrameBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._handlers = handlers
         self._splitter = FrameSplitter(max_frame_size)
@@ -43,13 +51,21 @@ class Connection(asyncio.Protocol):
         self._inflight: set[asyncio.Task[None]] = set()
         self._close_callbacks: list[Callable[[Connection], None]] = []
         self._on_lost = on_lost
+        self._limits = limits
+        self._max_inflight = limits.max_inflight if limits is not None else MAX_INFLIGHT_PER_CONNECTION
+        self._budget = budget
+        self._clock = clock
         self._write_ready: asyncio.Event | None = None
+        self._write_blocked = False  # only set when `limits` is given
+        self._backlog: deque[memoryview] = deque()  # frames read but held back while blocked
         self._reading_paused = False
         self._warned = False
         self.closed = False
         self.closed_event = asyncio.Event()
         self.remote_addr = "?"
         self.local_addr = "?"
+        self.last_active = clock()
+        self.bytes_received = 0
 
     # --- asyncio.Protocol ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -57,32 +73,79 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self.remote_addr = _addr(transport.get_extra_info("peername"))
         self.local_addr = _addr(transport.get_extra_info("sockname"))
+        if self._limits is not None:
+            self._transport.set_write_buffer_limits(high=self._limits.write_buffer_high,
+                                                    low=self._limits.write_buffer_low)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = self._clock()
+        self.bytes_received += len(data)
         try:
             frames = self._splitter.feed(data)
         except FrameError as exc:
             self._complain(exc)
             self.close()
             return
+        if self._budget is not None:
+            self._budget.update(self, self._splitter.buffered)
+        if self._backlog:
+            self._backlog.extend(frames)
+        else:
+            self._process(iter(frames))
+        self._update_reading()
+
+    def _process(self, frames: Iterator[memoryview]) -> None:
         for frame in frames:
-            try:
-                cmd = decode_frame(frame)
-            except FrameError as exc:
-                self._complain(exc)
-                # The frame's bounds were sound, so the stream goes on; the peer learns why.
-                self._send_nowait(RemotingCommand(
-                    code=ResponseCode.SYSTEM_ERROR, flag=1, remark=f"malformed frame: {exc}"))
-                continue
-            if cmd.is_response:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            else:
-                self._dispatch(cmd)
+            self._frame(frame)
+            if self._blocked():
+                # What this read brought is kept (it is in memory already) but not acted on
+                # until the peer reads its replies or requests finish.
+                self._backlog.extend(frames)
+                return
+
+    def _frame(self, frame: memoryview) -> None:
+        try:
+            cmd = decode_frame(frame)
+        except FrameError as exc:
+            self._complain(exc)
+            # The frame's bounds were sound, so the stream goes on; the peer learns why.
+            self._send_nowait(RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR, flag=1, remark=f"malformed frame: {exc}"))
+            return
+        if cmd.is_response:
+            fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        else:
+            self._dispatch(cmd)
+
+    def _blocked(self) -> bool:
+        return self.closed or self._write_blocked or len(self._inflight) >= self._max_inflight
+
+    def _unblocked(self) -> None:
+        while self._backlog and not self._blocked():
+            self._frame(self._backlog.popleft())
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self.closed or transport.is_closing():
+            return
+        # Hysteresis on the in-flight count: resume only once half of the cap has drained.
+        inflight_cap = self._max_inflight // 2 if self._reading_paused else self._max_inflight
+        stop = bool(self._backlog) or self._write_blocked or len(self._inflight) >= inflight_cap
+        if stop and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not stop and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._backlog.clear()
+        if self._budget is not None:
+            self._budget.release(self)
         for opaque, fut in list(self._pending.items()):
             if not fut.done():
                 fut.set_exception(RemotingClosedError(self.remote_addr))
@@ -102,10 +165,16 @@ class Connection(asyncio.Protocol):
         if self._write_ready is None:
             self._write_ready = asyncio.Event()
         self._write_ready.clear()
+        if self._limits is not None:
+            self._write_blocked = True
+            self._update_reading()
 
     def resume_writing(self) -> None:
         if self._write_ready is not None:
             self._write_ready.set()
+        if self._write_blocked:
+            self._write_blocked = False
+            self._unblocked()
 
     # --- requests from the peer ----------------------------------------------------------------
     def _dispatch(self, req: RemotingCommand) -> None:
@@ -119,17 +188,11 @@ class Connection(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._handle(handler, req))
         self._inflight.add(task)
         task.add_done_callback(self._handled)
-        if len(self._inflight) >= MAX_INFLIGHT_PER_CONNECTION and not self._reading_paused:
-            assert self._transport is not None
-            self._transport.pause_reading()
-            self._reading_paused = True
 
     def _handled(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
-        if self._reading_paused and len(self._inflight) < MAX_INFLIGHT_PER_CONNECTION // 2:
-            self._reading_paused = False
-            if self._transport is not None and not self.closed:
-                self._transport.resume_reading()
+        if self._backlog or self._reading_paused:
+            self._unblocked()
 
     async def _handle(self, handler: Handler, req: RemotingCommand) -> None:
         try:
@@ -151,6 +214,7 @@ class Connection(asyncio.Protocol):
         if self.closed or self._transport is None:
             raise RemotingClosedError(self.remote_addr, cmd.code)
         head, body = encode_frame_parts(cmd)
+        self.last_active = self._clock()
         if body:
             self._transport.writelines((head, body))
         else:
@@ -193,6 +257,26 @@ class Connection(asyncio.Protocol):
     def inflight(self) -> int:
         return len(self._inflight)
 
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    @property
+    def partial_frame_bytes(self) -> int:
+        return self._splitter.buffered
+
+    @property
+    def write_buffer_size(self) -> int:
+        transport = self._transport
+        return transport.get_write_buffer_size() if transport is not None and not self.closed else 0
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since anything was read or written; 0 while a request is being handled or
+        an answer is awaited (a held long poll is not idleness)."""
+        if self._inflight or self._pending or self._backlog:
+            return 0.0
+        return max(0.0, now - self.last_active)
+
     async def drain_inflight(self, timeout: float) -> None:
         """Wait for requests being handled to finish; cancel what is left after `timeout`."""
         tasks = set(self._inflight)
@@ -208,9 +292,17 @@ class Connection(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
-    async def aclose(self) -> None:
+    async def aclose(self, flush_timeout: float | None = None) -> None:
+        """Close after unsent bytes are flushed; a peer that does not read them within
+        `flush_timeout` has its connection aborted (the bytes are dropped)."""
         self.close()
-        if self._transport is not None:
+        if self._transport is None:
+            return
+        try:
+            async with asyncio.timeout(flush_timeout):
+                await self.closed_event.wait()
+        except TimeoutError:
+            self._transport.abort()
             await self.closed_event.wait()
 
     def _complain(self, exc: RemotingError) -> None:
