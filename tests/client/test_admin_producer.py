@@ -142,3 +142,31 @@ def test_send_without_a_reachable_name_server_fails_with_a_typed_error() -> None
         pytest.raises((SendError, NoRouteError)),
     ):
         producer.send(Message("t", b"x"))
+
+
+def test_a_burst_of_async_sends_at_start_uses_the_topics_real_route(standalone: Any) -> None:
+    """The concurrent first sends of a fresh producer share one route lookup: none of them may
+    borrow TBW102's 8 queues for a topic that exists with 4."""
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("burst", 4)
+        with Producer("burst-p", standalone.namesrv, **FAST_PRODUCER) as producer:
+            futures = [producer.send_async(Message("burst", f"m{i}".encode())) for i in range(1000)]
+            results = [f.result(30) for f in futures]
+        assert all(r.status is SendStatus.SEND_OK for r in results)
+        assert {r.queue_id for r in results} <= {0, 1, 2, 3}
+        stored = sum(admin.max_offset(MessageQueue("burst", "broker-a", q)) for q in range(4))
+        assert stored == 1000
+
+
+def test_a_send_to_a_queue_that_no_longer_exists_refreshes_the_route(standalone: Any) -> None:
+    """A topic shrunk under a running producer: the answer 'queueId illegal' makes the next
+    attempt use a fresh route instead of retrying the same dead queue."""
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("shrink", 8)
+        with Producer("shrink-p", standalone.namesrv, **FAST_PRODUCER) as producer:
+            assert producer.send(Message("shrink", b"first")).status is SendStatus.SEND_OK
+            admin.create_topic("shrink", 1)
+            futures = [producer.send_async(Message("shrink", f"m{i}".encode())) for i in range(40)]
+            results = [f.result(30) for f in futures]
+            assert all(r.queue_id == 0 for r in results)
+            assert all(producer.send(Message("shrink", b"sync")).queue_id == 0 for _ in range(8))

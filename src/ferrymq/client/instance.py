@@ -78,6 +78,7 @@ class ClientInstance:
         self.remoting = RemotingClient(ClientConfig())
         self.api = MQClientAPI(self.remoting, config.namesrv, timeout=config.request_timeout)
         self.routes: dict[str, TopicRoute] = {}
+        self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producers: dict[str, ProducerMember] = {}
         self.consumers: dict[str, ConsumerMember] = {}
@@ -148,7 +149,19 @@ class ClientInstance:
     # --- routes ------------------------------------------------------------------------------
     async def update_route(self, topic: str) -> TopicRoute | None:
         """Fetch the route; a failed fetch keeps the previous one (the name server may be
-        briefly unreachable, the brokers are not)."""
+        briefly unreachable, the brokers are not). Concurrent callers share one fetch, so a
+        burst of first sends all see the topic's real route."""
+        pending = self._route_fetches.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch_route(topic))
+            self._route_fetches[topic] = pending
+            pending.add_done_callback(lambda _f: self._route_fetches.pop(topic, None))
+        return await asyncio.shield(pending)
+
+    def route_fetch_pending(self, topic: str) -> bool:
+        return topic in self._route_fetches
+
+    async def _fetch_route(self, topic: str) -> TopicRoute | None:
         try:
             route = await self.api.get_route(topic)
         except FerryMQError as exc:

@@ -185,7 +185,10 @@ class AsyncProducer(Lifecycle):
         route = inst.routes.get(topic)
         if route is None:
             now = time.monotonic()
-            if now - self._no_route_checked.get(topic, 0.0) >= NO_ROUTE_RECHECK:
+            # A lookup already under way is awaited, never skipped: skipping it would send a
+            # burst of first sends to TBW102's queues, which the topic may not have.
+            if (inst.route_fetch_pending(topic)
+                    or now - self._no_route_checked.get(topic, 0.0) >= NO_ROUTE_RECHECK):
                 self._no_route_checked[topic] = now
                 route = await inst.update_route(topic)
         if route is not None:
@@ -345,7 +348,8 @@ class AsyncProducer(Lifecycle):
         )
 
     async def _send_with_retries(
-        self, out: _Outgoing, attempts: int, *, same_broker: bool, mq: MessageQueue | None = None
+        self, out: _Outgoing, attempts: int, *, same_broker: bool, mq: MessageQueue | None = None,
+        pinned: bool = False,
     ) -> SendResult:
         deadline = time.monotonic() + self.send_timeout
         queues = await self.message_queues(out.topic) if mq is None else [mq]
@@ -367,6 +371,14 @@ class AsyncProducer(Lifecycle):
                 if not exc.retriable:
                     break
                 if isinstance(exc, BrokerError):
+                    if _queue_gone(exc) and not pinned:
+                        # The topic lost queues (or a borrowed TBW102 route guessed too many):
+                        # the next attempt picks from a fresh route, on the same broker if
+                        # the caller asked for that.
+                        await self.instance.update_route(out.topic)
+                        queues = await self.message_queues(out.topic)
+                        chosen = self._same_broker_queue(out.topic, queues, chosen) if same_broker else None
+                        continue
                     self.fault.update(chosen.broker_name, 0, isolation=True)
             log.debug("send to %s failed (attempt %d): %s", chosen, tried, last_error)
             avoid = chosen.broker_name
@@ -375,6 +387,10 @@ class AsyncProducer(Lifecycle):
         if last_error is None:
             last_error = TimeoutError(f"send timeout {self.send_timeout}s elapsed")
         raise SendError(out.topic, tried, last_error)
+
+    def _same_broker_queue(self, topic: str, queues: list[MessageQueue], was: MessageQueue) -> MessageQueue:
+        mine = [q for q in queues if q.broker_name == was.broker_name]
+        return self._select(topic, mine or queues, None)
 
     async def send(self, msg: Message) -> SendResult:
         """Send and wait for the broker's answer; retried up to retry_times_when_send_failed
@@ -389,7 +405,7 @@ class AsyncProducer(Lifecycle):
         self.require_running("send")
         out = self._prepare(msg)
         self._topics.add(msg.topic)
-        return await self._send_with_retries(out, 1, same_broker=True, mq=mq)
+        return await self._send_with_retries(out, 1, same_broker=True, mq=mq, pinned=True)
 
     async def send_batch(self, msgs: Sequence[Message]) -> SendResult:
         """Several messages of one topic in one request, stored in one queue consecutively."""
@@ -442,3 +458,8 @@ class AsyncProducer(Lifecycle):
             await self.instance.api.send_oneway(addr, self._header(out, mq), out.body)
         except RemotingError as exc:
             raise SendError(out.topic, 1, exc) from exc
+
+
+def _queue_gone(exc: BrokerError) -> bool:
+    """The broker's answer when a send names a queue id the topic does not have."""
+    return exc.code == ResponseCode.SYSTEM_ERROR and "is illegal" in (exc.remark or "")
