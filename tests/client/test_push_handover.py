@@ -13,6 +13,7 @@ from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
+    ConsumeOrderlyStatus,
     ConsumeStatus,
     Message,
     MessageExt,
@@ -88,4 +89,61 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
     # The old owner finishes at most what its listener threads had started; the new owner's
     # first pull of each queue it took may still overlap what the old owner finished last.
     assert seen.duplicates() <= threads + 32 * 2, seen.duplicates()
+    admin.close()
+
+
+def test_orderly_handover_while_the_old_owner_is_busy_consumes_nothing_twice(
+    standalone: Any,
+) -> None:
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("ohandover", 2)
+    total = 400
+    with Producer("p-ohandover", standalone.namesrv, **FAST_PRODUCER) as producer:
+        for i in range(total):
+            producer.send_orderly(Message("ohandover", f"k{i % 2}:{i}".encode()), f"k{i % 2}")
+    seen = Seen()
+    hold = threading.Event()
+    release = threading.Event()
+    blocked: set[int] = set()
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeOrderlyStatus:
+        if hold.is_set():
+            with lock:
+                blocked.add(ctx.message_queue.queue_id)
+            release.wait(30)  # busy on this batch while the queue is handed over
+        time.sleep(0.002)  # the work
+        seen.add(msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    def member() -> PushConsumer:
+        c = PushConsumer(
+            "g-ohandover",
+            standalone.namesrv,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            consume_message_batch_max_size=1,
+            **FAST_CONSUMER,
+        )
+        c.subscribe("ohandover")
+        c.register_listener(listener, orderly=True)
+        return c
+
+    with member() as first:
+        wait_for(lambda: seen.total() >= 10, what="the first member to be consuming")
+        hold.set()
+        wait_for(lambda: len(blocked) == 2, what="both queues busy in the listener")
+        with member() as second:
+            # The first member gave one queue up but keeps its lock until the batch ends.
+            wait_for(
+                lambda: len([q for q in first.assignment() if q.topic == "ohandover"]) == 1,
+                what="one queue handed over",
+            )
+            assert not [q for q in second.assignment() if q.topic == "ohandover"]
+            release.set()
+            wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
+            wait_for(
+                lambda: len([q for q in second.assignment() if q.topic == "ohandover"]) == 1,
+                what="the second member to own its queue",
+            )
+    assert seen.duplicates() == 0
     admin.close()
