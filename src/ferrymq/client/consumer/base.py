@@ -43,6 +43,7 @@ class ConsumerBase(Lifecycle):
             options.request_timeout,
         )
         self.subscriptions: dict[str, Subscription] = {}
+        self._retry_sub: Subscription | None = None
         self.table: dict[MessageQueue, ProcessQueue] = {}
         self.pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._inst: ClientInstance | None = None
@@ -96,8 +97,9 @@ class ConsumerBase(Lifecycle):
         """Clustering members also consume their group's retry topic."""
         subs = dict(self.subscriptions)
         if self.clustering and subs:
-            rt = retry_topic(self.group)
-            subs.setdefault(rt, Subscription.parse(rt, "*"))
+            if self._retry_sub is None:  # one version for the member's life, as RocketMQ's
+                self._retry_sub = Subscription.parse(retry_topic(self.group), "*")
+            subs.setdefault(self._retry_sub.topic, self._retry_sub)
         return subs
 
     def topics(self) -> set[str]:

@@ -22,6 +22,7 @@ log = logging.getLogger("ferrymq.client.consume")
 
 # A message held past consume_timeout is sent back with this level (RocketMQ: 3).
 TIMEOUT_DELAY_LEVEL = 3
+_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 
 
 def concurrent_status(result: object) -> ConsumeStatus:
@@ -67,14 +68,19 @@ class ConcurrentService:
 
     def _finished(self, reqs: list[ConsumeRequest]) -> None:
         done: dict[ProcessQueue, list[MessageExt]] = defaultdict(list)
+        closing = self._closing
         for req in reqs:
             pq = req.pq
-            if not req.ran or (pq.dropped and pq is not self._closing):
+            if not req.ran or (pq.dropped and pq is not closing):
                 # The queue went to another member meanwhile; it will deliver these again.
                 continue
             ctx: ConsumeConcurrentlyContext = req.ctx
             msgs = req.msgs
-            if concurrent_status(req.result) is ConsumeStatus.CONSUME_SUCCESS:
+            result = req.result
+            if result is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
+                done[pq] += msgs  # the common case: the whole batch consumed
+                continue
+            if concurrent_status(result) is ConsumeStatus.CONSUME_SUCCESS:
                 ack_index = max(min(ctx.ack_index, len(msgs) - 1), -1)
             else:
                 ack_index = -1
@@ -89,7 +95,7 @@ class ConcurrentService:
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
         for pq, msgs in done.items():
-            self.c.settle(pq, msgs, closing=pq is self._closing)
+            self.c.settle(pq, msgs, closing=pq is closing)
 
     async def _send_back(
         self, pq: ProcessQueue, failed: list[MessageExt], ctx: ConsumeConcurrentlyContext
