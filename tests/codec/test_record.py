@@ -281,3 +281,49 @@ def test_the_environment_selects_the_implementation(env: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FERRYMQ_NO_EXTENSIONS": env}).stdout.strip()
     assert out == ("python" if env or C is None else "cython")
+
+
+def _to_messages(impl: ModuleType, buf: bytes, value: str = "Cluster") -> Any:
+    return outcome(impl.batch_to_messages, buf, StoreMessage, "T", 3, 8, 5, "1.2.3.4:5", 2,
+                   "CLUSTER", value)
+
+
+@params
+@given(entries=st.lists(st.tuples(i32, st.binary(max_size=200), st.lists(st.sampled_from(
+    [b"TAGS\x01a", b"UNIQ_KEY\x01u", b"CLUSTER\x01old", b"DELAY\x013", b"x\x01DELAY", b"k\x01",
+     b"noseparator", b"\xff\x01\xfe"]), max_size=4), st.booleans()), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_batch_to_messages_keeps_property_bytes_and_adds_the_cluster(
+        impl: ModuleType, entries: list[tuple[int, bytes, list[bytes], bool]]) -> None:
+    # Entries written by hand: property bytes as any producer might send them.
+    fixed = bytearray()
+    for flag, b, items, closed in entries:
+        raw = b"\x02".join(items) + (b"\x02" if closed and items else b"")
+        fixed += (20 + len(b) + 2 + len(raw)).to_bytes(4, "big") + bytes(8)
+        fixed += flag.to_bytes(4, "big", signed=True) + len(b).to_bytes(4, "big") + b
+        fixed += len(raw).to_bytes(2, "big") + raw
+    got = _to_messages(impl, bytes(fixed))
+    delayed = any(any(i.startswith(b"DELAY\x01") for i in items) for _, _, items, _ in entries)
+    if delayed:
+        assert got == ("RecordEncodeError", "a batch cannot carry delayed messages")
+    else:
+        assert got[0] == "ok" and len(got[1]) == len(entries)
+        for m, (flag, b, _items, _closed) in zip(got[1], entries, strict=True):
+            assert (m.topic, m.queue_id, m.body, m.flag, m.sys_flag, m.born_timestamp,
+                    m.born_host, m.reconsume_times) == ("T", 3, b, flag, 8, 5, "1.2.3.4:5", 2)
+            assert PY.properties_decode(m.properties)["CLUSTER"] == "Cluster"
+    for other in OTHERS[impl]:
+        assert _to_messages(other, bytes(fixed)) == got
+
+
+@params
+@given(st.binary(max_size=120))
+def test_batch_to_messages_fails_on_malformed_bodies_like_split_batch(impl: ModuleType,
+                                                                     data: bytes) -> None:
+    got = _to_messages(impl, data)
+    split = outcome(impl.split_batch, data)
+    if split[0] != "ok":
+        assert got == split
+    for other in OTHERS[impl]:
+        assert _to_messages(other, data) == got
+    assert _to_messages(impl, data, "bad\x01value")[0] == "PropertyError"

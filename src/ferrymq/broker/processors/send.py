@@ -26,9 +26,9 @@ from ...common.names import (
 )
 from ...common.record import (
     MessageDecodeError,
+    RecordEncodeError,
+    batch_to_messages,
     decode_record,
-    has_property,
-    split_batch,
     with_property,
 )
 from ...remoting import Connection, RemotingCommand
@@ -129,19 +129,14 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     # parsed into a map only where something must be taken out of them (a retry topic's).
     if batch:
         try:
-            items = split_batch(body)
+            msgs = batch_to_messages(body, StoreMessage, topic, queue_id, sys_flag, born_ts,
+                                     born_host, reconsume, P.PROPERTY_CLUSTER, cluster)
         except MessageDecodeError as exc:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, f"batch body is malformed: {exc}")
-        if not items:
+        except RecordEncodeError as exc:
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
+        if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
-        msgs = []
-        for item_flag, item_body, raw_props in items:
-            if has_property(raw_props, P.PROPERTY_DELAY_TIME_LEVEL):
-                return reply(req, ResponseCode.MESSAGE_ILLEGAL, "a batch cannot carry delayed messages")
-            msgs.append(StoreMessage(topic=topic, queue_id=queue_id, body=item_body,
-                                     properties=with_property(raw_props, P.PROPERTY_CLUSTER, cluster),
-                                     flag=item_flag, sys_flag=sys_flag, born_timestamp=born_ts,
-                                     born_host=born_host, reconsume_times=reconsume))
     else:
         text = opt_str(ext, "properties", "") or ""
         dlq = None

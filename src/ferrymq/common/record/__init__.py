@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..message import MessageBatchItem
 from ..speedups import choose, interface
 from . import _py
+from ._py import has_property, with_property
 from .layout import (
     BLANK_MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
@@ -37,6 +38,7 @@ IMPLEMENTATION: str = impl.IMPLEMENTATION
 StoredMessage.decode_properties = impl.properties_decode
 if TYPE_CHECKING:
     from ._py import (
+        batch_to_messages,
         decode_record,
         decode_records,
         encode_batch,
@@ -61,27 +63,10 @@ def properties_map(props: Properties) -> dict[str, str]:
     return props if isinstance(props, dict) else properties_decode(props)
 
 
-def has_property(raw: bytes, name: str) -> bool:
-    key = name.encode() + b"\x01"
-    return raw.startswith(key) or raw.find(b"\x02" + key) >= 0
-
-
 def property_value(props: Properties, name: str) -> str | None:
     if isinstance(props, dict):
         return props.get(name)
     return properties_decode(props).get(name) if has_property(props, name) else None
-
-
-def with_property(raw: bytes, name: str, value: str) -> bytes:
-    """Encoded properties with `name` set to `value`: appended as RocketMQ's broker appends
-    its batch properties, or the whole text rewritten when the name is already there."""
-    if has_property(raw, name):
-        props = properties_decode(raw)
-        props[name] = value
-        return properties_encode(props)
-    if raw and not raw.endswith(b"\x02"):
-        raw += b"\x02"
-    return raw + properties_encode({name: value})
 
 
 def decode_batch(buf: bytes | bytearray | memoryview) -> list[MessageBatchItem]:
@@ -105,6 +90,7 @@ __all__ = [
     "Properties",
     "RecordEncodeError",
     "StoredMessage",
+    "batch_to_messages",
     "body_crc",
     "decode_batch",
     "decode_record",

@@ -20,6 +20,7 @@ import zlib as _zlib
 from ..message import MessageBatchItem
 from ..props import PropertyError
 from . import layout as L
+from ._py import with_property as _with_property
 from .view import StoredMessage
 
 cdef extern from "Python.h":
@@ -466,6 +467,88 @@ def split_batch(buf):
             pos += total
     finally:
         PyBuffer_Release(&view)
+    return out
+
+
+cdef bint has_name(const unsigned char* p, Py_ssize_t n, const char* name, Py_ssize_t k) noexcept:
+    """Whether `name` starts an item (at 0 or after \\x02) and is followed by \\x01."""
+    cdef Py_ssize_t i = 0
+    cdef const unsigned char* hit
+    while i + k < n:
+        if memcmp(p + i, name, k) == 0 and p[i + k] == NV:
+            return True
+        hit = <const unsigned char*>memchr(p + i, PS, n - i)
+        if hit == NULL:
+            return False
+        i = hit - p + 1
+    return False
+
+
+def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sys_flag,
+                      int64_t born_timestamp, born_host, int64_t reconsume_times, str name,
+                      str value):
+    cdef Py_buffer view
+    cdef list out = []
+    cdef Py_ssize_t pos = 0, n, p, plen, klen
+    cdef int32_t total, body_len, flag
+    cdef int16_t props_len
+    cdef const unsigned char* b
+    cdef bint delayed = False
+    cdef bytes suffix = encode_props({name: value})
+    cdef bytes key = name.encode()
+    cdef const char* kp = key
+    klen = len(key)
+    new = message_type.__new__
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char*>view.buf
+        n = view.len
+        while pos < n:
+            if n - pos < BATCH_MIN:
+                raise _MessageDecodeError(pos, "truncated batch entry")
+            total = rd32(b + pos)
+            flag = rd32(b + pos + 12)
+            body_len = rd32(b + pos + 16)
+            if total < BATCH_MIN or pos + total > n or body_len < 0:
+                raise _MessageDecodeError(pos, f"batch entry size {total} does not fit")
+            p = pos + BATCH_HEAD_SIZE
+            if p + body_len + 2 > pos + total:
+                raise _MessageDecodeError(pos, "batch entry body overruns the entry")
+            body = PyBytes_FromStringAndSize(<const char*>b + p, body_len)
+            p += body_len
+            props_len = rd16(b + p)
+            p += 2
+            if props_len < 0 or p + props_len != pos + total:
+                raise _MessageDecodeError(pos, "batch entry properties do not end with the entry")
+            if has_name(b + p, props_len, "DELAY", 5):
+                delayed = True
+            if has_name(b + p, props_len, kp, klen):
+                props = _with_property(PyBytes_FromStringAndSize(<const char*>b + p, props_len),
+                                       name, value)
+            else:
+                plen = props_len + (1 if props_len and b[p + props_len - 1] != PS else 0)
+                props = PyBytes_FromStringAndSize(NULL, plen + len(suffix))
+                memcpy(PyBytes_AS_STRING(props), b + p, props_len)
+                if plen != props_len:
+                    PyBytes_AS_STRING(props)[props_len] = PS
+                memcpy(PyBytes_AS_STRING(props) + plen, <const char*>suffix, len(suffix))
+            m = new(message_type)
+            m.topic = topic
+            m.queue_id = queue_id
+            m.body = body
+            m.properties = props
+            m.flag = flag
+            m.sys_flag = sys_flag
+            m.born_timestamp = born_timestamp
+            m.born_host = born_host
+            m.reconsume_times = reconsume_times
+            m.prepared_transaction_offset = 0
+            PyList_Append(out, m)
+            pos += total
+    finally:
+        PyBuffer_Release(&view)
+    if delayed:
+        raise _RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return out
 
 

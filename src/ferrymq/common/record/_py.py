@@ -44,7 +44,7 @@ IMPLEMENTATION = "python"
 # What the compiled twin provides too.
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
-             "encode_messages", "place_messages")
+             "batch_to_messages", "encode_messages", "place_messages")
 
 _new_tuple = tuple.__new__
 
@@ -102,6 +102,23 @@ def properties_scan(raw: Buffer) -> tuple[str | None, str | None, str | None, st
         elif name == _DELAY:
             delay = value
     return tags, keys, uniq, delay
+
+
+def has_property(raw: bytes, name: str) -> bool:
+    key = name.encode() + b"\x01"
+    return raw.startswith(key) or raw.find(b"\x02" + key) >= 0
+
+
+def with_property(raw: bytes, name: str, value: str) -> bytes:
+    """Encoded properties with `name` set to `value`: appended as RocketMQ's broker appends
+    its batch properties, or the whole text rewritten when the name is already there."""
+    if has_property(raw, name):
+        props = properties_decode(raw)
+        props[name] = value
+        return properties_encode(props)
+    if raw and not raw.endswith(b"\x02"):
+        raw += b"\x02"
+    return raw + properties_encode({name: value})
 
 
 # --- one record ----------------------------------------------------------------------------------
@@ -258,6 +275,37 @@ def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
             raise MessageDecodeError(pos, "batch entry properties do not end with the entry")
         out.append((flag, body, bytes(buf[p : p + props_len])))
         pos += total
+    return out
+
+
+def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str, queue_id: int,
+                      sys_flag: int, born_timestamp: int, born_host: Any, reconsume_times: int,
+                      name: str, value: str) -> list[Any]:
+    """A SEND_BATCH_MESSAGE body as messages to store (`message_type` has StoreMessage's
+    fields), each keeping the property bytes it came with plus `name`=`value` (the broker's
+    CLUSTER). Raises MessageDecodeError for a malformed body, then RecordEncodeError when an
+    entry carries a delay level (a batch cannot be delayed)."""
+    suffix = properties_encode({name: value})  # a bad name or value fails before any reading
+    key = name.encode() + b"\x01"
+    inner_key = b"\x02" + key
+    delayed = False
+    out: list[Any] = []
+    add = out.append
+    for flag, body, raw in split_batch(buf):
+        if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
+            delayed = True
+        if raw.startswith(key) or inner_key in raw:
+            props = with_property(raw, name, value)
+        elif raw and raw[-1] != 2:
+            props = raw + b"\x02" + suffix
+        else:
+            props = raw + suffix
+        add(message_type(
+            topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag,
+            sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+            reconsume_times=reconsume_times))
+    if delayed:
+        raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return out
 
 
