@@ -10,7 +10,7 @@ import pytest
 from cli_util import ferrymq, json_error, json_out
 
 from conftest import start_standalone, wait_until
-from ferrymq import ConsumeStatus, PushConsumer, __version__
+from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer, __version__
 from ferrymq.common.ids import decode_uniq_id
 
 
@@ -247,3 +247,35 @@ def test_broker_config_get_and_runtime_update(standalone: Any) -> None:
     assert json_out(standalone, "broker", "config", "get", "broker-a", "listenPort") != {
         "listenPort": "1"
     }
+
+
+def test_msg_trace_shows_copies_and_which_groups_consumed_it(standalone: Any) -> None:
+    ferrymq(standalone, "topic", "create", "ops-trace", "--queues", "1")
+    sent = json_out(standalone, "send", "ops-trace", "traced", "--tags", "TagA")
+    json_out(standalone, "consume", "ops-trace", "--group", "tr-cli", "--from", "first",
+             "--count", "1", "--timeout", "30")
+
+    def track_of(group: str) -> Any:
+        doc = json_out(standalone, "msg", "trace", sent["msg_id"])
+        return next((t for t in doc["tracks"] if t["group"] == group), None)
+
+    got: list[Any] = []
+    consumer = PushConsumer("tr-push", standalone.namesrv, rebalance_interval=0.3,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe("ops-trace", "TagA || TagB")
+    consumer.register_listener(lambda msgs, ctx: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    with consumer:
+        wait_until(lambda: got, timeout=30, message="the push consumer to get the message")
+        track = wait_until(
+            lambda: (lambda t: t if t and t["track"] == "CONSUMED" else None)(track_of("tr-push")),
+            timeout=30,
+            message="tr-push's offset to pass the message",
+        )
+        assert track["consumed"] and track["queue_offset"] == sent["queue_offset"]
+        doc = json_out(standalone, "msg", "trace", sent["msg_id"], "--topic", "ops-trace")
+    assert [c["topic"] for c in doc["copies"]] == ["ops-trace"]
+    assert doc["copies"][0]["offset_msg_id"] == sent["offset_msg_id"]
+    cli = next(t for t in doc["tracks"] if t["group"] == "tr-cli")
+    assert (cli["track"], cli["consumed"]) == ("NOT_ONLINE", True)
+    table = ferrymq(standalone, "msg", "trace", sent["offset_msg_id"]).stdout
+    assert "tr-cli" in table and "NOT_ONLINE" in table and sent["offset_msg_id"] in table

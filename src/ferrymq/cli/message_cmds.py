@@ -1,14 +1,16 @@
-"""`ferrymq send`, `ferrymq consume`, `ferrymq msg show|get|find`."""
+"""`ferrymq send`, `ferrymq consume`, `ferrymq msg show|trace|get|find`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from typing import Any
 
 from ..client.admin import AdminClient
 from ..client.consumer.types import ConsumeFromWhere
 from ..client.consumers import LitePullConsumer
+from ..client.errors import NoRouteError
 from ..client.producer import Producer
 from ..client.results import PullStatus
 from ..common.errors import FerryMQError
@@ -213,6 +215,61 @@ def cmd_find(args: argparse.Namespace) -> int:
     return 0
 
 
+def _copy_json(m: MessageExt) -> dict[str, Any]:
+    return {
+        "topic": m.topic,
+        "broker": m.broker,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "offset_msg_id": m.offset_msg_id,
+        "store_timestamp": m.store_timestamp,
+        "reconsume_times": m.reconsume_times,
+    }
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Every stored copy of a message (its topic, retries, dead letter, delay schedule) and,
+    for each, whether each group consuming that topic has consumed it."""
+    with AdminClient(args.namesrv) as admin:
+        msg = _lookup(admin, args.id, args.topic)
+        copies = (admin.find_by_uniq_key(msg.msg_id) if is_uniq_id(msg.msg_id) else []) or [msg]
+        tracks = []
+        for copy in copies:
+            try:
+                tracks += admin.message_tracks(copy)
+            except NoRouteError:
+                continue  # an internal topic (the delay schedule) no group consumes
+    if args.json:
+        print_json(
+            {
+                "msg_id": msg.msg_id,
+                "copies": [_copy_json(c) for c in copies],
+                "tracks": [t.to_json() for t in tracks],
+            }
+        )
+        return 0
+    print_table(
+        f"message {msg.msg_id}: {len(copies)} stored cop{'y' if len(copies) == 1 else 'ies'}",
+        ["topic", "queue", "offset", "offset_msg_id", "reconsumed", "stored"],
+        (
+            [c.topic, f"{c.broker}:{c.queue_id}", c.queue_offset, c.offset_msg_id,
+             c.reconsume_times, fmt_time(c.store_timestamp)]
+            for c in copies
+        ),
+        right=["offset", "reconsumed"],
+    )
+    if not tracks:
+        stdout.print("no consumer group consumes its topic", markup=False)
+        return 0
+    print_table(
+        None,
+        ["group", "topic", "offset", "track", "group offset"],
+        ([t.group, t.topic, t.queue_offset, t.track, t.consumer_offset] for t in tracks),
+        right=["offset", "group offset"],
+    )
+    return 0
+
+
 def _queue(admin: AdminClient, topic: str, queue_id: int, broker: str | None) -> MessageQueue:
     queues = [q for q in admin.message_queues(topic) if q.queue_id == queue_id]
     if broker is not None:
@@ -308,6 +365,16 @@ def add(
         "--topic", help="the topic of a msg_id (faster: otherwise every topic is searched)"
     )
     c.set_defaults(func=cmd_show)
+    c = msub.add_parser(
+        "trace",
+        parents=[common],
+        help="a message's stored copies and which groups have consumed it",
+    )
+    c.add_argument("id")
+    c.add_argument(
+        "--topic", help="the topic of a msg_id (faster: otherwise every topic is searched)"
+    )
+    c.set_defaults(func=cmd_trace)
     c = msub.add_parser(
         "get", parents=[common], help="messages by (topic, queue, offset), read without a group"
     )

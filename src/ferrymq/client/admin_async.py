@@ -22,8 +22,9 @@ from ..common.names import (
 )
 from ..common.record import decode_records
 from ..remoting import ClientConfig, RemotingClient
-from .admin_results import BrokerStatus
+from .admin_results import BrokerStatus, MessageTrack
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
+from .consumer.subscription import Subscription
 from .errors import ClientStateError, MessageNotFoundError, NoRouteError
 from .results import (
     ConsumerConnectionInfo,
@@ -482,6 +483,33 @@ class AsyncAdminClient:
                 found.extend(m for m in result if m.msg_id == uniq)
         return sorted(found, key=lambda m: (m.store_timestamp, m.commit_log_offset))
 
+    async def message_tracks(self, msg: MessageExt) -> list[MessageTrack]:
+        """For every group that consumes the message's topic: has it consumed this message
+        (mqadmin queryMsgById's tracks)."""
+        route = await self.topic_route(msg.topic, refresh=True)
+        lists = await _gather(self.api.topic_consumed_by(a, msg.topic) for a in route.brokers.values())
+        groups = sorted({g for names in lists for g in names})
+        mq = MessageQueue(msg.topic, msg.broker, msg.queue_id)
+        tracks = []
+        for group in groups:
+            conns = await self.consumer_connections(group)
+            offset = await self.query_consumer_offset(group, mq)
+            consumed = offset > msg.queue_offset
+            if not conns.connections:
+                track = "NOT_ONLINE"
+            elif conns.consume_type == "CONSUME_ACTIVELY":
+                track = "PULL"
+            elif not consumed:
+                track = "NOT_CONSUME_YET"
+            elif not _subscribed(conns.subscriptions.get(msg.topic), msg):
+                track = "CONSUMED_BUT_FILTERED"
+            else:
+                track = "CONSUMED"
+            tracks.append(
+                MessageTrack(msg.topic, msg.queue_id, msg.queue_offset, group, track, consumed, offset)
+            )
+        return tracks
+
     async def _query(self, topic: str, key: str, *, max_num: int, unique: bool) -> list[MessageExt]:
         route = await self.topic_route(topic, refresh=True)
         out: list[MessageExt] = []
@@ -500,6 +528,13 @@ class AsyncAdminClient:
         except FerryMQError:  # the message itself was found; its name is a nicety
             return ""
         return next((name for name, a in brokers.items() if a == addr), "")
+
+
+def _subscribed(expression: str | None, msg: MessageExt) -> bool:
+    try:
+        return Subscription.parse(msg.topic, expression).accepts(msg)
+    except ValueError:  # an expression this client cannot read: do not claim it filters
+        return True
 
 
 # How many topics a unique-id search asks at once.

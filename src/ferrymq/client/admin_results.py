@@ -43,3 +43,30 @@ class BrokerStatus:
             "runtime": dict(self.runtime),
             "error": self.error,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTrack:
+    """Where one group stands with one stored message (RocketMQ's MessageTrack): CONSUMED,
+    CONSUMED_BUT_FILTERED (its subscription skips the tag), NOT_CONSUME_YET, PULL (a pull
+    consumer: its progress is its own), NOT_ONLINE (no member connected; `consumed` still
+    says what the committed offset shows)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    group: str
+    track: str
+    consumed: bool
+    consumer_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset,
+            "group": self.group,
+            "track": self.track,
+            "consumed": self.consumed,
+            "consumer_offset": self.consumer_offset,
+        }

@@ -456,6 +456,11 @@ class MQClientAPI:
         data: dict[Any, Any] = jsonx.loads(resp.body or b"{}").get("offsetTable") or {}
         return data
 
+    async def topic_consumed_by(self, addr: str, topic: str) -> list[str]:
+        """Groups that consume or committed on `topic` on this broker (mqadmin topicStatus)."""
+        resp = await self.invoke_ok(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, fields(topic=topic))
+        return [str(g) for g in jsonx.loads(resp.body or b"{}").get("groupList") or []]
+
     async def consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
         resp = await self.invoke_ok(
             addr,
