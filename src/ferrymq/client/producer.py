@@ -9,8 +9,9 @@ from typing import Any, TypeVar
 
 from ..common.message import Message
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
+from .intake import Intake
 from .loop import LoopThread
-from .producer_async import AsyncProducer
+from .producer_async import AsyncProducer, Outgoing
 from .results import SendResult
 
 T = TypeVar("T")
@@ -22,6 +23,7 @@ class Producer(Facade[AsyncProducer]):
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
         self._impl = AsyncProducer(group, namesrv, **options)
         self._loop: LoopThread | None = None
+        self._intake: Intake[Outgoing, SendResult] | None = None
 
     @property
     def group(self) -> str:
@@ -38,6 +40,7 @@ class Producer(Facade[AsyncProducer]):
 
     def start(self) -> Producer:
         self._loop = start_blocking(self._impl, "P")
+        self._intake = Intake(self._loop.loop, self._impl.send_prepared_async)
         return self
 
     def shutdown(self) -> None:
@@ -59,6 +62,5 @@ class Producer(Facade[AsyncProducer]):
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
         """Validation errors raise here; send errors arrive through the future."""
         self._impl.require_running("send")
-        assert self._loop is not None
-        out = self._impl._prepare(msg)
-        return self._loop.submit(self._impl._send_async(out))
+        assert self._intake is not None
+        return self._intake.submit(self._impl._prepare(msg))

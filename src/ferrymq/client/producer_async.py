@@ -9,8 +9,8 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
@@ -26,6 +26,7 @@ from ..common.names import (
 )
 from ..common.record import SYSFLAG_COMPRESSED, encode_batch
 from ..remoting import RemotingCommand, RemotingError
+from .accumulator import Accumulator, AutoBatchConfig, Pending, split_batch_result
 from .errors import BrokerError, MessageValidationError, NoRouteError, SendError, broker_error
 from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
@@ -50,7 +51,7 @@ QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
 
 @dataclass(frozen=True, slots=True)
-class _Outgoing:
+class Outgoing:
     """A message as it goes on the wire, prepared once and reused by every attempt."""
 
     topic: str
@@ -62,6 +63,7 @@ class _Outgoing:
     batch: bool
     reconsume_times: int | None = None
     max_reconsume_times: int | None = None
+    props: dict[str, str] = field(default_factory=dict)  # what `properties` encodes
 
 
 def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
@@ -109,6 +111,10 @@ class AsyncProducer(Lifecycle):
         fault_isolation: float | None = 30.0,
         route_refresh_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
+        auto_batch: bool = True,
+        batch_max_delay_ms: float = 0.0,
+        batch_max_bytes: int = 32 * 1024,
+        total_batch_max_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         super().__init__()
         validate_group(group)
@@ -131,6 +137,10 @@ class AsyncProducer(Lifecycle):
         self._rr: dict[str, int] = {}
         self._queue_cache: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._no_route_checked: dict[str, float] = {}
+        self.auto_batch = AutoBatchConfig(
+            auto_batch, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes
+        )
+        self._accumulator = Accumulator(self.auto_batch, self._send_accumulated)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -155,6 +165,8 @@ class AsyncProducer(Lifecycle):
         if self.state is not State.RUNNING or self._inst is None:
             self.state = State.SHUTDOWN
             return False
+        # What callers already handed over is sent before the producer stops.
+        await self._accumulator.drain()
         self.state = State.SHUTDOWN
         inst = self._inst
         await inst.unregister(producer_group=self.group)
@@ -233,7 +245,7 @@ class AsyncProducer(Lifecycle):
         return queues[start % n]
 
     # --- preparing ---------------------------------------------------------------------------
-    def _prepare(self, msg: Message) -> _Outgoing:
+    def _prepare(self, msg: Message) -> Outgoing:
         validate_message(msg, self.max_message_size)
         uniq = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
@@ -253,7 +265,7 @@ class AsyncProducer(Lifecycle):
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
-        return _Outgoing(
+        return Outgoing(
             msg.topic,
             body,
             sys_flag,
@@ -263,9 +275,10 @@ class AsyncProducer(Lifecycle):
             False,
             reconsume,
             max_reconsume,
+            props,
         )
 
-    def _prepare_batch(self, msgs: Sequence[Message]) -> _Outgoing:
+    def _prepare_batch(self, msgs: Sequence[Message]) -> Outgoing:
         if not msgs:
             raise MessageValidationError("batch", "is empty")
         topic = msgs[0].topic
@@ -290,9 +303,9 @@ class AsyncProducer(Lifecycle):
             raise MessageValidationError(
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
             )
-        return _Outgoing(topic, body, 0, 0, "", ",".join(uniqs), True)
+        return Outgoing(topic, body, 0, 0, "", ",".join(uniqs), True)
 
-    def _header(self, out: _Outgoing, mq: MessageQueue) -> dict[str, str]:
+    def _header(self, out: Outgoing, mq: MessageQueue) -> dict[str, str]:
         header = {
             "producerGroup": self.group,
             "topic": out.topic,
@@ -312,7 +325,7 @@ class AsyncProducer(Lifecycle):
         return header
 
     # --- sending -----------------------------------------------------------------------------
-    async def _send_to(self, out: _Outgoing, mq: MessageQueue, timeout: float) -> SendResult:
+    async def _send_to(self, out: Outgoing, mq: MessageQueue, timeout: float) -> SendResult:
         inst = self.instance
         addr = await inst.find_broker_addr(mq.broker_name, out.topic)
         if addr is None:
@@ -331,7 +344,7 @@ class AsyncProducer(Lifecycle):
         return self._result(resp, addr, mq, out)
 
     def _result(
-        self, resp: RemotingCommand, addr: str, mq: MessageQueue, out: _Outgoing
+        self, resp: RemotingCommand, addr: str, mq: MessageQueue, out: Outgoing
     ) -> SendResult:
         status = _STATUS.get(resp.code)
         if status is None:
@@ -348,7 +361,7 @@ class AsyncProducer(Lifecycle):
         )
 
     async def _send_with_retries(
-        self, out: _Outgoing, attempts: int, *, same_broker: bool, mq: MessageQueue | None = None,
+        self, out: Outgoing, attempts: int, *, same_broker: bool, mq: MessageQueue | None = None,
         pinned: bool = False,
     ) -> SendResult:
         deadline = time.monotonic() + self.send_timeout
@@ -394,12 +407,37 @@ class AsyncProducer(Lifecycle):
 
     async def send(self, msg: Message) -> SendResult:
         """Send and wait for the broker's answer; retried up to retry_times_when_send_failed
-        times, each time on another broker when there is one."""
+        times, each time on another broker when there is one. With auto_batch, concurrent
+        sends to one topic may share a request; each still gets its own result."""
         self.require_running("send")
         out = self._prepare(msg)
-        return await self._send_with_retries(
+        return await self._accumulate(out, self._send_sync_path(out))
+
+    def _send_sync_path(self, out: Outgoing) -> Callable[[], Awaitable[SendResult]]:
+        return lambda: self._send_with_retries(
             out, 1 + self.retry_times_when_send_failed, same_broker=False
         )
+
+    def _accumulate(
+        self, out: Outgoing, alone: Callable[[], Awaitable[SendResult]]
+    ) -> asyncio.Future[SendResult]:
+        """A future for `out`'s result: through a batch when it may join one, else `alone`."""
+        if not (self.auto_batch.enabled and _batchable(out)):
+            return asyncio.ensure_future(alone())
+        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        item = MessageBatchItem(out.flag, out.body, out.props)
+        self._accumulator.add(out.topic, Pending(item, out.uniq_id, future, alone))
+        return future
+
+    async def _send_accumulated(self, topic: str, batch: list[Pending]) -> list[SendResult]:
+        topic_out = Outgoing(
+            topic, encode_batch([p.item for p in batch]), 0, 0, "",
+            ",".join(p.uniq_id for p in batch), True,
+        )
+        result = await self._send_with_retries(
+            topic_out, 1 + self.retry_times_when_send_failed, same_broker=False
+        )
+        return split_batch_result(result, [p.uniq_id for p in batch])
 
     async def send_to_queue(self, msg: Message, mq: MessageQueue) -> SendResult:
         self.require_running("send")
@@ -432,13 +470,16 @@ class AsyncProducer(Lifecycle):
         except (BrokerError, RemotingError, NoRouteError) as exc:
             raise SendError(msg.topic, 1, exc) from exc
 
-    def send_async(self, msg: Message) -> asyncio.Task[SendResult]:
-        """Start a send; retries stay on the broker first chosen (RocketMQ's async rule)."""
+    def send_async(self, msg: Message) -> asyncio.Future[SendResult]:
+        """Start a send; retries stay on the broker first chosen (RocketMQ's async rule). With
+        auto_batch, sends made in the same loop turn share requests."""
         self.require_running("send")
-        out = self._prepare(msg)
-        return asyncio.ensure_future(self._send_async(out))
+        return self.send_prepared_async(self._prepare(msg))
 
-    async def _send_async(self, out: _Outgoing) -> SendResult:
+    def send_prepared_async(self, out: Outgoing) -> asyncio.Future[SendResult]:
+        return self._accumulate(out, lambda: self._send_async(out))
+
+    async def _send_async(self, out: Outgoing) -> SendResult:
         queues = await self.message_queues(out.topic)
         mq = self._select(out.topic, queues, None)
         return await self._send_with_retries(
@@ -463,3 +504,14 @@ class AsyncProducer(Lifecycle):
 def _queue_gone(exc: BrokerError) -> bool:
     """The broker's answer when a send names a queue id the topic does not have."""
     return exc.code == ResponseCode.SYSTEM_ERROR and "is illegal" in (exc.remark or "")
+
+
+def _batchable(out: Outgoing) -> bool:
+    """What a SEND_BATCH_MESSAGE may carry: no compression flag (it is per request), no delay,
+    no retry-topic counters (they travel in the request header)."""
+    return (
+        not out.batch
+        and out.sys_flag == 0
+        and out.reconsume_times is None
+        and P.PROPERTY_DELAY_TIME_LEVEL not in out.props
+    )

@@ -1,0 +1,131 @@
+"""Producer auto-batching: concurrent single sends share SEND_BATCH requests, and every caller
+still gets the result of its own message."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from scenario_util import FAST_PRODUCER
+
+from ferrymq import AdminClient, Message, Producer, SendStatus
+from ferrymq.aio import Producer as AsyncProducer
+from ferrymq.client.accumulator import Accumulator, AutoBatchConfig, Pending
+from ferrymq.client.errors import BrokerError, broker_error
+from ferrymq.client.results import SendResult
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.common.message import MessageBatchItem, MessageQueue
+
+
+def test_a_burst_of_sends_shares_requests_and_each_result_is_its_own(standalone: Any) -> None:
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("ab", 2)
+        with Producer("ab-p", standalone.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("ab", b"warm"))
+            futures = [producer.send_async(Message("ab", b"m%d" % i, keys=f"k{i}")) for i in range(600)]
+            results = [f.result(30) for f in futures]
+            acc = producer._impl._accumulator
+            assert acc.batches_sent >= 1 and acc.messages_batched >= 2
+            assert acc.batches_sent < 600 // 2, "a burst should form batches"
+        assert all(r.status is SendStatus.SEND_OK for r in results)
+        assert len({r.msg_id for r in results}) == 600
+        assert len({r.offset_msg_id for r in results}) == 600
+        assert len({(r.queue_id, r.queue_offset) for r in results}) == 600
+        # Each result points at its own message: body, key and unique id match.
+        for i in range(0, 600, 37):
+            r = results[i]
+            got = admin.pull(MessageQueue("ab", r.broker, r.queue_id), r.queue_offset, 1).messages[0]
+            assert got.body == b"m%d" % i
+            assert got.keys == f"k{i}"
+            assert got.msg_id == r.msg_id
+
+
+def test_shutdown_sends_what_callers_handed_over(standalone: Any) -> None:
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("ab-stop", 1)
+        producer = Producer("ab-stop-p", standalone.namesrv, batch_max_delay_ms=5000, **FAST_PRODUCER)
+        producer.start()
+        futures = [producer.send_async(Message("ab-stop", b"x%d" % i)) for i in range(50)]
+        producer.shutdown()  # a 5 s linger would still be waiting: shutdown must flush it
+        assert all(f.result(10).status is SendStatus.SEND_OK for f in futures)
+        assert admin.max_offset(MessageQueue("ab-stop", "broker-a", 0)) == 50
+
+
+def test_auto_batch_off_sends_each_message_on_its_own(standalone: Any) -> None:
+    with Producer("ab-off", standalone.namesrv, auto_batch=False, **FAST_PRODUCER) as producer:
+        futures = [producer.send_async(Message("ab-off", b"m")) for _ in range(100)]
+        assert all(f.result(30).status is SendStatus.SEND_OK for f in futures)
+        assert producer._impl._accumulator.batches_sent == 0
+
+
+async def test_async_sends_in_one_loop_turn_form_one_batch(standalone: Any) -> None:
+    async with AsyncProducer("ab-aio", standalone.namesrv, **FAST_PRODUCER) as producer:
+        await producer.send(Message("ab-aio", b"warm"))
+        futures = [producer.send_async(Message("ab-aio", b"%d" % i)) for i in range(20)]
+        results = await asyncio.gather(*futures)
+        assert producer._accumulator.batches_sent == 1
+        assert sorted(r.queue_offset for r in results) == list(range(results[0].queue_offset,
+                                                                   results[0].queue_offset + 20))
+        # compressed and delayed messages never join a batch; they still arrive
+        big = producer.send_async(Message("ab-aio", b"z" * 10_000))
+        late = producer.send_async(Message("ab-aio", b"later", delay_level=1))
+        assert (await big).status is SendStatus.SEND_OK and (await late).status is SendStatus.SEND_OK
+        assert producer._accumulator.batches_sent == 1
+
+
+# --- the accumulator's own rules, with a sender that records what it is given --------------
+
+def _pending(loop: asyncio.AbstractEventLoop, i: int, alone: list[int]) -> Pending:
+    async def send_alone() -> SendResult:
+        alone.append(i)
+        if i == 3:
+            raise broker_error("127.0.0.1:1", RequestCode.SEND_MESSAGE_V2, ResponseCode.MESSAGE_ILLEGAL, "bad")
+        return SendResult(SendStatus.SEND_OK, f"u{i}", f"o{i}", 0, i, "b")
+
+    return Pending(MessageBatchItem(0, b"x" * 10), f"u{i}", loop.create_future(), send_alone)
+
+
+async def test_a_refused_batch_is_retried_message_by_message_so_only_the_culprit_fails() -> None:
+    loop = asyncio.get_running_loop()
+    batches: list[list[str]] = []
+
+    async def refuse(topic: str, batch: list[Pending]) -> list[SendResult]:
+        batches.append([p.uniq_id for p in batch])
+        raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.MESSAGE_ILLEGAL, "bad")
+
+    acc = Accumulator(AutoBatchConfig(), refuse)
+    alone: list[int] = []
+    items = [_pending(loop, i, alone) for i in range(5)]
+    for p in items:
+        acc.add("t", p)
+    await acc.drain()
+    assert batches == [["u0", "u1", "u2", "u3", "u4"]]
+    assert sorted(alone) == [0, 1, 2, 3, 4]
+    assert [p.future.exception() is None for p in items] == [True, True, True, False, True]
+
+
+async def test_batches_close_at_max_bytes_and_a_retriable_failure_fails_the_batch() -> None:
+    loop = asyncio.get_running_loop()
+    sizes: list[int] = []
+
+    async def busy(topic: str, batch: list[Pending]) -> list[SendResult]:
+        sizes.append(len(batch))
+        raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.SYSTEM_BUSY, "busy")
+
+    acc = Accumulator(AutoBatchConfig(max_bytes=40), busy)
+    alone: list[int] = []
+    items = [_pending(loop, i, alone) for i in range(10)]
+    for p in items:
+        acc.add("t", p)
+    await acc.drain()
+    assert sizes == [4, 4, 2]  # 4 x 10 bytes fill a batch; drain sends the rest
+    assert alone == []  # SYSTEM_BUSY says nothing about the messages: no one-by-one retry
+    assert all(isinstance(p.future.exception(), BrokerError) for p in items)
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(ValueError):
+        AutoBatchConfig(max_delay_ms=-1)
+    with pytest.raises(ValueError):
+        AutoBatchConfig(max_bytes=10, total_max_bytes=5)
