@@ -67,6 +67,11 @@ class BrokerConfig:
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
     # set this to discard everything from the corrupt record on instead.
     truncate_on_corruption: bool = False
+    # A record damaged at rest: "skip" (report it once, deliver what surrounds it) or "stop"
+    # (pulls stop before it until an operator skips it). See docs/storage.md.
+    on_corrupt_record: str = "skip"
+    # Background check of the whole log after start; 0 turns it off.
+    scrub_bytes_per_s: int = 64 * 1024 * 1024
 
     @property
     def broker_addr(self) -> str:
@@ -94,6 +99,8 @@ class BrokerConfig:
             raise ConfigError("write_buffer_low_water_mark", "must be > 0 and <= write_buffer_high_water_mark")
         if self.partial_frame_budget < self.max_frame_size:
             raise ConfigError("partial_frame_budget", "must be at least max_frame_size")
+        if self.on_corrupt_record not in ("skip", "stop"):
+            raise ConfigError("on_corrupt_record", "must be skip or stop")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
         return self

@@ -25,7 +25,7 @@ from ..remoting import (
     RemotingServer,
     ServerConfig,
 )
-from ..store import MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
+from ..store import CorruptPolicy, MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
 from .clients import ClientChannel, ClientRegistry, QueueLocks
 from .config import BrokerConfig, parse_delay_levels
 from .events import MessageEvent, MessageEventKind, MessageEvents
@@ -104,6 +104,8 @@ class Broker:
             store_host=self.addr,
             message_delay_level=cfg.message_delay_level,
             truncate_on_corruption=cfg.truncate_on_corruption,
+            on_corrupt_record=CorruptPolicy(cfg.on_corrupt_record),
+            scrub_bytes_per_s=cfg.scrub_bytes_per_s,
         )
         store = MessageStore(store_cfg, clock=self._clock, disk_usage=self._disk_usage)
         await asyncio.to_thread(store.start)

@@ -3,6 +3,7 @@ consume queues, a key index, checkpoint and abort files. See store.py for the wh
 
 from .checkpoint import Checkpoint
 from .config import FlushDiskType, StoreConfig, StoreConfigError
+from .damage import CorruptPolicy, DamagedRecord, SkippedRange
 from .errors import StoreCorruptionError, StoreError, StoreLayoutError, StoreStateError
 from .files import FileIO, atomic_write, read_json_file
 from .model import (
@@ -20,6 +21,8 @@ __all__ = [
     "AppendedMessage",
     "Checkpoint",
     "CleanupReport",
+    "CorruptPolicy",
+    "DamagedRecord",
     "FileIO",
     "FlushDiskType",
     "GetResult",
@@ -29,6 +32,7 @@ __all__ = [
     "PutStatus",
     "QueueEntry",
     "RecoveryReport",
+    "SkippedRange",
     "StoreConfig",
     "StoreConfigError",
     "StoreCorruptionError",

@@ -53,6 +53,9 @@ class CommitLog:
         self.segments: list[Segment] = []
         self.write_pos = 0
         self.flushed = 0
+        # Each segment file's length as found by load(), before it is extended: a file shorter
+        # than a segment was cut, and the tail check compares this with the checkpoint.
+        self.loaded_sizes: dict[int, int] = {}
         # Deleted segments keep their descriptor number for a while (pointing at /dev/null): a
         # reader that picked the segment just before deletion must not pread a reused number.
         self._retired: list[tuple[float, Segment]] = []
@@ -72,6 +75,7 @@ class CommitLog:
             if size > self.segment_size:
                 raise StoreLayoutError(path, f"{size} bytes, larger than the segment size")
             fd = os.open(path, os.O_RDWR)
+            self.loaded_sizes[start] = size
             if size < self.segment_size:
                 self.io.ftruncate(fd, self.segment_size)
             segs.append(Segment(start, self.segment_size, path, fd))

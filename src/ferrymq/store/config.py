@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.delay import parse_delay_levels
+from .damage import CorruptPolicy
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 GiB = 1 << 30
@@ -59,6 +60,12 @@ class StoreConfig:
     # Mid-log corruption makes start() refuse with StoreCorruptionError. An operator who has
     # saved the damaged segment may set this to discard everything from the bad record on.
     truncate_on_corruption: bool = False
+    # A record damaged at rest (found by a read or the scrub): reported once, then skipped
+    # (SKIP) so consumers never stall, or reads stop before it (STOP) until an operator skips.
+    on_corrupt_record: CorruptPolicy = CorruptPolicy.SKIP
+    # The scrub re-verifies every record below the checkpoint after start, at this rate, so
+    # damage in cold segments is found before a consumer reaches it. 0 disables it.
+    scrub_bytes_per_s: int = 64 * MiB
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     store_address: tuple[str, int] = field(init=False, repr=False, compare=False)
 

@@ -66,6 +66,8 @@ class GetStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    # ferrymq: the next record is damaged and the store's policy is to stop there.
+    MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from ..common.record.layout import (
 )
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
+from .integrity import ReadGuard, drop_damaged, first_damaged
 from .model import GetResult, GetStatus
 
 # RocketMQ scans at most max(16000 bytes of entries, maxMsgNums entries) per pull when
@@ -27,7 +28,8 @@ _iter_entries = ENTRY.iter_unpack
 
 
 def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
-                 tag_filter: Callable[[int], bool] | None, max_bytes: int) -> GetResult:
+                 tag_filter: Callable[[int], bool] | None, max_bytes: int,
+                 guard: ReadGuard | None = None) -> GetResult:
     mn = cq.min_offset
     mx = cq.max_offset
     if mx == 0:
@@ -39,14 +41,20 @@ def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if offset > mx:
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, b"", 0, mn if mn == 0 else mx, mn, mx)
     max_nums = max(1, max_nums)
-    raw = cq.read_raw(offset, max_nums if tag_filter is None else
-                      max(FILTER_SCAN_ENTRIES, max_nums))
+    scan = max_nums if tag_filter is None else max(FILTER_SCAN_ENTRIES, max_nums)
+    if guard is not None and guard.damage.has_skips(cq.topic, cq.queue_id):
+        past = guard.damage.skip_end(cq.topic, cq.queue_id, offset)
+        if past != offset:  # an operator skipped this range
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, min(past, mx), mn, mx)
+        scan = min(scan, guard.damage.next_skip(cq.topic, cq.queue_id, offset) - offset)
+    raw = cq.read_raw(offset, scan)
     if raw is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
     min_phys = log.min_offset
     status = GetStatus.NO_MATCHED_MESSAGE
     skip_below = -1
     runs: list[list[int]] = []
+    picked: list[tuple[int, int, int]] = []
     total = 0
     count = 0
     i = 0
@@ -69,6 +77,7 @@ def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
             runs[-1][1] = phys + size
         else:
             runs.append([phys, phys + size])
+        picked.append((offset + i, phys, size))
         total += size
         count += 1
         i += 1
@@ -80,6 +89,14 @@ def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
+    if guard is not None and first_damaged(data, picked) >= 0:
+        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, picked)
+        if stop >= 0:
+            next_begin = stop
+            if not count:
+                return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+        if not count:  # only damaged records: move past them, as past unmatched tags
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
     return GetResult(GetStatus.FOUND, data, count, next_begin, mn, mx)
 
 

@@ -33,14 +33,17 @@ from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
+from .damage import DamagedRecord, DamageRegistry, SkippedRange
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreStateError
 from .files import FileIO, is_disk_full
 from .flush import FlushService
 from .index import Index
+from .integrity import ReadGuard
 from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, StoreMessage
 from .reads import get_messages, offset_by_time, store_time_at
 from .recovery import RecordInfo, Scanner, find_valid_after
+from .scrub import Scrubber, last_record_before, tail_cut
 
 log = logging.getLogger("ferrymq.store")
 
@@ -104,6 +107,9 @@ class MessageStore:
         self._maint_stop = threading.Event()
         self._maint: threading.Thread | None = None
         self._cp_file = CheckpointFile(config.root / "checkpoint")
+        self._damage = DamageRegistry(root / "config" / "damage.json")
+        self._guard = ReadGuard(self._damage, config.on_corrupt_record)
+        self.scrubber: Scrubber | None = None
         self.recovered_abnormally = False
         self.last_recovery: RecoveryReport | None = None
 
@@ -119,8 +125,13 @@ class MessageStore:
         self._log.load()
         self._load_queues()
         self._index.load()
+        self._damage.load()
         if not unclean and cp is not None and cp.clean and self._plausible_end(cp.log_flushed):
-            self._log.write_pos = self._log.flushed = cp.log_flushed
+            cut = tail_cut(self._log, cp.log_flushed)
+            if cut is None:
+                self._log.write_pos = self._log.flushed = cp.log_flushed
+            else:
+                self._recover_cut(cp, cut)
         elif not unclean and cp is None and not self._log.segments:
             pass  # a new store
         else:
@@ -138,11 +149,18 @@ class MessageStore:
         self._maint = threading.Thread(target=self._maintain, name="ferrymq-store-maint",
                                        daemon=True)
         self._maint.start()
+        if self.config.scrub_bytes_per_s > 0:
+            cold = self._log.write_pos  # what this run has not written
+            self.scrubber = Scrubber(self._log, self._damage, self.config.scrub_bytes_per_s,
+                                     lambda: cold)
+            self.scrubber.start()
 
     def shutdown(self) -> None:
         if self._state != "running":
             return
         self._state = "stopping"
+        if self.scrubber is not None:
+            self.scrubber.stop()
         self._maint_stop.set()
         if self._maint is not None:
             self._maint.join()
@@ -156,6 +174,7 @@ class MessageStore:
             # The abort file stays, so the next start verifies the tail: safe, only slower.
             log.error("final checkpoint failed (%s); the next start will recover", exc)
             clean = False
+        self._damage.persist()
         self._index.close()
         for cq in self._cqs.values():
             cq.close()
@@ -194,10 +213,29 @@ class MessageStore:
         return cq
 
     # --- recovery ------------------------------------------------------------------------------
-    def _recover(self, cp: Checkpoint | None) -> None:
+    def _recover_cut(self, cp: Checkpoint, cut: int) -> None:
+        """A clean checkpoint reaches `cut` and beyond, but the files end there: recover as
+        after a crash, from the last record that starts before the cut."""
+        seg = self._log.segment_for(cut)
+        log.error("commit log %s ends at %d, before %d where the clean shutdown left it: the "
+                  "tail was cut; verifying it as after a crash", seg.path if seg else "", cut,
+                  cp.log_flushed)
+        self.recovered_abnormally = True
+        floor = seg.start if seg is not None else self._log.min_offset
+        start = max(floor, last_record_before(self._cqs.values(), cut) or floor)
+        self._recover(cp, start)
+        end = self._log.write_pos
+        self._damage.report(DamagedRecord(end, cp.log_flushed - end,
+                                          str(seg.path) if seg else "",
+                                          f"tail cut at {cut}: {cp.log_flushed - end} bytes "
+                                          "of records lost", "tail"))
+
+    def _recover(self, cp: Checkpoint | None, start_at: int | None = None) -> None:
         t0 = time.monotonic()
         clog = self._log
         start = cp.consistent if cp is not None else clog.min_offset
+        if start_at is not None:
+            start = start_at
         start = max(start, clog.min_offset)
         if clog.segments:
             start = min(start, clog.segments[-1].end)
@@ -387,7 +425,8 @@ class MessageStore:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, b"", 0, 0, 0, 0)
-        return get_messages(cq, self._log, offset, max_nums, tag_filter, max_bytes)
+        return get_messages(cq, self._log, offset, max_nums, tag_filter, max_bytes,
+                            self._guard)
 
     def read_queue_entries(self, topic: str, queue_id: int, offset: int,
                            max_n: int) -> list[QueueEntry]:
@@ -470,6 +509,18 @@ class MessageStore:
             with contextlib.suppress(OSError):
                 (self._cq_root / topic).rmdir()
 
+    # --- damage --------------------------------------------------------------------------------
+    def damaged_records(self) -> list[DamagedRecord]:
+        return self._damage.records()
+
+    def skipped_ranges(self) -> list[SkippedRange]:
+        return self._damage.skipped()
+
+    def skip_range(self, topic: str, queue_id: int, from_offset: int, to_offset: int) -> None:
+        """Make reads of the queue pass over [from_offset, to_offset) (an operator gives up on
+        damaged records there)."""
+        self._damage.skip(SkippedRange(topic, queue_id, from_offset, to_offset))
+
     # --- index ---------------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0,
                      end_ts: int = 0) -> list[int]:
@@ -548,6 +599,7 @@ class MessageStore:
         while not self._maint_stop.wait(interval):
             try:
                 self.checkpoint()
+                self._damage.persist()
                 if time.monotonic() >= next_cleanup:
                     next_cleanup = time.monotonic() + cleanup_every
                     self.run_cleanup()

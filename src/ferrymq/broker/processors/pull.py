@@ -31,6 +31,8 @@ _STATUS_CODES = {
     GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    # on_corrupt_record = stop: the consumer retries, and waits for an operator's skip.
+    GetStatus.MESSAGE_DAMAGED: ResponseCode.SYSTEM_ERROR,
 }
 
 
@@ -123,6 +125,8 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         ResponseCode.PULL_NOT_FOUND: "no new message",
         ResponseCode.PULL_RETRY_IMMEDIATELY: "no matched message, pull again",
         ResponseCode.PULL_OFFSET_MOVED: f"offset {offset} moved ({result.status.name})",
+        ResponseCode.SYSTEM_ERROR: f"the message at offset {result.next_begin_offset} of "
+                                   f"{topic}/{queue_id} is damaged; see `ferrymq store damage`",
     }.get(code)
     return reply(req, code, remark, ext_fields=header)
 

@@ -1,0 +1,159 @@
+"""Damaged records found at rest: where they are, what they belonged to, and which queue
+ranges an operator chose to skip.
+
+A record is damaged when it no longer passes the checks recovery applies (size, magic,
+position, body CRC). Reads, the scrub and a tail check report into one registry; each record
+is logged once (segment file and offset) however often it is read. The registry is kept in
+config/damage.json so that it survives restarts; the file is written by the store's
+maintenance thread, never by a reader."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..common import jsonx
+from .files import atomic_write, read_json_file
+
+log = logging.getLogger("ferrymq.store")
+
+
+class CorruptPolicy(enum.Enum):
+    """What a read does with a damaged record. SKIP (default): the pull returns the good
+    messages around it and a next offset past it, so no consumer stalls. STOP: the pull ends
+    before it and answers an error until an operator skips the range."""
+
+    SKIP = "skip"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class DamagedRecord:
+    phys_offset: int
+    size: int
+    segment: str
+    reason: str
+    found_by: str  # "read", "scrub" or "tail"
+    topic: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1
+
+
+@dataclass(frozen=True)
+class SkippedRange:
+    topic: str
+    queue_id: int
+    from_offset: int  # inclusive
+    to_offset: int  # exclusive
+
+
+class DamageRegistry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._records: dict[int, DamagedRecord] = {}
+        self._skipped: dict[tuple[str, int], list[SkippedRange]] = {}
+        self._dirty = False
+
+    def load(self) -> None:
+        raw = read_json_file(self.path, {})
+        if not isinstance(raw, dict):
+            return
+        for item in raw.get("records", []):
+            try:
+                rec = DamagedRecord(**item)
+            except TypeError:
+                continue
+            self._records[rec.phys_offset] = rec
+        for item in raw.get("skipped", []):
+            try:
+                rng = SkippedRange(**item)
+            except TypeError:
+                continue
+            self._skipped.setdefault((rng.topic, rng.queue_id), []).append(rng)
+
+    # --- reporting ---------------------------------------------------------------------------
+    def report(self, rec: DamagedRecord) -> bool:
+        """Record `rec`; True (and one error log line) the first time its offset is seen."""
+        with self._lock:
+            known = self._records.get(rec.phys_offset)
+            if known is not None:
+                if not known.topic and rec.topic:  # a read knows the queue: keep that
+                    self._records[rec.phys_offset] = rec
+                    self._dirty = True
+                return False
+            self._records[rec.phys_offset] = rec
+            self._dirty = True
+        where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
+                 if rec.queue_offset >= 0 else "")
+        log.error("damaged commit-log record in %s at offset %d, %d bytes%s: %s; found by %s",
+                  rec.segment, rec.phys_offset, rec.size, where, rec.reason, rec.found_by)
+        return True
+
+    def records(self) -> list[DamagedRecord]:
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: r.phys_offset)
+
+    def forget_from(self, phys: int) -> None:
+        """Drop records at or beyond `phys` (the log was truncated there)."""
+        with self._lock:
+            gone = [p for p in self._records if p >= phys]
+            for p in gone:
+                del self._records[p]
+            self._dirty = self._dirty or bool(gone)
+
+    # --- skipped ranges ------------------------------------------------------------------------
+    def skip(self, rng: SkippedRange) -> None:
+        with self._lock:
+            self._skipped.setdefault((rng.topic, rng.queue_id), []).append(rng)
+            self._dirty = True
+        log.warning("queue %s/%d: offsets [%d, %d) skipped by an operator", rng.topic,
+                    rng.queue_id, rng.from_offset, rng.to_offset)
+
+    def skipped(self) -> list[SkippedRange]:
+        with self._lock:
+            return [r for ranges in self._skipped.values() for r in ranges]
+
+    def has_skips(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self._skipped
+
+    def next_skip(self, topic: str, queue_id: int, offset: int) -> int:
+        """The start of the first skipped range after `offset` (a read stops before it)."""
+        starts = [r.from_offset for r in self._skipped.get((topic, queue_id), ())
+                  if r.from_offset > offset]
+        return min(starts, default=2**62)
+
+    def skip_end(self, topic: str, queue_id: int, offset: int) -> int:
+        """The first offset at or after `offset` outside every skipped range of the queue."""
+        ranges = self._skipped.get((topic, queue_id))
+        if not ranges:
+            return offset
+        moved = True
+        while moved:
+            moved = False
+            for r in ranges:
+                if r.from_offset <= offset < r.to_offset:
+                    offset = r.to_offset
+                    moved = True
+        return offset
+
+    # --- persistence (maintenance thread) ------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"records": [asdict(r) for r in self.records()],
+                "skipped": [asdict(r) for r in self.skipped()]}
+
+    def persist(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+        try:
+            atomic_write(self.path, jsonx.dumps_bytes(self.to_json()))
+        except OSError as exc:
+            with self._lock:
+                self._dirty = True
+            log.error("cannot write %s: %s", self.path, exc)
