@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..common.codec import BLANK_MAGIC_CODE
+from ..common.record import BLANK_MAGIC_CODE
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 from .consumequeue import ConsumeQueue
 from .damage import DamagedRecord, DamageRegistry
