@@ -4,8 +4,13 @@ reported once (segment file and offset), and the committed offset passes it."""
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,14 @@ FAST_CONSUMER: dict[str, Any] = dict(
     heartbeat_interval=1.0, pull_suspend_timeout=1.0, pull_delay_on_error=0.2,
 )
 REPORT = "damaged commit-log record"
+
+
+def _cli(server: Any, *args: str) -> Any:
+    """`ferrymq ARGS --json` as an operator runs it; its JSON output."""
+    proc = subprocess.run([sys.executable, "-m", "ferrymq", *args, "--json"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, FERRYMQ_NAMESRV=server.namesrv))
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return json.loads(proc.stdout)
 
 
 def _body(i: int) -> bytes:
@@ -59,10 +72,13 @@ def _flip(path: Path, at: int) -> None:
         fh.write(bytes([byte[0] ^ 0x41]))
 
 
-def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int) -> tuple[list[bytes], list[str]]:
-    """Start the server again and a PushConsumer from the first offset; wait until every
-    expected body arrived and the committed offset reached `end_offset`."""
-    server = start_standalone(store_dir)
+def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int, *extra: str,
+                 operator: Callable[[Any, list[bytes]], None] | None = None,
+                 ) -> tuple[list[bytes], list[str]]:
+    """Start the server again (with `extra` flags) and a PushConsumer from the first offset;
+    `operator` runs once the consumer started; then wait until every expected body arrived
+    and the committed offset reached `end_offset`."""
+    server = start_standalone(store_dir, *extra)
     got: list[bytes] = []
     lock = threading.Lock()
 
@@ -79,6 +95,8 @@ def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int) -> tuple[
         with AdminClient(server.namesrv) as admin:
             consumer.start()
             mq = MessageQueue(TOPIC, admin.message_queues(TOPIC)[0].broker_name, 0)
+            if operator is not None:
+                operator(server, got)
             wait_until(lambda: expect <= set(got), timeout=30, message="every good message")
             wait_until(lambda: admin.query_consumer_offset("g-dmg", mq) == end_offset,
                        timeout=30, message=f"committed offset {end_offset}")
@@ -128,3 +146,35 @@ def test_tail_cut_after_a_clean_stop_is_recovered(tmp_path: Path) -> None:
     got, lines = _consume_all(store_dir, good, N - 4)
     assert set(got) == good
     assert any("tail was cut" in ln for ln in lines), lines[-20:]
+
+
+def test_stop_policy_holds_the_queue_until_an_operator_skips_the_range(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    entries = _fill(store_dir)
+    seg = _segment(store_dir)
+    phys, size = entries[DAMAGED]
+    _flip(seg, seg.read_bytes().index(_body(DAMAGED), phys) + 1)
+    config = tmp_path / "broker.toml"
+    config.write_text('on_corrupt_record = "stop"\n')
+    before = {_body(i) for i in range(DAMAGED)}
+    seen: dict[str, Any] = {}
+
+    def operator(server: Any, got: list[bytes]) -> None:
+        wait_until(lambda: before <= set(got), timeout=30, message="messages before the damage")
+        damage = wait_until(lambda: [r for r in _cli(server, "store", "damage")["records"]
+                                     if r["topic"]], timeout=30, message="the damage reported")
+        seen["damage"] = damage
+        seen["held"] = set(got)
+        seen["skip"] = _cli(server, "store", "skip", TOPIC, "0", str(DAMAGED), str(DAMAGED + 1))
+        seen["after_skip"] = _cli(server, "store", "damage")["skipped"]
+
+    good = {_body(i) for i in range(N) if i != DAMAGED}
+    got, _lines = _consume_all(store_dir, good, N, "--config", str(config), operator=operator)
+    assert set(got) == good
+    assert seen["held"] == before  # nothing past the damage before the skip
+    (rec,) = seen["damage"]
+    assert (rec["topic"], rec["queue_id"], rec["queue_offset"]) == (TOPIC, 0, DAMAGED)
+    assert (rec["phys_offset"], rec["size"], rec["segment"]) == (phys, size, str(seg))
+    assert seen["skip"]["brokers"] and seen["skip"]["from"] == DAMAGED
+    assert [(s["topic"], s["queue_id"], s["from_offset"], s["to_offset"])
+            for s in seen["after_skip"]] == [(TOPIC, 0, DAMAGED, DAMAGED + 1)]

@@ -71,7 +71,7 @@ class BrokerConfig:
     # (pulls stop before it until an operator skips it). See docs/storage.md.
     on_corrupt_record: str = "skip"
     # Background check of the whole log after start; 0 turns it off.
-    scrub_bytes_per_s: int = 64 * 1024 * 1024
+    scrub_bytes_per_s: int = 16 * 1024 * 1024
 
     @property
     def broker_addr(self) -> str:

@@ -53,6 +53,8 @@ class AdminClient(Facade[AsyncAdminClient]):
     broker_status = blocking(AsyncAdminClient.broker_status)
     broker_config = blocking(AsyncAdminClient.broker_config)
     update_broker_config = blocking(AsyncAdminClient.update_broker_config)
+    store_damage = blocking(AsyncAdminClient.store_damage)
+    skip_store_range = blocking(AsyncAdminClient.skip_store_range)
     max_offset = blocking(AsyncAdminClient.max_offset)
     min_offset = blocking(AsyncAdminClient.min_offset)
     search_offset = blocking(AsyncAdminClient.search_offset)

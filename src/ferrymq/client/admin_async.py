@@ -35,6 +35,7 @@ from .results import (
     RawPullResult,
 )
 from .route import TopicRoute
+from .store_damage import StoreDamage, parse_store_damage
 
 
 class AsyncAdminClient:
@@ -179,6 +180,33 @@ class AsyncAdminClient:
             addrs = list((await self.brokers()).values())
         await _gather(self.api.update_broker_config(addr, values) for addr in addrs)
         return addrs
+
+    async def store_damage(self, broker: str | None = None) -> StoreDamage:
+        """Records the store found damaged at rest and the queue ranges skipped by an
+        operator, on one broker or on every one."""
+        if broker is not None:
+            named = {broker: await self._broker_address(broker)}
+        else:
+            named = await self.brokers()
+        names = list(named)
+        bodies = await _gather(self.api.store_damage(named[n]) for n in names)
+        parts = [parse_store_damage(n, b) for n, b in zip(names, bodies, strict=True)]
+        return StoreDamage([r for p in parts for r in p.records],
+                           [s for p in parts for s in p.skipped])
+
+    async def skip_store_range(
+        self, topic: str, queue_id: int, from_offset: int, to_offset: int
+    ) -> list[str]:
+        """Make pulls of the queue pass over [from_offset, to_offset) on every broker that
+        holds it (giving up on damaged records there). Returns the brokers' names."""
+        names = sorted({mq.broker_name for mq in await self.message_queues(topic)
+                        if mq.queue_id == queue_id})
+        if not names:
+            raise NoRouteError(topic, self.namesrv, f"topic {topic} has no queue {queue_id}")
+        addrs = [await self._broker_address(n) for n in names]
+        await _gather(self.api.skip_store_range(a, topic, queue_id, from_offset, to_offset)
+                      for a in addrs)
+        return names
 
     async def _broker_address(self, broker: str) -> str:
         if ":" in broker:

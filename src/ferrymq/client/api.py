@@ -497,6 +497,19 @@ class MQClientAPI:
             addr, RequestCode.UPDATE_BROKER_CONFIG, body=format_properties(values).encode("utf-8")
         )
 
+    async def store_damage(self, addr: str) -> bytes:
+        resp = await self.invoke_ok(addr, RequestCode.QUERY_STORE_DAMAGE)
+        return resp.body or b""
+
+    async def skip_store_range(
+        self, addr: str, topic: str, queue_id: int, from_offset: int, to_offset: int
+    ) -> None:
+        await self.invoke_ok(
+            addr,
+            RequestCode.SKIP_STORE_RANGE,
+            fields(topic=topic, queueId=queue_id, fromOffset=from_offset, toOffset=to_offset),
+        )
+
 
 def pull_sys_flag(*, commit: bool, suspend: bool, subscription: bool = True) -> int:
     flag = 0

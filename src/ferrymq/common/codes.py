@@ -75,6 +75,10 @@ class RequestCode(IntEnum):
     # ferrymq extension: many queues' offsets and acknowledged ranges of one group in one request,
     # answered once they are durable on the broker.
     UPDATE_CONSUMER_PROGRESS = 9004
+    # ferrymq extension: records of the store found damaged at rest, and skipping a queue
+    # range an operator gives up on (docs/protocol.md, "Store damage").
+    QUERY_STORE_DAMAGE = 9010
+    SKIP_STORE_RANGE = 9011
 
 
 class ResponseCode(IntEnum):

@@ -65,7 +65,7 @@ class StoreConfig:
     on_corrupt_record: CorruptPolicy = CorruptPolicy.SKIP
     # The scrub re-verifies every record below the checkpoint after start, at this rate, so
     # damage in cold segments is found before a consumer reaches it. 0 disables it.
-    scrub_bytes_per_s: int = 64 * MiB
+    scrub_bytes_per_s: int = 16 * MiB
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     store_address: tuple[str, int] = field(init=False, repr=False, compare=False)
 

@@ -41,8 +41,8 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
 
 
 def register_all(broker: BrokerContext, server: RemotingServer) -> None:
-    from . import admin, consumer, pull, send
+    from . import admin, consumer, pull, send, store_admin
 
-    for module in (send, pull, consumer, admin):
+    for module in (send, pull, consumer, admin, store_admin):
         for code, handler in module.HANDLERS.items():
             server.register(code, _guard(broker, handler))
