@@ -5,7 +5,9 @@ offset its bytes end at and wakes the thread; the thread fsyncs everything writt
 releases every waiter that fsync covered. Writers that arrive while an fsync runs are covered
 by the next one, so concurrent writers share fsyncs (group commit). Blocking callers wait on a
 condition; asyncio callers get their futures resolved on their own loop, one callback per loop
-per fsync."""
+per fsync. A put that is not durable in time gets False: one timer per loop (set for the
+oldest waiter's deadline) expires them, not a timer per put. Waiters are registered in append
+order and all share one timeout, so deadlines are in order too."""
 
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ from .commitlog import CommitLog
 log = logging.getLogger("ferrymq.store.flush")
 
 
-def _release(futures: list[asyncio.Future[bool]]) -> None:
+def _resolve(futures: list[asyncio.Future[bool]], value: bool) -> None:
     for fut in futures:
         if not fut.done():
-            fut.set_result(True)
+            fut.set_result(value)
+
+
+_Waiter = tuple[int, asyncio.Future[bool], asyncio.AbstractEventLoop, float]
 
 
 class FlushService:
@@ -33,7 +38,9 @@ class FlushService:
         self.interval_s = interval_ms / 1000
         self._wake = threading.Event()
         self._cond = threading.Condition()
-        self._waiters: list[tuple[int, asyncio.Future[bool], asyncio.AbstractEventLoop]] = []
+        self._waiters: list[_Waiter] = []
+        # Per loop, the timer that expires its waiters; touched only from that loop's thread.
+        self._sweepers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.last_error: OSError | None = None
@@ -61,10 +68,36 @@ class FlushService:
             return self._cond.wait_for(lambda: self.log.flushed >= offset, timeout_s)
 
     def add_waiter(self, offset: int, fut: asyncio.Future[bool],
-                   loop: asyncio.AbstractEventLoop) -> None:
+                   loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        """Resolve `fut` (on `loop`, from whose thread this is called) with True once the log
+        is flushed to `offset`, with False when it is not within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
         with self._cond:
-            self._waiters.append((offset, fut, loop))
+            self._waiters.append((offset, fut, loop, deadline))
         self._wake.set()
+        if loop not in self._sweepers:
+            self._sweepers[loop] = loop.call_later(timeout_s, self._sweep, loop)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On `loop`: fail its waiters past their deadline; re-arm for the next one."""
+        self._sweepers.pop(loop, None)
+        now = time.monotonic()
+        expired: list[asyncio.Future[bool]] = []
+        nxt: float | None = None
+        with self._cond:
+            keep: list[_Waiter] = []
+            for w in self._waiters:
+                if w[2] is loop and not w[1].done():
+                    if w[3] <= now:
+                        expired.append(w[1])
+                        continue
+                    if nxt is None:
+                        nxt = w[3]
+                keep.append(w)
+            self._waiters = keep
+        _resolve(expired, False)
+        if nxt is not None:
+            self._sweepers[loop] = loop.call_later(max(0.0, nxt - now), self._sweep, loop)
 
     def flush_now(self) -> None:
         self._flush_once()
@@ -121,6 +154,6 @@ class FlushService:
                 self._waiters = keep
         for loop, futures in ready.items():
             try:
-                loop.call_soon_threadsafe(_release, futures)
+                loop.call_soon_threadsafe(_resolve, futures, True)
             except RuntimeError:  # the loop is closed; nobody is waiting any more
                 pass

@@ -28,7 +28,6 @@ from ..common.props import (
 )
 from ..common.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
 from ..common.record.layout import SIZE_AND_MAGIC
-from ..common.waits import expire_after
 from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
@@ -409,11 +408,9 @@ class MessageStore:
             return result
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        self._flusher.add_waiter(result.end_offset, fut, loop)
-        try:
-            with expire_after(fut, self.config.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
+        self._flusher.add_waiter(result.end_offset, fut, loop,
+                                 self.config.sync_flush_timeout_ms / 1000)
+        if not await fut:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
             result.reason = f"not flushed to disk within {self.config.sync_flush_timeout_ms} ms"
         return result
