@@ -24,6 +24,9 @@ def small_config(store_dir: Path, **overrides: Any) -> StoreConfig:
         "checkpoint_interval_ms": 100,
         "cleanup_interval_ms": 3_600_000,  # tests call run_cleanup themselves
         "store_host": "127.0.0.1:10911",
+        # The file-layout tests expect the last segment to be the one written; preallocation
+        # (a zero-filled segment after it) has its own tests in test_prealloc.py.
+        "preallocate_ahead_bytes": 0,
     }
     values.update(overrides)
     return StoreConfig(store_dir, **values)

@@ -16,6 +16,7 @@ import contextlib
 import mmap
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class CommitLog:
         # Each segment file's length as found by load(), before it is extended: a file shorter
         # than a segment was cut, and the tail check compares this with the checkpoint.
         self.loaded_sizes: dict[int, int] = {}
+        self._create_lock = threading.Lock()
         # Deleted segments keep their descriptor number for a while (pointing at /dev/null): a
         # reader that picked the segment just before deletion must not pread a reused number.
         self._retired: list[tuple[float, Segment]] = []
@@ -80,6 +82,15 @@ class CommitLog:
                 self.io.ftruncate(fd, self.segment_size)
             segs.append(Segment(start, self.segment_size, path, fd))
         self.segments = segs
+
+    def create(self, start: int) -> Segment:
+        """The segment starting at `start`, created when it does not exist yet. The writer
+        and the preallocation thread both create segments, so this is serialised."""
+        with self._create_lock:
+            seg = self.segment_for(start)
+            if seg is not None and seg.start == start:
+                return seg
+            return self._create(start)
 
     def _create(self, start: int) -> Segment:
         path = self.dir / segment_name(start)
@@ -129,11 +140,11 @@ class CommitLog:
         pos = self.write_pos
         seg = self.segment_for(pos)
         if seg is None:
-            seg = self._create(pos - pos % self.segment_size)
+            seg = self.create(pos - pos % self.segment_size)
         remaining = seg.end - pos
         if n + END_FILE_MIN_BLANK <= remaining:
             return pos
-        nxt = self.segment_for(seg.end) or self._create(seg.end)
+        nxt = self.segment_for(seg.end) or self.create(seg.end)
         self.io.write_fully(seg.fd, BLANK_RECORD.pack(remaining, BLANK_MAGIC_CODE), pos - seg.start)
         self.write_pos = nxt.start
         return nxt.start
@@ -210,7 +221,8 @@ class CommitLog:
     def delete_head(self, count: int) -> list[Segment]:
         """Delete the `count` oldest segments, never the one being written."""
         segs = self.segments
-        count = min(count, len(segs) - 1)
+        # Never the segment being written, nor one preallocated after it.
+        count = min(count, (self.write_pos - segs[0].start) // self.segment_size if segs else 0)
         if count <= 0:
             return []
         gone, self.segments = segs[:count], segs[count:]

@@ -66,6 +66,9 @@ class StoreConfig:
     # The scrub re-verifies every record below the checkpoint after start, at this rate, so
     # damage in cold segments is found before a consumer reaches it. 0 disables it.
     scrub_bytes_per_s: int = 16 * MiB
+    # Zero-filled commit-log space kept ahead of the writer (at most one segment past the
+    # current one): appends and fsyncs then meet allocated blocks. 0 disables it.
+    preallocate_ahead_bytes: int = 64 * MiB
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     store_address: tuple[str, int] = field(init=False, repr=False, compare=False)
 

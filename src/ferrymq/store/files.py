@@ -16,6 +16,8 @@ from ..common import jsonx
 
 log = logging.getLogger("ferrymq.store")
 
+_ZEROS = memoryview(bytes(1 << 20))
+
 
 class FileIO:
     def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
@@ -26,6 +28,15 @@ class FileIO:
 
     def fallocate(self, fd: int, offset: int, length: int) -> None:
         os.posix_fallocate(fd, offset, length)
+
+    def zero_fill(self, fd: int, pos: int, length: int) -> None:
+        """Write `length` zero bytes at `pos` (preallocation: the blocks get allocated)."""
+        end = pos + length
+        while pos < end:
+            n = os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
+            if n <= 0:
+                raise OSError(errno.EIO, "pwrite wrote nothing")
+            pos += n
 
     def fsync(self, fd: int) -> None:
         os.fdatasync(fd)

@@ -40,6 +40,7 @@ from .flush import FlushService
 from .index import Index
 from .integrity import ReadGuard
 from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, StoreMessage
+from .prealloc import Preallocator
 from .reads import get_messages, offset_by_time, store_time_at
 from .recovery import RecordInfo, Scanner, find_valid_after
 from .scrub import Scrubber, last_record_before, tail_cut
@@ -109,6 +110,8 @@ class MessageStore:
         self._damage = DamageRegistry(root / "config" / "damage.json")
         self._guard = ReadGuard(self._damage, config.on_corrupt_record)
         self.scrubber: Scrubber | None = None
+        self.preallocator: Preallocator | None = None
+        self._disk_ratio_seen = 0.0
         self.recovered_abnormally = False
         self.last_recovery: RecoveryReport | None = None
 
@@ -148,6 +151,11 @@ class MessageStore:
         self._maint = threading.Thread(target=self._maintain, name="ferrymq-store-maint",
                                        daemon=True)
         self._maint.start()
+        if self.config.preallocate_ahead_bytes > 0:
+            self.preallocator = Preallocator(self._log, self._io,
+                                             self.config.preallocate_ahead_bytes,
+                                             self._may_preallocate)
+            self.preallocator.start()
         if self.config.scrub_bytes_per_s > 0:
             cold = self._log.write_pos  # what this run has not written
             self.scrubber = Scrubber(self._log, self._damage, self.config.scrub_bytes_per_s,
@@ -160,6 +168,8 @@ class MessageStore:
         self._state = "stopping"
         if self.scrubber is not None:
             self.scrubber.stop()
+        if self.preallocator is not None:
+            self.preallocator.stop()
         self._maint_stop.set()
         if self._maint is not None:
             self._maint.join()
@@ -341,6 +351,8 @@ class MessageStore:
             try:
                 index.ensure_room(enc.nkeys, pos, now)
                 pos = clog.prepare(size)  # a roll-over to a new segment moves the batch
+                if self.preallocator is not None:
+                    self.preallocator.claim(pos + size)
                 place(self._encoder, enc, pos, now, self._next_offset)
                 clog.write(pos, enc.data)
             except OSError as exc:
@@ -611,6 +623,7 @@ class MessageStore:
         except OSError as exc:
             log.error("cannot measure disk usage of %s: %s", self._root, exc)
             return 0.0
+        self._disk_ratio_seen = ratio
         limit = self.config.disk_refuse_ratio
         if ratio >= limit:
             reason = (f"disk usage of {self._root} is {ratio:.1%}, at or above "
@@ -624,6 +637,10 @@ class MessageStore:
                             "writes", ratio * 100)
             self._refuse_reason = ""
         return ratio
+
+    def _may_preallocate(self) -> bool:
+        # Zeros ahead of the writer take space: never while retention is freeing it.
+        return not self._refuse_reason and self._disk_ratio_seen < self.config.disk_clean_ratio
 
     def run_cleanup(self, now_ms: int | None = None) -> CleanupReport:
         """Delete commit-log segments past file_reserved_time (by file modification time),

@@ -1,0 +1,122 @@
+"""Zero-filled commit-log space ahead of the writer: it never overwrites a record, it creates
+the next segment off the writer's path, its failures (ENOSPC) never fail a write, and
+retention never deletes the segment being written because one was preallocated after it."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
+
+from ferrymq.common.record import decode_records
+from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
+
+
+def _bodies(store: MessageStore) -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        r = store.get_messages("T", 0, offset, 64)
+        if r.status is not GetStatus.FOUND:
+            return out
+        out += [m.body for m in decode_records(r.data)]
+        offset = r.next_begin_offset
+
+
+def _ahead(store: MessageStore) -> bool:
+    pre = store.preallocator
+    assert pre is not None
+    return pre.filled >= store.max_phy_offset + pre.gap + pre.chunk
+
+
+def test_records_survive_zero_filling_ahead_of_them(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s", preallocate_ahead_bytes=48 * 1024)
+    try:
+        sent = []
+        for i in range(1500):
+            body = os.urandom(300) + i.to_bytes(4, "big")
+            assert s.put_messages([msg(body=body)]).status is PutStatus.PUT_OK
+            sent.append(body)
+            if i % 300 == 0:  # let the filler get ahead now and then
+                wait_until(lambda: _ahead(s), message="zeros ahead of the writer")
+        assert s.preallocator is not None and s.preallocator.zeroed_bytes > 0
+        assert _bodies(s) == sent
+    finally:
+        s.shutdown()
+    r = open_store(tmp_path / "s")
+    try:
+        assert not r.recovered_abnormally and _bodies(r) == sent
+    finally:
+        r.shutdown()
+
+
+def test_the_next_segment_is_created_ahead_and_retention_keeps_the_current_one(
+        tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s", preallocate_ahead_bytes=1 << 20)
+    try:
+        while s.max_phy_offset < SMALL_SEGMENT:  # the writer is in the second segment
+            assert s.put_messages([msg(body=b"x" * 400)]).ok
+        wait_until(lambda: len(segment_files(tmp_path / "s")) == 3,
+                   message="the segment after the current one preallocated")
+        current = s.max_phy_offset
+        report = s.run_cleanup(now_ms=2**62)  # everything is expired
+        assert len(report.deleted_segments) == 1  # the full one; not current, not the next
+        res = s.put_messages([msg(body=b"after cleanup")])
+        assert res.ok and res.messages[0].phys_offset == current
+        raw = s.read_record(current)
+        assert raw is not None and decode_records(raw)[0].body == b"after cleanup"
+    finally:
+        s.shutdown()
+
+
+class NoSpaceForZeros(FileIO):
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def zero_fill(self, fd: int, pos: int, length: int) -> None:
+        self.attempts += 1
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_enospc_while_preallocating_never_fails_a_write(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    io = NoSpaceForZeros()
+    caplog.set_level(logging.WARNING, logger="ferrymq.store")
+    s = open_store(tmp_path / "s", file_io=io, preallocate_ahead_bytes=48 * 1024)
+    try:
+        sent = []
+        for i in range(400):
+            body = b"b%05d" % i
+            assert s.put_messages([msg(body=body)]).status is PutStatus.PUT_OK
+            sent.append(body)
+        wait_until(lambda: io.attempts > 0, message="a preallocation attempt")
+        assert _bodies(s) == sent
+        warnings = [r for r in caplog.records if "cannot preallocate" in r.getMessage()]
+        assert len(warnings) == 1
+    finally:
+        s.shutdown()
+
+
+def test_a_crash_with_a_preallocated_segment_recovers_every_record(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s", preallocate_ahead_bytes=1 << 20)
+    try:
+        sent = []
+        while s.max_phy_offset < SMALL_SEGMENT + 4096:
+            body = os.urandom(200)
+            assert s.put_messages([msg(body=body)]).ok
+            sent.append(body)
+        wait_until(lambda: len(segment_files(tmp_path / "s")) == 3 and _ahead(s),
+                   message="zeros and a segment ahead of the writer")
+        image = crash_image(s, tmp_path / "img")
+    finally:
+        s.shutdown()
+    r = open_store(image, preallocate_ahead_bytes=1 << 20)
+    try:
+        assert r.recovered_abnormally and _bodies(r) == sent
+        assert r.put_messages([msg(body=b"after")]).ok
+    finally:
+        r.shutdown()
