@@ -45,6 +45,10 @@ def test_scrub_finds_a_flipped_byte_in_a_cold_segment(tmp_path: Path) -> None:
         (rec,) = store.damaged_records()
         assert (rec.phys_offset, rec.segment, rec.found_by) == (target, str(first), "scrub")
         assert rec.reason == "body CRC mismatch" and rec.queue_offset == 5
+        # Reads trust what the scrub verified, but never what it found damaged.
+        got = store.get_messages("T", 0, 0, 32)
+        assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 31, 32)
+        assert b"cold-00005-" not in got.data and b"cold-00006-" in got.data
         # Past the damage the scrub went on: it checked the whole log.
         assert store.scrubber.scanned_bytes >= phys[-1] - phys[0] - 2 * (phys[1] - phys[0])
     finally:

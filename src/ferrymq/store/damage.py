@@ -58,6 +58,12 @@ class DamageRegistry:
         self._records: dict[int, DamagedRecord] = {}
         self._skipped: dict[tuple[str, int], list[SkippedRange]] = {}
         self._dirty = False
+        # phys -> reason of the records reads must leave out; replaced, never mutated, so
+        # readers look it up without the lock. A tail cut is not in it: new records go there.
+        self.known: dict[int, str] = {}
+
+    def _refresh_known(self) -> None:
+        self.known = {p: r.reason for p, r in self._records.items() if r.found_by != "tail"}
 
     def load(self) -> None:
         raw = read_json_file(self.path, {})
@@ -75,6 +81,7 @@ class DamageRegistry:
             except TypeError:
                 continue
             self._skipped.setdefault((rng.topic, rng.queue_id), []).append(rng)
+        self._refresh_known()
 
     # --- reporting ---------------------------------------------------------------------------
     def report(self, rec: DamagedRecord) -> bool:
@@ -88,6 +95,7 @@ class DamageRegistry:
                 return False
             self._records[rec.phys_offset] = rec
             self._dirty = True
+            self._refresh_known()
         where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
                  if rec.queue_offset >= 0 else "")
         log.error("damaged commit-log record in %s at offset %d, %d bytes%s: %s; found by %s",
@@ -105,6 +113,7 @@ class DamageRegistry:
             for p in gone:
                 del self._records[p]
             self._dirty = self._dirty or bool(gone)
+            self._refresh_known()
 
     # --- skipped ranges ------------------------------------------------------------------------
     def skip(self, rng: SkippedRange) -> None:

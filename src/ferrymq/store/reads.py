@@ -16,7 +16,7 @@ from ..common.record.layout import (
 )
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
-from .integrity import ReadGuard, drop_damaged, first_damaged
+from .integrity import ReadGuard, drop_damaged
 from .model import GetResult, GetStatus
 
 # RocketMQ scans at most max(16000 bytes of entries, maxMsgNums entries) per pull when
@@ -89,7 +89,7 @@ def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
-    if guard is not None and first_damaged(data, picked) >= 0:
+    if guard is not None and guard.any_damaged(data, picked):
         data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, picked)
         if stop >= 0:
             next_begin = stop

@@ -24,6 +24,7 @@ from ..common.record import BLANK_MAGIC_CODE
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 from .consumequeue import ConsumeQueue
 from .damage import DamagedRecord, DamageRegistry
+from .integrity import ReadGuard
 from .recovery import check_record, find_valid_after
 
 log = logging.getLogger("ferrymq.store")
@@ -62,8 +63,9 @@ def last_record_before(queues: Iterable[ConsumeQueue], pos: int) -> int | None:
 
 class Scrubber:
     def __init__(self, clog: CommitLog, damage: DamageRegistry, bytes_per_s: int,
-                 limit: Callable[[], int]) -> None:
+                 limit: Callable[[], int], guard: ReadGuard | None = None) -> None:
         self.log = clog
+        self._guard = guard  # told how far records are verified, so reads need not
         self.damage = damage
         self.bytes_per_s = bytes_per_s
         self._limit = limit  # where cold data ends (the checkpoint's consistent offset)
@@ -103,6 +105,8 @@ class Scrubber:
         self._started = time.monotonic()
         self._paced = 0
         pos = max(pos, clog.min_offset)
+        if self._guard is not None and self._guard.scrubbed_to < pos:
+            self._guard.scrubbed_to = pos
         while pos < end and not self._stop.is_set():
             seg = clog.segment_for(pos)
             if seg is None:
@@ -127,16 +131,23 @@ class Scrubber:
                 return seg.end
             total, magic = _HEAD.unpack_from(mm, o)
             if magic == BLANK_MAGIC_CODE and total == size_o - o:
+                self._advance(seg.start + o, seg.end)
                 return seg.end
             checked = check_record(mm, o, seg.start + o, size_o, False)
             if isinstance(checked, str):
                 nxt = find_valid_after(self.log, seg.start + o)
                 self._report(mm, o, seg.start + o, str(seg.path), checked, nxt)
                 return end if nxt is None else nxt
+            self._advance(seg.start + o, seg.start + o + checked[0])
             o += checked[0]
             self.scanned_bytes += checked[0]
             self._pace()
         return seg.start + o
+
+    def _advance(self, frm: int, to: int) -> None:
+        """[frm, to) is verified: reads may trust it if everything before it was too."""
+        if self._guard is not None and self._guard.scrubbed_to == frm:
+            self._guard.scrubbed_to = to
 
     def _pace(self) -> None:
         if self.bytes_per_s <= 0 or self.scanned_bytes - self._paced < _CHUNK:

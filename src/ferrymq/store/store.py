@@ -142,6 +142,7 @@ class MessageStore:
         min_phys = self._log.min_offset
         for cq in self._cqs.values():
             cq.correct_min(min_phys)
+        self._guard.hot_start = self._log.write_pos
         create_abort(abort)
         self._cp_file.open()
         self._state = "running"
@@ -159,7 +160,7 @@ class MessageStore:
         if self.config.scrub_bytes_per_s > 0:
             cold = self._log.write_pos  # what this run has not written
             self.scrubber = Scrubber(self._log, self._damage, self.config.scrub_bytes_per_s,
-                                     lambda: cold)
+                                     lambda: cold, self._guard)
             self.scrubber.start()
 
     def shutdown(self) -> None:
@@ -273,6 +274,7 @@ class MessageStore:
         if reason:
             log.warning("torn commit-log tail at %d (%s): truncated", end, reason)
         clog.truncate(end)
+        self._damage.forget_from(end)
         for cq in self._cqs.values():
             cq.truncate_phys(end)
         clog.flushed = min(clog.flushed, start)
