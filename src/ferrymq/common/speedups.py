@@ -31,8 +31,18 @@ def compiled(name: str) -> ModuleType | None:
 
 
 def choose(name: str, pure: ModuleType) -> ModuleType:
-    """The compiled module `name` if it is to be used, else its pure-Python twin."""
-    return compiled(name) or pure
+    """The compiled module `name` if it is to be used, else its pure-Python twin. A compiled
+    module built from older sources (it lacks part of the twin's INTERFACE) is not used: the
+    install that left it behind is stale, and a half-compiled codec must not be loaded."""
+    impl = compiled(name)
+    if impl is None:
+        return pure
+    missing = [n for n in pure.INTERFACE if not hasattr(impl, n)]
+    if missing:
+        log.warning("compiled module %s is stale (lacks %s); using pure Python until the "
+                    "package is reinstalled", name, ", ".join(missing))
+        return pure
+    return impl
 
 
 def interface(impl: ModuleType, pure: ModuleType) -> dict[str, Any]:
