@@ -5,6 +5,7 @@ reported once (segment file and offset), and the committed offset passes it."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import subprocess
@@ -13,6 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conftest import start_standalone, wait_until
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
@@ -178,3 +181,43 @@ def test_stop_policy_holds_the_queue_until_an_operator_skips_the_range(tmp_path:
     assert seen["skip"]["brokers"] and seen["skip"]["from"] == DAMAGED
     assert [(s["topic"], s["queue_id"], s["from_offset"], s["to_offset"])
             for s in seen["after_skip"]] == [(TOPIC, 0, DAMAGED, DAMAGED + 1)]
+
+
+def test_the_client_drops_a_body_damaged_after_the_broker_wrote_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A record this run wrote is trusted by the broker's reads (the scrub checks it at the
+    next start); damaged on disk meanwhile, it reaches the client, whose CRC check drops it."""
+    caplog.set_level(logging.ERROR, logger="ferrymq.client")
+    server = start_standalone(tmp_path / "store")
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        with lock:
+            got.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("g-crc", server.namesrv,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST_CONSUMER)
+    consumer.subscribe(TOPIC)
+    consumer.register_listener(listener)
+    try:
+        with AdminClient(server.namesrv) as admin:
+            admin.create_topic(TOPIC, 1)
+            with Producer("p-crc", server.namesrv, route_refresh_interval=0.3) as producer:
+                for i in range(N):
+                    producer.send(Message(TOPIC, _body(i)))
+            seg = _segment(tmp_path / "store")
+            _flip(seg, seg.read_bytes().index(_body(DAMAGED)) + 4)
+            consumer.start()
+            mq = MessageQueue(TOPIC, admin.message_queues(TOPIC)[0].broker_name, 0)
+            good = {_body(i) for i in range(N) if i != DAMAGED}
+            wait_until(lambda: good <= set(got), timeout=30, message="every good message")
+            wait_until(lambda: admin.query_consumer_offset("g-crc", mq) == N, timeout=30,
+                       message=f"committed offset {N}")
+    finally:
+        consumer.shutdown()
+        server.stop()
+    assert set(got) == good
+    errors = [r.getMessage() for r in caplog.records if "fails its body CRC" in r.getMessage()]
+    assert len(errors) == 1 and f"queue offset {DAMAGED}" in errors[0], errors

@@ -15,6 +15,7 @@ from ..errors import BrokerError, ClientError
 from ..lifecycle import State
 from ..loop import wait_event
 from ..results import PullStatus
+from .crc import drop_corrupt
 from .host import QueueHost
 from .process_queue import ProcessQueue
 
@@ -72,7 +73,8 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
         pq.last_pull_time = time.monotonic()
         if result.status is PullStatus.FOUND:
             try:
-                msgs = decode_records(result.body, broker=mq.broker_name)
+                msgs = drop_corrupt(decode_records(result.body, broker=mq.broker_name),
+                                    f"{c.group}: {mq}")
             except MessageDecodeError as exc:
                 log.error(
                     "%s: undecodable pull body from %s at %d: %s", c.group, mq, next_offset, exc
