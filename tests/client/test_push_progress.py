@@ -11,6 +11,7 @@ from typing import Any
 
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
 
+from conftest import start_standalone
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
@@ -109,3 +110,41 @@ def test_a_killed_consumer_redelivers_only_what_was_in_flight(standalone: Any) -
     again = [(m.queue_id, m.queue_offset) for m in rec.snapshot()]
     assert again == [stuck]
     admin.close()
+
+
+def test_a_last_offset_group_misses_nothing_after_a_broker_kill(tmp_path: Path) -> None:
+    """Issue: offsets not yet flushed were lost with the broker, and the group, new again,
+    started past a message sent meanwhile."""
+    store = tmp_path / "store"
+    server = start_standalone(store)
+    ports = dict(
+        namesrv_port=int(server.namesrv.rsplit(":", 1)[1]),
+        broker_port=int(server.broker.rsplit(":", 1)[1]),
+    )
+    try:
+        admin = AdminClient(server.namesrv)
+        admin.create_topic("lastoff", 1)
+        with Producer("p-lastoff", server.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("lastoff", b"before"))
+        rec = Recorder()
+        consumer = PushConsumer("g-lastoff", server.namesrv, **FAST_CONSUMER)
+        consumer.subscribe("lastoff")
+        consumer.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+        with consumer:
+            mq = admin.message_queues("lastoff")[0]
+            wait_for(lambda: admin.query_consumer_offset("g-lastoff", mq) == 1, what="the start")
+        admin.close()
+    finally:
+        server.kill()  # SIGKILL: the broker writes no snapshot
+    server = start_standalone(store, **ports)
+    try:
+        with Producer("p-lastoff", server.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("lastoff", b"while the consumer was away"))
+        consumer = PushConsumer("g-lastoff", server.namesrv, **FAST_CONSUMER)
+        consumer.subscribe("lastoff")
+        consumer.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+        with consumer:
+            wait_for(lambda: rec.count() >= 1, what="the message sent while it was away")
+        assert rec.bodies() == [b"while the consumer was away"]
+    finally:
+        server.stop()
