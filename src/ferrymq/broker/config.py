@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common.delay import DelayLevelError
+from ..common.delay import DEFAULT_DELAY_LEVELS, DelayLevelError
 from ..common.delay import parse_delay_levels as _parse_levels
 from ..store import FlushDiskType
-
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
 class ConfigError(ValueError):

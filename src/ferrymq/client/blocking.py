@@ -71,7 +71,8 @@ def run_coro(
     timeout: float,
     not_started: Callable[[], None],
 ) -> T:
-    if thread is None:
+    if thread is None or thread.closed:
+        # Not started, or shut down: the client says which, not the loop it ran on.
         coro.close()
         not_started()
         raise AssertionError("not_started must raise")

@@ -50,6 +50,20 @@ class NoRouteError(ClientError):
         self.detail = detail
 
 
+class NameServerUnreachableError(NoRouteError):
+    """No route because no name server answered: the cause is the connection, not the topic.
+    A NoRouteError, so code that handles a missing route keeps working."""
+
+    def __init__(self, topic: str, namesrv: str, cause: BaseException) -> None:
+        ClientError.__init__(
+            self, f"cannot route topic {topic!r}: name server {namesrv} is unreachable: {cause}"
+        )
+        self.topic = topic
+        self.namesrv = namesrv
+        self.detail = str(cause)
+        self.cause = cause
+
+
 class BrokerError(ClientError):
     """A broker or name server answered a request with a non-success response code.
     `broker_error` picks the subclass of the code; this class is the one of unlisted codes."""

@@ -22,7 +22,7 @@ from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
 from ..common.record import MessageDecodeError, decode_records
-from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand
+from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand, RemotingError
 from .api import MQClientAPI, mq_from_key, split_addrs
 from .loop import LoopThread
 from .route import TopicRoute
@@ -79,6 +79,9 @@ class ClientInstance:
         self.api = MQClientAPI(self.remoting, config.namesrv, timeout=config.request_timeout)
         self.routes: dict[str, TopicRoute] = {}
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
+        # Why the last route lookup reached no name server (None once one answers): a missing
+        # route is then reported as what it is, an unreachable name server.
+        self.namesrv_failure: BaseException | None = None
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producers: dict[str, ProducerMember] = {}
         self.consumers: dict[str, ConsumerMember] = {}
@@ -164,9 +167,14 @@ class ClientInstance:
     async def _fetch_route(self, topic: str) -> TopicRoute | None:
         try:
             route = await self.api.get_route(topic)
+        except RemotingError as exc:
+            self.namesrv_failure = exc
+            log.debug("route for %s not refreshed: %s", topic, exc)
+            return self.routes.get(topic)
         except FerryMQError as exc:
             log.debug("route for %s not refreshed: %s", topic, exc)
             return self.routes.get(topic)
+        self.namesrv_failure = None
         if route is None:
             return self.routes.get(topic)
         self.routes[topic] = route

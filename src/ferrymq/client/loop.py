@@ -54,6 +54,10 @@ class LoopThread:
         self.loop.close()
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
 

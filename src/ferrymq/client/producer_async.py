@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
+from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from ..common.ids import new_uniq_id
 from ..common.message import Message, MessageBatchItem, MessageQueue
 from ..common.names import (
@@ -24,10 +25,17 @@ from ..common.names import (
     validate_group,
     validate_topic,
 )
-from ..common.record import SYSFLAG_COMPRESSED, encode_batch
+from ..common.record import SYSFLAG_COMPRESSED, encode_batch, record_size
 from ..remoting import RemotingCommand, RemotingError
 from .accumulator import Accumulator, AutoBatchConfig, Pending, split_batch_result
-from .errors import BrokerError, MessageValidationError, NoRouteError, SendError, broker_error
+from .errors import (
+    BrokerError,
+    MessageValidationError,
+    NameServerUnreachableError,
+    NoRouteError,
+    SendError,
+    broker_error,
+)
 from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .lifecycle import Lifecycle, State
@@ -48,6 +56,12 @@ _STATUS: dict[int, SendStatus] = {
 NO_ROUTE_RECHECK = 1.0
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+# RocketMQ's 18 levels; a broker configured with other levels needs the producer told.
+DEFAULT_DELAY_LEVEL_COUNT = len(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+# Properties a broker adds to every stored message (CLUSTER and the like) fit in this.
+BROKER_PROPERTY_HEADROOM = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +125,7 @@ class AsyncProducer(Lifecycle):
         fault_isolation: float | None = 30.0,
         route_refresh_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
+        delay_levels: int = DEFAULT_DELAY_LEVEL_COUNT,
         auto_batch: bool = True,
         batch_max_delay_ms: float = 0.0,
         batch_max_bytes: int = 32 * 1024,
@@ -125,6 +140,7 @@ class AsyncProducer(Lifecycle):
         self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
         self.compress_over = compress_over
         self.max_message_size = max_message_size
+        self.delay_levels = delay_levels
         self.default_topic_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
         self.latency_fault_enabled = latency_fault_enabled
@@ -159,6 +175,13 @@ class AsyncProducer(Lifecycle):
         inst.register_producer(self)
         self.state = State.RUNNING
         await inst.heartbeat_now()
+        # RocketMQ starts a producer without asking the name server (it may come up later);
+        # an unreachable one is still worth saying at once rather than at the first send.
+        # The lookup also warms the route that sends to new topics borrow.
+        await inst.update_route(self.create_topic_key)
+        if inst.namesrv_failure is not None:
+            log.warning("producer %s started, but name server %s is unreachable (%s): sends "
+                        "will fail until it answers", self.group, self.namesrv, inst.namesrv_failure)
 
     async def shutdown(self) -> bool:
         """Returns True when the shared instance was closed with it."""
@@ -222,6 +245,8 @@ class AsyncProducer(Lifecycle):
             ]
             if queues:
                 return queues
+        if inst.namesrv_failure is not None:
+            raise NameServerUnreachableError(topic, self.namesrv, inst.namesrv_failure)
         raise NoRouteError(topic, self.namesrv)
 
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
@@ -247,6 +272,10 @@ class AsyncProducer(Lifecycle):
     # --- preparing ---------------------------------------------------------------------------
     def _prepare(self, msg: Message) -> Outgoing:
         validate_message(msg, self.max_message_size)
+        if not 0 <= msg.delay_level <= self.delay_levels:
+            raise MessageValidationError(
+                "delay_level", f"is {msg.delay_level}; the broker has levels 1..{self.delay_levels} "
+                "(0 = no delay); set the producer's delay_levels if it is configured with more")
         uniq = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
             uniq = new_uniq_id()
@@ -265,12 +294,20 @@ class AsyncProducer(Lifecycle):
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
+        properties = P.properties_to_string(props)
+        stored = record_size(len(body), len(msg.topic.encode()), len(properties.encode()))
+        if stored + BROKER_PROPERTY_HEADROOM > self.max_message_size:
+            # The broker limits the stored record, not the body: refuse here what it would.
+            raise MessageValidationError(
+                "body", f"the stored message would be about {stored + BROKER_PROPERTY_HEADROOM} "
+                f"bytes (body {len(body)} after compression, topic, properties and the broker's "
+                f"own fields); the limit is {self.max_message_size}")
         return Outgoing(
             msg.topic,
             body,
             sys_flag,
             msg.flag,
-            P.properties_to_string(props),
+            properties,
             uniq,
             False,
             reconsume,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from dataclasses import dataclass
 
 from .codec import DEFAULT_MAX_FRAME_SIZE
@@ -77,7 +78,10 @@ class RemotingClient:
         except TimeoutError:
             raise RemotingConnectError(addr, f"no answer in {self.config.connect_timeout}s") from None
         except OSError as exc:
-            raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+            reason = exc.strerror or str(exc)
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                reason += " (this process is out of file descriptors: raise `ulimit -n` or close clients)"
+            raise RemotingConnectError(addr, reason) from None
         return conn
 
     def _forget(self, addr: str, conn: Connection) -> None:

@@ -6,10 +6,9 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.delay import parse_delay_levels
+from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from .damage import CorruptPolicy
 
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 GiB = 1 << 30
 MiB = 1 << 20
 
