@@ -42,7 +42,7 @@ def test_records_survive_zero_filling_ahead_of_them(tmp_path: Path) -> None:
             assert s.put_messages([msg(body=body)]).status is PutStatus.PUT_OK
             sent.append(body)
             if i % 300 == 0:  # let the filler get ahead now and then
-                wait_until(lambda: _ahead(s), message="zeros ahead of the writer")
+                wait_until(lambda: _ahead(s), timeout=60, message="zeros ahead of the writer")
         assert s.preallocator is not None and s.preallocator.zeroed_bytes > 0
         assert _bodies(s) == sent
     finally:
@@ -109,7 +109,7 @@ def test_a_crash_with_a_preallocated_segment_recovers_every_record(tmp_path: Pat
             body = os.urandom(200)
             assert s.put_messages([msg(body=body)]).ok
             sent.append(body)
-        wait_until(lambda: len(segment_files(tmp_path / "s")) == 3 and _ahead(s),
+        wait_until(lambda: len(segment_files(tmp_path / "s")) == 3 and _ahead(s), timeout=60,
                    message="zeros and a segment ahead of the writer")
         image = crash_image(s, tmp_path / "img")
     finally:

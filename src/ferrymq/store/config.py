@@ -66,8 +66,10 @@ class StoreConfig:
     # damage in cold segments is found before a consumer reaches it. 0 disables it.
     scrub_bytes_per_s: int = 16 * MiB
     # Zero-filled commit-log space kept ahead of the writer (at most one segment past the
-    # current one): appends and fsyncs then meet allocated blocks. 0 disables it.
-    preallocate_ahead_bytes: int = 64 * MiB
+    # current one): appends and fsyncs then meet allocated blocks. It writes every byte twice,
+    # so by default (None) it is on only where a put waits for its fsync: 64 MiB under
+    # SYNC_FLUSH, off under ASYNC_FLUSH. 0 disables it.
+    preallocate_ahead_bytes: int | None = None
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     store_address: tuple[str, int] = field(init=False, repr=False, compare=False)
 
@@ -84,6 +86,12 @@ class StoreConfig:
             raise StoreConfigError("disk_*_ratio", "need 0 < clean <= force clean <= refuse")
         if self.index_hash_slots < 1 or self.index_max_entries < 2:
             raise StoreConfigError("index_*", "need at least one slot and two entries")
+
+    @property
+    def preallocate_bytes(self) -> int:
+        if self.preallocate_ahead_bytes is not None:
+            return self.preallocate_ahead_bytes
+        return 64 * MiB if self.flush_disk_type is FlushDiskType.SYNC_FLUSH else 0
 
     @property
     def root(self) -> Path:

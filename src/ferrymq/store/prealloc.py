@@ -114,12 +114,10 @@ class Preallocator:
                 segs = clog.segments
                 if not segs or start < segs[-1].end:
                     return
-                # The start of the next segment: create it here, off the writer's path.
+                # In the segment after the last one: create it here, off the writer's path.
                 next_start = segs[-1].end
-                if start != next_start:
-                    with self._cond:
-                        self.filled = max(self.filled, next_start)
-                    continue
+                if start >= next_start + clog.segment_size:
+                    return
                 try:
                     seg = clog.create(next_start)
                 except OSError as exc:
@@ -132,6 +130,9 @@ class Preallocator:
                 self._zeroing = (start, end)
             try:
                 self.io.zero_fill(seg.fd, start - seg.start, end - start)
+                # Clean the zeros here: left dirty, the flusher's next fdatasync of this file
+                # would have to write them, on the writer's clock.
+                self.io.fsync(seg.fd)
             except OSError as exc:
                 self._failed(exc)
                 return

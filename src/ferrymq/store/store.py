@@ -152,9 +152,8 @@ class MessageStore:
         self._maint = threading.Thread(target=self._maintain, name="ferrymq-store-maint",
                                        daemon=True)
         self._maint.start()
-        if self.config.preallocate_ahead_bytes > 0:
-            self.preallocator = Preallocator(self._log, self._io,
-                                             self.config.preallocate_ahead_bytes,
+        if self.config.preallocate_bytes > 0:
+            self.preallocator = Preallocator(self._log, self._io, self.config.preallocate_bytes,
                                              self._may_preallocate)
             self.preallocator.start()
         if self.config.scrub_bytes_per_s > 0:
