@@ -44,16 +44,21 @@ def _body(i: int) -> bytes:
     return f"body-{i:05d}-".encode() * 8
 
 
+def _send_all(server: Any) -> None:
+    """TOPIC with one queue, and the N messages sent to it one by one."""
+    with AdminClient(server.namesrv) as admin:
+        admin.create_topic(TOPIC, 1)
+    with Producer("p-dmg", server.namesrv, route_refresh_interval=0.3) as producer:
+        for i in range(N):
+            producer.send(Message(TOPIC, _body(i)))
+
+
 def _fill(store_dir: Path) -> list[tuple[int, int]]:
     """N messages on queue 0, then a clean stop. Returns the (phys, size) of each record, as
     the consume queue file holds them."""
     server = start_standalone(store_dir)
     try:
-        with AdminClient(server.namesrv) as admin:
-            admin.create_topic(TOPIC, 1)
-        with Producer("p-dmg", server.namesrv, route_refresh_interval=0.3) as producer:
-            for i in range(N):
-                producer.send(Message(TOPIC, _body(i)))
+        _send_all(server)
     finally:
         assert server.stop() == 0
     cq = (store_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}").read_bytes()
@@ -75,13 +80,8 @@ def _flip(path: Path, at: int) -> None:
         fh.write(bytes([byte[0] ^ 0x41]))
 
 
-def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int, *extra: str,
-                 operator: Callable[[Any, list[bytes]], None] | None = None,
-                 ) -> tuple[list[bytes], list[str]]:
-    """Start the server again (with `extra` flags) and a PushConsumer from the first offset;
-    `operator` runs once the consumer started; then wait until every expected body arrived
-    and the committed offset reached `end_offset`."""
-    server = start_standalone(store_dir, *extra)
+def _recording_consumer(server: Any, group: str) -> tuple[PushConsumer, list[bytes]]:
+    """A PushConsumer of TOPIC from the first offset (not started) and the bodies it gets."""
     got: list[bytes] = []
     lock = threading.Lock()
 
@@ -90,10 +90,21 @@ def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int, *extra: s
             got.extend(m.body for m in msgs)
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer("g-dmg", server.namesrv,
+    consumer = PushConsumer(group, server.namesrv,
                             consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST_CONSUMER)
     consumer.subscribe(TOPIC)
     consumer.register_listener(listener)
+    return consumer, got
+
+
+def _consume_all(store_dir: Path, expect: set[bytes], end_offset: int, *extra: str,
+                 operator: Callable[[Any, list[bytes]], None] | None = None,
+                 ) -> tuple[list[bytes], list[str]]:
+    """Start the server again (with `extra` flags) and a PushConsumer from the first offset;
+    `operator` runs once the consumer started; then wait until every expected body arrived
+    and the committed offset reached `end_offset`."""
+    server = start_standalone(store_dir, *extra)
+    consumer, got = _recording_consumer(server, "g-dmg")
     try:
         with AdminClient(server.namesrv) as admin:
             consumer.start()
@@ -189,24 +200,10 @@ def test_the_client_drops_a_body_damaged_after_the_broker_wrote_it(
     next start); damaged on disk meanwhile, it reaches the client, whose CRC check drops it."""
     caplog.set_level(logging.ERROR, logger="ferrymq.client")
     server = start_standalone(tmp_path / "store")
-    got: list[bytes] = []
-    lock = threading.Lock()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            got.extend(m.body for m in msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer("g-crc", server.namesrv,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST_CONSUMER)
-    consumer.subscribe(TOPIC)
-    consumer.register_listener(listener)
+    consumer, got = _recording_consumer(server, "g-crc")
     try:
+        _send_all(server)
         with AdminClient(server.namesrv) as admin:
-            admin.create_topic(TOPIC, 1)
-            with Producer("p-crc", server.namesrv, route_refresh_interval=0.3) as producer:
-                for i in range(N):
-                    producer.send(Message(TOPIC, _body(i)))
             seg = _segment(tmp_path / "store")
             _flip(seg, seg.read_bytes().index(_body(DAMAGED)) + 4)
             consumer.start()

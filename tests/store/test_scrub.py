@@ -4,10 +4,11 @@ skip; the damage registry survives a restart."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from store_util import msg, open_store, segment_files, wait_until
 
-from ferrymq.store import CorruptPolicy, GetStatus
+from ferrymq.store import CorruptPolicy, GetStatus, MessageStore
 
 
 def _fill(store_dir: Path, n: int) -> list[int]:
@@ -61,12 +62,18 @@ def test_scrub_finds_a_flipped_byte_in_a_cold_segment(tmp_path: Path) -> None:
         store.shutdown()
 
 
-def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> None:
-    store_dir = tmp_path / "s"
+def _damaged(store_dir: Path, index: int, in_body: bool, **config: Any) -> MessageStore:
+    """20 records, the one at `index` damaged (a body byte, else TOTALSIZE), store reopened
+    with no scrub."""
     phys = _fill(store_dir, 20)
     seg = segment_files(store_dir)[0]
-    _flip(seg, seg.read_bytes().index(b"cold-00007-", phys[7]) + 2)
-    store = open_store(store_dir, scrub_bytes_per_s=0, on_corrupt_record=CorruptPolicy.STOP)
+    at = seg.read_bytes().index(b"cold-%05d-" % index, phys[index]) if in_body else phys[index]
+    _flip(seg, at + 2)
+    return open_store(store_dir, scrub_bytes_per_s=0, **config)
+
+
+def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> None:
+    store = _damaged(tmp_path / "s", 7, True, on_corrupt_record=CorruptPolicy.STOP)
     try:
         r = store.get_messages("T", 0, 0, 32)
         assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 7, 7)
@@ -83,11 +90,7 @@ def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> No
 
 
 def test_skip_policy_returns_the_good_records_around_the_damage(tmp_path: Path) -> None:
-    store_dir = tmp_path / "s"
-    phys = _fill(store_dir, 20)
-    seg = segment_files(store_dir)[0]
-    _flip(seg, phys[3] + 2)  # TOTALSIZE
-    store = open_store(store_dir, scrub_bytes_per_s=0)
+    store = _damaged(tmp_path / "s", 3, False)
     try:
         r = store.get_messages("T", 0, 0, 32)
         assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 19, 20)
