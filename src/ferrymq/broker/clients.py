@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.errors import FerryMQError
 from ..common.names import java_string_hash
 
 SUB_ALL = "*"
@@ -41,9 +42,24 @@ class Subscription:
         }
 
 
+class UnsupportedFilterError(FerryMQError):
+    """A subscription filters by something other than tags (SQL92): the broker cannot apply it,
+    and serving it as a tag expression would match nothing, silently."""
+
+    def __init__(self, topic: str, expression_type: str) -> None:
+        # RocketMQ's words when enablePropertyFilter is off, so clients and operators know them.
+        super().__init__(f"The broker does not support consumer to filter message by {expression_type} "
+                         f"(topic {topic}); only tag expressions ('*' or 'TagA || TagB') are supported")
+        self.topic = topic
+        self.expression_type = expression_type
+
+
 def parse_subscription(topic: str, expression: str | None, sub_version: int = 0,
                        expression_type: str = "TAG") -> Subscription:
-    """'TagA || TagB' -> tags and their Java hash codes; '*' or empty matches everything."""
+    """'TagA || TagB' -> tags and their Java hash codes; '*' or empty matches everything.
+    Raises UnsupportedFilterError for any other expression type."""
+    if (expression_type or "TAG").strip().upper() != "TAG":
+        raise UnsupportedFilterError(topic, expression_type)
     expr = (expression or "").strip()
     if not expr or expr == SUB_ALL:
         return Subscription(topic, SUB_ALL, frozenset(), frozenset(), sub_version, expression_type)

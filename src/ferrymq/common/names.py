@@ -21,6 +21,12 @@ GROUP_MAX_LENGTH = 255
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC})
+# Names a client may not create, change or delete on a broker (RocketMQ's TopicValidator set).
+RESERVED_TOPICS = SYSTEM_TOPICS | frozenset({
+    "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+RESERVED_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 
 
 class InvalidNameError(FerryMQError, ValueError):
@@ -48,6 +54,12 @@ def validate_topic(name: str) -> None:
 
 def validate_group(name: str) -> None:
     _check("group", name, GROUP_MAX_LENGTH)
+
+
+def is_reserved_topic(topic: str, *broker_names: str) -> bool:
+    """A system topic, or one named like the broker's cluster or broker name (the name server
+    routes those names to the broker itself)."""
+    return topic in RESERVED_TOPICS or topic.startswith(RESERVED_TOPIC_PREFIXES) or topic in broker_names
 
 
 def retry_topic(group: str) -> str:

@@ -10,6 +10,7 @@ from ...common.codes import ResponseCode
 from ...common.headers import HeaderError
 from ...common.names import InvalidNameError
 from ...remoting import Connection, RemotingCommand, RemotingServer
+from ..clients import UnsupportedFilterError
 from ..context import BrokerContext
 
 log = logging.getLogger("ferrymq.broker")
@@ -36,6 +37,8 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
             return reply(req, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
         except InvalidNameError as exc:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except UnsupportedFilterError as exc:
+            return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
 
     return run
 

@@ -14,7 +14,7 @@ from ...common.headers import PERM_READ, PERM_WRITE, fields, opt_bool, opt_int, 
 from ...common.ids import MessageIdError, decode_offset_msg_id
 from ...common.javaprops import format_properties, parse_properties
 from ...common.jsonx import FrozenKey
-from ...common.names import SCHEDULE_TOPIC, validate_topic
+from ...common.names import is_reserved_topic, validate_topic
 from ...remoting import Connection, RemotingCommand
 from ..config import ConfigError
 from ..context import BrokerContext
@@ -92,12 +92,22 @@ async def view_message_by_msg_id(broker: BrokerContext, msg_id: str) -> bytes | 
     return broker.store.read_record(decoded.offset)
 
 
+def _reserved(broker: BrokerContext, req: RemotingCommand, topic: str) -> RemotingCommand | None:
+    """Changing a system topic breaks the broker for everyone (TBW102 is the template that
+    auto-created topics copy; rewriting it turned auto-creation off), so no client may."""
+    if is_reserved_topic(topic, broker.config.broker_cluster_name, broker.config.broker_name):
+        return reply(req, ResponseCode.SYSTEM_ERROR,
+                     f"the topic[{topic}] is conflict with system topic: system topics cannot be "
+                     "created, updated or deleted")
+    return None
+
+
 async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     topic = req_str(ext, "topic")
     validate_topic(topic)
-    if topic == broker.config.broker_cluster_name or topic == SCHEDULE_TOPIC:
-        return reply(req, ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words")
+    if refused := _reserved(broker, req, topic):
+        return refused
     read = opt_int(ext, "readQueueNums", 4)
     write = opt_int(ext, "writeQueueNums", 4)
     if not (1 <= read <= 1024 and 1 <= write <= 1024):
@@ -112,6 +122,8 @@ async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
 
 async def delete_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     topic = req_str(req.ext_fields, "topic")
+    if refused := _reserved(broker, req, topic):
+        return refused
     broker.topics.delete(topic)
     assert broker.store is not None
     broker.store.delete_queue(topic)

@@ -197,6 +197,16 @@ async def unlock_batch(broker: BrokerContext, conn: Connection, req: RemotingCom
 
 
 async def check_client_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """What a Java consumer asks on start for a non-tag subscription: refused (by
+    parse_subscription) unless the broker can filter that way."""
+    try:
+        body = jsonx.loads(req.body or b"{}")
+    except ValueError as exc:
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"check client config body is not JSON: {exc}")
+    sub = body.get("subscriptionData") if isinstance(body, dict) else None
+    if isinstance(sub, dict):
+        parse_subscription(str(sub.get("topic", "")), sub.get("subString"), 0,
+                           str(sub.get("expressionType") or "TAG"))
     return reply(req, ResponseCode.SUCCESS)
 
 

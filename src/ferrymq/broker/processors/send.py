@@ -26,9 +26,11 @@ from ...common.names import (
 )
 from ...common.record import (
     MessageDecodeError,
+    Properties,
     RecordEncodeError,
     batch_to_messages,
     decode_record,
+    property_value,
     with_property,
 )
 from ...remoting import Connection, RemotingCommand
@@ -69,6 +71,32 @@ def _resolve_topic(broker: BrokerContext, topic: str, default_topic: str | None,
     if not cfg.perm & PERM_WRITE:
         raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending is forbidden")
     return cfg
+
+
+# MessageSysFlag's transaction type bits: prepared (a half message) and rollback are stored by
+# RocketMQ but never delivered; commit and "not a transaction" are delivered.
+_TRANSACTION_TYPE_MASK = 0xC
+_UNDELIVERABLE_TRANSACTION_TYPES = (0x4, 0xC)
+NO_TRANSACTIONS = "transactional messages are not supported yet"
+
+
+def _half_message(sys_flag: int, props: Properties, reconsume: int) -> bool:
+    """A transactional half message, which must not be stored until transactions exist: stored,
+    it would be delivered at once, and a rollback could not take it back. A consumer's retry
+    of a message (reconsumed, with a delay level) is not one, as in RocketMQ."""
+    prepared = (sys_flag & _TRANSACTION_TYPE_MASK) in _UNDELIVERABLE_TRANSACTION_TYPES
+    if not prepared:
+        value = property_value(props, P.PROPERTY_TRANSACTION_PREPARED)
+        prepared = value is not None and value.strip().lower() == "true"
+    return prepared and not (reconsume > 0 and bool(property_value(props, P.PROPERTY_DELAY_TIME_LEVEL)))
+
+
+def _refuse_half(broker: BrokerContext, req: RemotingCommand) -> RemotingCommand:
+    # NO_PERMISSION with RocketMQ's remark (rejectTransactionMessage): clients show it and do
+    # not retry it.
+    return reply(req, ResponseCode.NO_PERMISSION,
+                 f"the broker[{broker.config.broker_name}] sending transaction message is forbidden: "
+                 f"{NO_TRANSACTIONS}")
 
 
 def _pick_queue(cfg: TopicConfig, queue_id: int) -> int:
@@ -137,8 +165,12 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
+        if any(_half_message(sys_flag, m.properties, reconsume) for m in msgs):
+            return _refuse_half(broker, req)
     else:
         text = opt_str(ext, "properties", "") or ""
+        if _half_message(sys_flag, text.encode(), reconsume):
+            return _refuse_half(broker, req)
         dlq = None
         props: dict[str, str] | bytes
         if is_retry_topic(topic):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,8 @@ from ...common.message import MessageExt
 from ...common.names import java_string_hash
 
 SUB_ALL = "*"
+# Whitespace, comparison operators, parentheses and quotes: what a SQL92 filter has, never a tag.
+_NOT_IN_TAGS = re.compile(r"[\s<>=!()'\"]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,10 @@ class Subscription:
         tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
         if not tags:
             raise ValueError(f"subscription expression {expression!r} names no tag")
+        if any(_NOT_IN_TAGS.search(t) for t in tags):
+            # 'amount > 5' would otherwise be taken as one tag and match nothing, silently.
+            raise ValueError(f"subscription expression {expression!r} is not a tag expression ('*' or "
+                             "'TagA || TagB'): SQL92 filtering is not supported")
         return cls(topic, expr, tags, version)
 
     @property

@@ -1,0 +1,136 @@
+"""Requests the broker refuses with a clear answer instead of doing something harmful or
+silently wrong: changing system topics, transactional half messages (not supported yet), and
+SQL92 subscriptions (not supported). Raw requests against a real `ferrymq standalone`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from wire_util import Wire
+
+from conftest import Standalone
+from ferrymq.client.consumer.subscription import Subscription
+from ferrymq.common import jsonx
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.common.headers import send_header_to_v2
+from ferrymq.common.message import MessageBatchItem
+from ferrymq.common.props import properties_to_string
+from ferrymq.common.record import encode_batch
+
+
+@pytest.fixture
+async def wire(standalone: Standalone) -> AsyncIterator[Wire]:
+    w = Wire(standalone.namesrv, standalone.broker)
+    yield w
+    await w.close()
+
+
+async def _max_offset(wire: Wire, topic: str, queue_id: int = 0) -> int:
+    resp = await wire.call(RequestCode.GET_MAX_OFFSET, topic=topic, queueId=queue_id)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    return int(resp.ext_fields["offset"])
+
+
+@pytest.mark.parametrize("topic", ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRACE_TOPIC",
+                                   "rmq_sys_anything", "DefaultCluster", "broker-a", "OFFSET_MOVED_EVENT"])
+async def test_system_topics_cannot_be_created_updated_or_deleted(wire: Wire, topic: str) -> None:
+    resp = await wire.call(RequestCode.UPDATE_AND_CREATE_TOPIC, topic=topic, defaultTopic="TBW102",
+                           readQueueNums=8, writeQueueNums=8, perm=6, topicFilterType="SINGLE_TAG",
+                           topicSysFlag=0, order=False)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and "system topic" in resp.remark and topic in resp.remark
+    resp = await wire.call(RequestCode.DELETE_TOPIC_IN_BROKER, topic=topic)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and "system topic" in resp.remark
+
+
+async def test_auto_creation_still_works_after_an_attempt_to_rewrite_tbw102(wire: Wire) -> None:
+    await wire.call(RequestCode.UPDATE_AND_CREATE_TOPIC, topic="TBW102", readQueueNums=4, writeQueueNums=4,
+                    perm=6, topicSysFlag=0, order=False)
+    resp = await wire.send("auto-created-after", b"hello")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    config = jsonx.loads((await wire.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body or b"{}")
+    template = config["topicConfigTable"]["TBW102"]
+    assert template["perm"] & 1, "TBW102 lost its inherit permission"
+
+
+def _send_ext(topic: str, props: dict[str, str], sys_flag: int, *, batch: bool = False) -> dict[str, object]:
+    return dict(producerGroup="tx-producer", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
+                queueId=0, sysFlag=sys_flag, bornTimestamp=int(time.time() * 1000), flag=0,
+                properties=properties_to_string(props), reconsumeTimes=0, unitMode=False, batch=batch)
+
+
+@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+                                  RequestCode.SEND_BATCH_MESSAGE])
+@pytest.mark.parametrize(("props", "sys_flag"), [
+    ({"TRAN_MSG": "true", "PGROUP": "tx-producer"}, 0x4),   # as a Java TransactionMQProducer sends it
+    ({"TRAN_MSG": "true"}, 0),                              # the property alone
+    ({}, 0x4),                                              # the sysFlag alone
+])
+async def test_transactional_half_messages_are_refused_and_not_stored(
+        wire: Wire, code: int, props: dict[str, str], sys_flag: int) -> None:
+    await wire.create_topic("tx-topic", queues=1)
+    batch = code == RequestCode.SEND_BATCH_MESSAGE
+    if batch:
+        body = encode_batch([MessageBatchItem(0, b"ok", {}), MessageBatchItem(0, b"half", dict(props))])
+    else:
+        body = b"half"
+    ext = _send_ext("tx-topic", props, sys_flag, batch=batch)
+    if code == RequestCode.SEND_MESSAGE_V2:
+        ext = dict(send_header_to_v2({k: str(v) for k, v in ext.items()}))
+    resp = await wire.call(code, body, **ext)
+    assert resp.code == ResponseCode.NO_PERMISSION
+    assert resp.remark is not None and "transactional messages are not supported" in resp.remark
+    assert await _max_offset(wire, "tx-topic") == 0
+    ok = await wire.send("tx-topic", b"plain")
+    assert ok.code == ResponseCode.SUCCESS and await _max_offset(wire, "tx-topic") == 1
+
+
+def _heartbeat(group: str, topic: str, expression: str, expression_type: str) -> bytes:
+    return jsonx.dumps_bytes({
+        "clientID": "sql-client",
+        "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+            "subscriptionDataSet": [{"topic": topic, "subString": expression, "expressionType": expression_type,
+                                     "subVersion": 1, "tagsSet": [], "codeSet": [],
+                                     "classFilterMode": False}],
+        }],
+        "producerDataSet": [],
+    })
+
+
+SQL92_REMARK = "The broker does not support consumer to filter message by SQL92"
+
+
+async def test_sql92_subscriptions_are_refused_at_heartbeat_check_and_pull(wire: Wire) -> None:
+    await wire.create_topic("sql-topic", queues=1)
+    resp = await wire.call(RequestCode.HEART_BEAT, _heartbeat("sql-group", "sql-topic", "amount > 5", "SQL92"))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
+    check = jsonx.dumps_bytes({"clientId": "sql-client", "group": "sql-group", "subscriptionData": {
+        "topic": "sql-topic", "subString": "amount > 5", "expressionType": "SQL92", "subVersion": 1}})
+    resp = await wire.call(RequestCode.CHECK_CLIENT_CONFIG, check)
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
+    resp = await wire.call(RequestCode.PULL_MESSAGE, consumerGroup="sql-group", topic="sql-topic", queueId=0,
+                           queueOffset=0, maxMsgNums=32, sysFlag=0x4, commitOffset=0, suspendTimeoutMillis=0,
+                           subscription="amount > 5", subVersion=1, expressionType="SQL92")
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
+    # Tag subscriptions are unaffected.
+    resp = await wire.call(RequestCode.HEART_BEAT, _heartbeat("tag-group", "sql-topic", "TagA || TagB", "TAG"))
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+@pytest.mark.parametrize("expression", ["amount > 5", "a IS NOT NULL", "region = 'SH'", "(TagA)", "TagA || x<3"])
+def test_the_python_client_refuses_an_expression_that_is_not_a_tag_expression(expression: str) -> None:
+    with pytest.raises(ValueError, match="not a tag expression"):
+        Subscription.parse("t", expression)
+
+
+def test_the_python_client_still_takes_tag_expressions() -> None:
+    assert Subscription.parse("t", "TagA || TagB").tags == frozenset({"TagA", "TagB"})
+    assert Subscription.parse("t", "*").matches_all
