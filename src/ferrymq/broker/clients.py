@@ -96,7 +96,7 @@ class ConsumerGroupInfo:
 
 class ClientRegistry:
     def __init__(self, *, channel_expired_ms: int = 120_000,
-                 on_consumer_change: Callable[[str, list[ClientChannel]], None] | None = None) -> None:
+                 on_consumer_change: Callable[[str], None] | None = None) -> None:
         self._lock = threading.RLock()
         self.consumers: dict[str, ConsumerGroupInfo] = {}
         self.producers: dict[str, dict[int, ClientChannel]] = {}
@@ -126,41 +126,40 @@ class ClientRegistry:
                 prev = info.subscriptions.get(topic)
                 if prev is None or prev.sub_version < sub.sub_version or prev.expression != sub.expression:
                     info.subscriptions[topic] = sub
-            members = list(info.channels.values())
         if changed and self.on_consumer_change is not None:
-            self.on_consumer_change(group, members)
+            self.on_consumer_change(group)
         return changed
 
     def unregister(self, conn: Any, *, producer_group: str | None = None,
                    consumer_group: str | None = None) -> None:
-        notify: list[tuple[str, list[ClientChannel]]] = []
+        notify: list[str] = []
         with self._lock:
             if producer_group:
                 self.producers.get(producer_group, {}).pop(id(conn), None)
             if consumer_group:
                 info = self.consumers.get(consumer_group)
                 if info is not None and info.channels.pop(id(conn), None) is not None:
-                    notify.append((consumer_group, list(info.channels.values())))
+                    notify.append(consumer_group)
                     if not info.channels:
                         del self.consumers[consumer_group]
-        for group, members in notify:
+        for group in notify:
             if self.on_consumer_change is not None:
-                self.on_consumer_change(group, members)
+                self.on_consumer_change(group)
 
     def drop_connection(self, conn: Any) -> None:
         """A closed connection leaves every group it was in."""
-        notify: list[tuple[str, list[ClientChannel]]] = []
+        notify: list[str] = []
         with self._lock:
             for producers in self.producers.values():
                 producers.pop(id(conn), None)
             for group, info in list(self.consumers.items()):
                 if info.channels.pop(id(conn), None) is not None:
-                    notify.append((group, list(info.channels.values())))
+                    notify.append(group)
                     if not info.channels:
                         del self.consumers[group]
-        for group, members in notify:
+        for group in notify:
             if self.on_consumer_change is not None:
-                self.on_consumer_change(group, members)
+                self.on_consumer_change(group)
 
     def scan_expired(self, now_ms: int) -> list[Any]:
         with self._lock:
@@ -177,6 +176,11 @@ class ClientRegistry:
 
     def consumer_group(self, group: str) -> ConsumerGroupInfo | None:
         return self.consumers.get(group)
+
+    def member_connections(self, group: str) -> list[Any]:
+        with self._lock:
+            info = self.consumers.get(group)
+            return [c.conn for c in info.channels.values()] if info is not None else []
 
     def groups_subscribed_to(self, topic: str) -> list[str]:
         with self._lock:

@@ -62,6 +62,8 @@ class BrokerConfig:
     write_buffer_high_water_mark: int = 1 << 20
     write_buffer_low_water_mark: int = 256 << 10
     partial_frame_budget: int = 128 << 20
+    # A group's membership changes are told to its members once per this delay, not per change.
+    notify_consumer_ids_changed_delay_ms: int = 200
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
     # set this to discard everything from the corrupt record on instead.
     truncate_on_corruption: bool = False
@@ -99,6 +101,8 @@ class BrokerConfig:
             raise ConfigError("partial_frame_budget", "must be at least max_frame_size")
         if self.on_corrupt_record not in ("skip", "stop"):
             raise ConfigError("on_corrupt_record", "must be skip or stop")
+        if self.notify_consumer_ids_changed_delay_ms < 0:
+            raise ConfigError("notify_consumer_ids_changed_delay_ms", "must be >= 0")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
         return self

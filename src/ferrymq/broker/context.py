@@ -65,6 +65,10 @@ class BrokerContext(Protocol):
         """Store messages (delayed ones go to the schedule topic) and emit STORED events."""
         ...
 
+    async def persist_topics(self) -> None:
+        """Return once topics.json holds every topic change made so far (a no-op when it does)."""
+        ...
+
     async def register_once(self) -> bool:
         """Tell the name servers the current topic set now (not on the next periodic beat)."""
         ...

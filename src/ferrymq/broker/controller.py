@@ -18,7 +18,6 @@ from ..common.names import SCHEDULE_TOPIC
 from ..common.record import property_value
 from ..remoting import (
     ClientConfig,
-    Connection,
     RemotingClient,
     RemotingCommand,
     RemotingError,
@@ -26,10 +25,12 @@ from ..remoting import (
     ServerConfig,
 )
 from ..store import CorruptPolicy, MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
-from .clients import ClientChannel, ClientRegistry, QueueLocks
+from .clients import ClientRegistry, QueueLocks
+from .coalesce import Coalescer
 from .config import BrokerConfig, parse_delay_levels
 from .events import MessageEvent, MessageEventKind, MessageEvents
 from .longpoll import PullWaiters
+from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
 from .processors import register_all
 from .schedule import ScheduleService, to_scheduled
@@ -54,6 +55,13 @@ class Broker:
         self.clients = ClientRegistry(channel_expired_ms=config.channel_expired_timeout_ms,
                                       on_consumer_change=self._consumers_changed)
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
+        self.notifier = GroupChangeNotifier(self.clients.member_connections,
+                                            config.notify_consumer_ids_changed_delay_ms / 1000)
+        # topics.json is written in a worker thread, one snapshot for any number of changes.
+        self._topics_writer = Coalescer(self._write_topics, "topics-persist")
+        self._topics_durable = -1
+        self._registrar = Coalescer(self._register_work, "register")
+        self._registered_ok = False
         self.events = MessageEvents()
         self.stats = TrafficStats()
         self.server = RemotingServer(ServerConfig(
@@ -111,6 +119,8 @@ class Broker:
         await asyncio.to_thread(store.start)
         self.store = store
         self.topics.load()
+        self._topics_durable = self.topics.version
+        self.topics.on_dirty = self._topics_dirty
         self.offsets.load()
         self.delay_offsets.load()
         self.waiters = PullWaiters(asyncio.get_running_loop())
@@ -142,6 +152,9 @@ class Broker:
             await self.schedule.stop()
         if self.waiters is not None:
             self.waiters.wake_all()
+        self.notifier.close()
+        with contextlib.suppress(Exception):
+            await self._registrar.idle()
         with contextlib.suppress(Exception):
             await self._unregister()
         await self.server.stop()
@@ -149,6 +162,9 @@ class Broker:
         self.offsets.persist()
         self.offsets.close()
         self.delay_offsets.persist()
+        self.topics.on_dirty = None
+        with contextlib.suppress(Exception):
+            await self._topics_writer.idle()
         self.topics.persist()
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)
@@ -191,25 +207,28 @@ class Broker:
                 loop.call_soon_threadsafe(self.schedule.poke)
 
     # --- consumers -------------------------------------------------------------------------
-    def _consumers_changed(self, group: str, members: list[ClientChannel]) -> None:
-        cmd_fields = fields(consumerGroup=group)
-        for member in members:
-            conn: Connection = member.conn
-            if conn.closed:
-                continue
-            req = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=cmd_fields)
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().create_task(self._notify(conn, req))
-
-    async def _notify(self, conn: Connection, req: RemotingCommand) -> None:
-        try:
-            await conn.invoke_oneway(req)
-        except Exception as exc:  # the member may be gone; it rebalances on its own timer
-            log.debug("notify consumer %s failed: %s", conn.remote_addr, exc)
+    def _consumers_changed(self, group: str) -> None:
+        self.notifier.changed(group)
 
     # --- name server registration ----------------------------------------------------------
     def _topics_changed(self) -> None:
         self._register_soon.set()
+
+    def _topics_dirty(self) -> None:
+        try:
+            self._topics_writer.ask_nowait()
+        except RuntimeError:  # no running loop (start-up or tools): write here
+            self.topics.persist()
+
+    async def _write_topics(self) -> None:
+        snapshot = self.topics.wrapper_json()
+        version = int(snapshot["dataVersion"]["counter"])
+        await asyncio.to_thread(self.topics.write, snapshot)
+        self._topics_durable = max(self._topics_durable, version)
+
+    async def persist_topics(self) -> None:
+        if self._topics_durable < self.topics.version:
+            await self._topics_writer.ask()
 
     def register_body(self) -> bytes:
         return jsonx.dumps_bytes({
@@ -218,6 +237,12 @@ class Broker:
         })
 
     async def register_once(self) -> bool:
+        """Register now; callers at the same time share one registration (each one sees its
+        changes registered), so a burst of new topics is not a burst of full-table sends."""
+        await self._registrar.ask()
+        return self._registered_ok
+
+    async def _register_work(self) -> None:
         body = self.register_body()
         import zlib
 
@@ -238,7 +263,7 @@ class Broker:
                 ok = ok or resp.code == ResponseCode.SUCCESS
             except RemotingError as exc:
                 log.warning("register to name server %s failed: %s", addr, exc)
-        return ok
+        self._registered_ok = ok
 
     async def _unregister(self) -> None:
         for addr in self.namesrv_addrs:

@@ -62,6 +62,9 @@ class TopicManager:
         self.default_queue_nums = default_queue_nums
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
         self.on_change = on_change
+        # When set, a change calls this instead of writing topics.json here (the broker writes
+        # coalesced snapshots in a worker thread); without it each change is written at once.
+        self.on_dirty: Callable[[], None] | None = None
 
     def load(self) -> None:
         data = read_json_file(self._path, None)
@@ -80,18 +83,24 @@ class TopicManager:
         )
         self.topics.setdefault(SCHEDULE_TOPIC, TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE))
 
+    @property
+    def version(self) -> int:
+        return int(self.data_version["counter"])
+
     def persist(self) -> None:
-        with self._lock:
-            body = {
-                "dataVersion": dict(self.data_version),
-                "topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
-            }
-        atomic_write(self._path, jsonx.dumps_bytes(body))
+        self.write(self.wrapper_json())
+
+    def write(self, snapshot: dict[str, Any]) -> None:
+        """Write a snapshot taken by wrapper_json() (safe from a worker thread)."""
+        atomic_write(self._path, jsonx.dumps_bytes(snapshot))
 
     def _changed(self) -> None:
         self.data_version = {"counter": self.data_version["counter"] + 1,
                              "timestamp": int(time.time() * 1000)}
-        self.persist()
+        if self.on_dirty is not None:
+            self.on_dirty()
+        else:
+            self.persist()
         if self.on_change is not None:
             self.on_change()
 

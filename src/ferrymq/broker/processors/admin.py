@@ -114,8 +114,9 @@ async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
         return reply(req, ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
     broker.topics.upsert(TopicConfig(topic, read, write, opt_int(ext, "perm", PERM_READ | PERM_WRITE),
                                      opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order")))
-    # As RocketMQ does: the name server knows the topic before the creator hears "done", so a
-    # producer that starts right after finds its route.
+    # As RocketMQ does: the topic is on disk and the name server knows it before the creator
+    # hears "done", so a producer that starts right after finds its route.
+    await broker.persist_topics()
     await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
 
@@ -127,6 +128,7 @@ async def delete_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
     broker.topics.delete(topic)
     assert broker.store is not None
     broker.store.delete_queue(topic)
+    await broker.persist_topics()
     await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
 

@@ -139,6 +139,7 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     ext = req.ext_fields
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in ext):
         ext = send_header_from_v2(ext)
+    topics_version = broker.topics.version
     try:
         topic = req_str(ext, "topic")
         cfg = _resolve_topic(broker, topic, opt_str(ext, "defaultTopic"), opt_int(ext, "defaultTopicQueueNums", 4))
@@ -184,6 +185,10 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
                              flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
                              born_host=born_host, reconsume_times=reconsume)]
         queue_id = target_qid
+    if broker.topics.version != topics_version:
+        # A topic created by this send (auto-created, or a DLQ) is on disk before its message
+        # is answered: after a crash the message must not sit in a topic the broker forgot.
+        await broker.persist_topics()
     result = await broker.put(msgs)
     return _response(req, result, queue_id, broker)
 
@@ -195,6 +200,7 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
     ext = req.ext_fields
     group = req_str(ext, "group")
     validate_group(group)
+    topics_version = broker.topics.version
     phys = req_int(ext, "offset")
     store = broker.store
     assert store is not None
@@ -227,6 +233,8 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
         properties=props, flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
         born_host=msg.born_host, reconsume_times=msg.reconsume_times + 1,
     )
+    if broker.topics.version != topics_version:
+        await broker.persist_topics()
     result = await broker.put([inner])
     if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
         return reply(req, _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),

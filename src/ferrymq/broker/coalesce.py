@@ -1,0 +1,79 @@
+"""Coalescing: work asked for many times while it runs is run once more, not once per ask.
+
+Used where each change used to trigger its own full rewrite (topics.json, the registration to
+the name servers, notifications to a group's members): under a burst of changes the cost is
+bounded by how long one run takes, not by the number of changes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("ferrymq.broker")
+
+
+class Coalescer:
+    """Runs `work` on the event loop whenever asked; asks made while a run is in progress are
+    served together by one further run. An ask's future resolves when a run that started
+    after the ask has finished (so it saw the state as of the ask), with that run's error if
+    it failed."""
+
+    def __init__(self, work: Callable[[], Awaitable[None]], name: str, *, delay: float = 0.0) -> None:
+        self._work = work
+        self._name = name
+        self._delay = delay  # wait this long before a run, so a burst of asks is gathered
+        self._asked = 0
+        self._task: asyncio.Task[None] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def ask(self) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        self._asked += 1
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((self._asked, fut))
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name=f"ferrymq-{self._name}")
+        return fut
+
+    def ask_nowait(self) -> None:
+        """Ask without waiting; a failure is logged by the run."""
+        fut = self.ask()
+        fut.add_done_callback(_retrieve)
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def idle(self) -> None:
+        """Wait until no run is in progress or asked for."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        done = 0
+        while done < self._asked:
+            if self._delay > 0:
+                await asyncio.sleep(self._delay)
+            target = self._asked
+            error: BaseException | None = None
+            try:
+                await self._work()
+            except Exception as exc:
+                log.exception("%s failed", self._name)
+                error = exc
+            done = target
+            served = [w for w in self._waiters if w[0] <= target]
+            self._waiters = [w for w in self._waiters if w[0] > target]
+            for _, fut in served:
+                if fut.done():
+                    continue
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()

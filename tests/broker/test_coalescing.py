@@ -1,0 +1,143 @@
+"""Work that used to be done once per change, on the event loop, is now coalesced: topics.json
+is written in a worker thread, one snapshot for a burst of new topics, and a group's members
+hear of membership changes once per short delay instead of once per join. An in-process
+broker and name server over real sockets and files."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wire_util import Wire
+
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.controller import Broker
+from ferrymq.common import jsonx
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.remoting import Connection, RemotingCommand
+
+
+class Cluster:
+    def __init__(self, namesrv: NameServer, broker: Broker) -> None:
+        self.namesrv = namesrv
+        self.broker = broker
+        self._wire: Wire | None = None
+
+    @property
+    def wire(self) -> Wire:  # the broker's address is known once it has started
+        if self._wire is None:
+            self._wire = Wire(self.namesrv.address, self.broker.addr)
+        return self._wire
+
+
+async def _start(tmp_path: Path, **config: Any) -> Cluster:
+    namesrv = NameServer(NamesrvConfig(port=0))
+    await namesrv.start()
+    broker = Broker(BrokerConfig(store_dir=tmp_path / "store", listen_port=0, namesrv_addr=namesrv.address,
+                                 **config))
+    return Cluster(namesrv, broker)
+
+
+@pytest.fixture
+async def stoppers() -> AsyncIterator[list[Cluster]]:
+    clusters: list[Cluster] = []
+    yield clusters
+    for c in clusters:
+        if c._wire is not None:
+            await c._wire.close()
+        await c.broker.stop()
+        await c.namesrv.stop()
+
+
+def _heartbeat(client_id: str, group: str, topic: str = "members") -> bytes:
+    return jsonx.dumps_bytes({
+        "clientID": client_id,
+        "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+            "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [],
+                                     "subVersion": 1, "expressionType": "TAG"}]}],
+        "producerDataSet": [],
+    })
+
+
+async def test_topic_config_is_written_off_the_loop_and_coalesced(tmp_path: Path, stoppers: list[Cluster]) -> None:
+    c = await _start(tmp_path)
+    stoppers.append(c)
+    broker = c.broker
+    # A disk that stalls: the real write runs, but only once the gate opens.
+    gate = threading.Event()
+    gate.set()
+    writes: list[int] = []
+    real_write = broker.topics.write
+
+    def stalling_write(snapshot: dict[str, Any]) -> None:
+        writes.append(len(snapshot["topicConfigTable"]))
+        gate.wait(30)
+        real_write(snapshot)
+
+    broker.topics.write = stalling_write  # type: ignore[method-assign]
+    await broker.start()
+    await c.wire.create_topic("plain", queues=1)
+    assert (await c.wire.send("plain", b"before")).code == ResponseCode.SUCCESS
+    before = len(writes)
+
+    gate.clear()
+    # 200 consumer groups appear: each heartbeat creates the group's %RETRY% topic.
+    for i in range(200):
+        resp = await c.wire.call(RequestCode.HEART_BEAT, _heartbeat(f"client-{i}", f"group-{i}"))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert len(writes) == before + 1, "one write is stalled, the rest wait for it"
+    # The loop is not held by the stalled write: a producer on an existing topic is served.
+    for i in range(20):
+        assert (await c.wire.send("plain", f"during-{i}".encode())).code == ResponseCode.SUCCESS
+    # A topic created by an admin request is answered only once it is on disk.
+    created = asyncio.ensure_future(c.wire.create_topic("admin-made", queues=1))
+    await asyncio.sleep(0)
+    assert not created.done()
+    gate.set()
+    await asyncio.wait_for(created, 30)
+    await broker.persist_topics()
+    # The stalled write, then one write of everything that changed meanwhile.
+    assert len(writes) <= before + 3
+    on_disk = jsonx.loads((tmp_path / "store" / "config" / "topics.json").read_bytes())["topicConfigTable"]
+    assert {f"%RETRY%group-{i}" for i in range(200)} <= set(on_disk)
+    assert {"plain", "admin-made"} <= set(on_disk)
+    assert (tmp_path / "store" / "config" / "topics.json.bak").exists()
+
+
+async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(
+        tmp_path: Path, stoppers: list[Cluster]) -> None:
+    c = await _start(tmp_path, notify_consumer_ids_changed_delay_ms=1000)
+    stoppers.append(c)
+    await c.broker.start()
+    await c.wire.create_topic("members", queues=4)
+    members = 100
+    counts = [0] * members
+    wires = [Wire(c.namesrv.address, c.broker.addr) for _ in range(members)]
+
+    def counter(i: int) -> Any:
+        async def on_notify(conn: Connection, req: RemotingCommand) -> None:
+            counts[i] += 1
+        return on_notify
+
+    try:
+        for i, w in enumerate(wires):
+            w.client.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, counter(i))
+        answers = await asyncio.gather(*(w.call(RequestCode.HEART_BEAT, _heartbeat(f"m-{i}", "big-group"))
+                                         for i, w in enumerate(wires)))
+        assert all(a.code == ResponseCode.SUCCESS for a in answers)
+        # Every member hears of the change...
+        async with asyncio.timeout(30):
+            while min(counts) == 0:
+                await asyncio.sleep(0.02)
+        # ...about once, where one notice per join per member made ~members²/2 of them.
+        assert sum(counts) <= 2 * members, counts
+    finally:
+        for w in wires:
+            await w.close()
