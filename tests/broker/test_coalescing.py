@@ -138,6 +138,10 @@ async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(
                 await asyncio.sleep(0.02)
         # ...about once, where one notice per join per member made ~members²/2 of them.
         assert sum(counts) <= 2 * members, counts
+        runtime = await c.wire.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+        table = jsonx.loads(runtime.body or b"{}")["table"]
+        assert members <= int(table["consumerIdsChangedNotices"]) <= 2 * members
+        assert int(table["connectionCount"]) >= members
     finally:
         for w in wires:
             await w.close()

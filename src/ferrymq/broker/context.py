@@ -61,6 +61,10 @@ class BrokerContext(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def connection_table(self) -> dict[str, str]:
+        """Connection bounds at work (docs/protocol.md 6a), for GET_BROKER_RUNTIME_INFO."""
+        ...
+
     async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:
         """Store messages (delayed ones go to the schedule topic) and emit STORED events."""
         ...

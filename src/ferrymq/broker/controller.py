@@ -89,6 +89,18 @@ class Broker:
     def now_ms(self) -> int:
         return self._clock()
 
+    def connection_table(self) -> dict[str, str]:
+        s = self.server.stats()
+        return {
+            "connectionCount": str(s.connections),
+            "connectionWriteBufferedBytes": str(s.write_buffer_bytes),
+            "partialFrameBytes": str(s.partial_frame_bytes),
+            "idleConnectionsClosed": str(s.closed_idle),
+            "partialFrameConnectionsClosed": str(s.closed_over_partial_budget),
+            "acceptFailures": str(s.accept_failures),
+            "consumerIdsChangedNotices": str(self.notifier.sent),
+        }
+
     @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]

@@ -153,6 +153,7 @@ async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCom
         "consumerGroupCount": str(len(broker.clients.consumers)),
         "runtime": f"python {platform.python_version()} pid {os.getpid()}",
         **broker.stats.runtime_table(),
+        **broker.connection_table(),
     }
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
 
