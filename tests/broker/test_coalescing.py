@@ -113,7 +113,7 @@ async def test_topic_config_is_written_off_the_loop_and_coalesced(tmp_path: Path
 
 async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(
         tmp_path: Path, stoppers: list[Cluster]) -> None:
-    c = await _start(tmp_path, notify_consumer_ids_changed_delay_ms=1000)
+    c = await _start(tmp_path, notify_consumer_ids_changed_delay_ms=2000)
     stoppers.append(c)
     await c.broker.start()
     await c.wire.create_topic("members", queues=4)
@@ -136,11 +136,12 @@ async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(
         async with asyncio.timeout(30):
             while min(counts) == 0:
                 await asyncio.sleep(0.02)
-        # ...about once, where one notice per join per member made ~members²/2 of them.
-        assert sum(counts) <= 2 * members, counts
+        # ...about once (the first join is told at once, the rest together after the delay),
+        # where one notice per join per member made ~members²/2 of them.
+        assert sum(counts) <= 2 * members + 1, counts
         runtime = await c.wire.call(RequestCode.GET_BROKER_RUNTIME_INFO)
         table = jsonx.loads(runtime.body or b"{}")["table"]
-        assert members <= int(table["consumerIdsChangedNotices"]) <= 2 * members
+        assert members <= int(table["consumerIdsChangedNotices"]) <= 2 * members + 1
         assert int(table["connectionCount"]) >= members
     finally:
         for w in wires:

@@ -62,7 +62,7 @@ class BrokerConfig:
     write_buffer_high_water_mark: int = 1 << 20
     write_buffer_low_water_mark: int = 256 << 10
     partial_frame_budget: int = 128 << 20
-    # A group's membership changes are told to its members once per this delay, not per change.
+    # A group's members hear of membership changes at most once per this delay, not per change.
     notify_consumer_ids_changed_delay_ms: int = 200
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
     # set this to discard everything from the corrupt record on instead.
