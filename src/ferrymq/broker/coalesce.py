@@ -19,10 +19,14 @@ class Coalescer:
     after the ask has finished (so it saw the state as of the ask), with that run's error if
     it failed."""
 
-    def __init__(self, work: Callable[[], Awaitable[None]], name: str, *, delay: float = 0.0) -> None:
+    def __init__(self, work: Callable[[], Awaitable[None]], name: str, *, min_interval: float = 0.0) -> None:
         self._work = work
         self._name = name
-        self._delay = delay  # wait this long before a run, so a burst of asks is gathered
+        # Runs start at least this long after the previous one ended: an ask when all is quiet
+        # runs at once, but under a burst of asks the work (which may hold the loop for a
+        # while, as a full registration does) cannot fill the loop back to back.
+        self._min_interval = min_interval
+        self._last_end = float("-inf")
         self._asked = 0
         self._task: asyncio.Task[None] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -52,9 +56,11 @@ class Coalescer:
 
     async def _run(self) -> None:
         done = 0
+        loop = asyncio.get_running_loop()
         while done < self._asked:
-            if self._delay > 0:
-                await asyncio.sleep(self._delay)
+            wait = self._last_end + self._min_interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
             target = self._asked
             error: BaseException | None = None
             try:
@@ -63,6 +69,7 @@ class Coalescer:
                 log.exception("%s failed", self._name)
                 error = exc
             done = target
+            self._last_end = loop.time()
             served = [w for w in self._waiters if w[0] <= target]
             self._waiters = [w for w in self._waiters if w[0] > target]
             for _, fut in served:

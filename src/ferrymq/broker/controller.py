@@ -58,9 +58,9 @@ class Broker:
         self.notifier = GroupChangeNotifier(self.clients.member_connections,
                                             config.notify_consumer_ids_changed_delay_ms / 1000)
         # topics.json is written in a worker thread, one snapshot for any number of changes.
-        self._topics_writer = Coalescer(self._write_topics, "topics-persist")
+        self._topics_writer = Coalescer(self._write_topics, "topics-persist", min_interval=0.05)
         self._topics_durable = -1
-        self._registrar = Coalescer(self._register_work, "register")
+        self._registrar = Coalescer(self._register_work, "register", min_interval=0.1)
         self._registered_ok = False
         self.events = MessageEvents()
         self.stats = TrafficStats()

@@ -96,8 +96,10 @@ class RemotingServer:
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         cfg = self.config
-        family, type_, proto, _, addr = (await loop.getaddrinfo(
-            cfg.host, cfg.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+        infos = await loop.getaddrinfo(cfg.host, cfg.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # One listening socket; an IPv4 address first, as the addresses brokers register are.
+        infos.sort(key=lambda info: info[0] != socket.AF_INET)
+        family, type_, proto, _, addr = infos[0]
         sock = socket.socket(family, type_, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
