@@ -10,9 +10,9 @@ worker checks that the request's queue is still owned right before calling the l
 (RocketMQ's processQueue.isDropped() in ConsumeRequest.run): messages buffered for a queue
 this member gave away are never consumed here.
 
-Workers are added while the ones running make no progress (a listener that blocks), up to
-consume_threads; a fast listener keeps one or two busy instead of twenty threads fighting
-for the interpreter lock."""
+Workers are added while requests wait in the queue longer than SPAWN_AFTER (the workers
+running are busy in a slow or blocked listener), up to consume_threads; a fast listener
+keeps one or two busy instead of twenty threads fighting for the interpreter lock."""
 
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ from ...common.message import MessageExt
 
 log = logging.getLogger("ferrymq.client.listener")
 
-# A worker is added when no queued request was taken for this long (the running ones are
-# busy in the listener).
+# A worker is added when the oldest queued request has waited this long.
 SPAWN_AFTER = 0.002
 
 
@@ -63,7 +62,7 @@ class Droppable(Protocol):
 class ConsumeRequest:
     """One listener call: its messages, context and, once run, its result."""
 
-    __slots__ = ("ctx", "msgs", "pq", "ran", "result", "started")
+    __slots__ = ("ctx", "msgs", "pq", "queued", "ran", "result", "started")
 
     def __init__(self, pq: Any, msgs: list[MessageExt], ctx: Any) -> None:
         self.pq = pq  # a ProcessQueue; only `dropped` is read off the loop
@@ -72,6 +71,7 @@ class ConsumeRequest:
         self.result: Any = None
         self.ran = False  # False: its queue was dropped before it started
         self.started = 0.0  # time.time() when the listener was called
+        self.queued = 0.0  # time.monotonic() when it was submitted
 
 
 class ListenerRunner:
@@ -86,7 +86,6 @@ class ListenerRunner:
         self._queue: deque[ConsumeRequest] = deque()
         self._lock = threading.Lock()
         self._workers = 0
-        self._progress = time.monotonic()
         self._running: set[ConsumeRequest] = set()
         self._done: deque[ConsumeRequest] = deque()
         self._wake_pending = False
@@ -140,20 +139,26 @@ class ListenerRunner:
                 self._workers += 1
                 self._loop.create_task(self._awork())
             return
+        now = time.monotonic()
+        for req in reqs:
+            req.queued = now
         with self._lock:
-            backlog = bool(self._queue)
             self._queue.extend(reqs)
             start = self._workers == 0 or (
-                self._workers < self.threads
-                and backlog
-                and time.monotonic() - self._progress > SPAWN_AFTER
+                self._workers < self.threads and self._waited() > SPAWN_AFTER
             )
             if start:
                 self._workers += 1
         if start:
-            self._progress = time.monotonic()
             self._pool().submit(self._work)
         self._watch()
+
+    def _waited(self) -> float:
+        """How long the oldest queued request has waited (0: none waits)."""
+        try:
+            return time.monotonic() - self._queue[0].queued
+        except IndexError:  # a worker took the last one meanwhile
+            return 0.0
 
     def _watch(self) -> None:
         """While requests wait, look again shortly whether the workers are stuck."""
@@ -164,15 +169,10 @@ class ListenerRunner:
     def _recheck(self) -> None:
         self._check = None
         with self._lock:
-            start = (
-                bool(self._queue)
-                and self._workers < self.threads
-                and time.monotonic() - self._progress > SPAWN_AFTER
-            )
+            start = self._workers < self.threads and self._waited() > SPAWN_AFTER
             if start:
                 self._workers += 1
         if start:
-            self._progress = time.monotonic()
             self._pool().submit(self._work)
         self._watch()
 
@@ -187,7 +187,6 @@ class ListenerRunner:
                         continue
                     self._workers -= 1
                     return
-            self._progress = time.monotonic()
             if not req.pq.dropped:
                 req.ran = True
                 req.started = time.time()
