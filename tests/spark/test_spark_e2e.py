@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +354,150 @@ def test_queues_added_to_a_topic_are_read_from_their_start(
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r.body for r in rows) == sorted(f"m{i}" for i in range(40, 120))
     assert {2, 3} <= {r.queue_id for r in rows}
+
+
+# Source options beyond offsets: minOffsetsPerTrigger, maxTriggerDelay and the subExpression
+# tag filter. The time rule itself is unit-tested with an injected clock (test_spark_units.py).
+
+COLORS = ("red", "blue", "green")
+
+
+def start_memory_query(df: Any, name: str, checkpoint: Path) -> Any:
+    return (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+def count(spark: Any, name: str) -> int:
+    return int(spark.sql(f"select count(*) from {name}").first()[0])
+
+
+def triggers_since(query: Any, since: datetime) -> int:
+    """Progress events of triggers that started after `since` (idle ones included, as the
+    session reports every idle trigger)."""
+    stamps = [
+        datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+        for p in query.recentProgress
+    ]
+    return sum(1 for t in stamps if t > since)
+
+
+def batch_sizes(query: Any) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+@pytest.fixture
+def idle_progress(spark: Any) -> Any:
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    try:
+        yield spark
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+
+def test_min_offsets_per_trigger_skips_triggers_until_enough_rows(
+    idle_progress: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    spark = idle_progress
+    admin.create_topic("min-rows", 2)
+    produce(server.namesrv, "min-rows", 10)
+    df = stream(
+        spark,
+        server,
+        "min-rows",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="100",
+        maxTriggerDelay="1h",
+    )
+    query = start_memory_query(df, "minrows", tmp_path / "cp")
+    try:
+        # The first trigger with data runs whatever its size (Kafka's rule).
+        wait_until(lambda: count(spark, "minrows") == 10, timeout=120, message="first batch")
+        produce(server.namesrv, "min-rows", 60, start=10)
+        since = datetime.now(UTC)
+        wait_until(lambda: triggers_since(query, since) >= 5, timeout=120, message="triggers")
+        assert count(spark, "minrows") == 10  # 60 < 100: those triggers were skipped
+        produce(server.namesrv, "min-rows", 40, start=70)
+        wait_until(lambda: count(spark, "minrows") == 110, timeout=120, message="second batch")
+        assert batch_sizes(query) == [10, 100]
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_max_trigger_delay_runs_a_small_batch_once_the_delay_passed(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("delayed", 2)
+    produce(server.namesrv, "delayed", 10)
+    df = stream(
+        spark,
+        server,
+        "delayed",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="1000",
+        maxTriggerDelay="1s",
+    )
+    query = start_memory_query(df, "delayed", tmp_path / "cp")
+    try:
+        wait_until(lambda: count(spark, "delayed") == 10, timeout=120, message="first batch")
+        produce(server.namesrv, "delayed", 5, start=10)
+        # 5 < 1000 rows would wait forever (the default delay is 15 minutes); with a 1 s delay
+        # they come in one batch of their own.
+        wait_until(lambda: count(spark, "delayed") == 15, timeout=120, message="delayed batch")
+        assert batch_sizes(query) == [10, 5]
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def produce_colored(namesrv: str, topic: str, n: int, *, start: int = 0) -> None:
+    with Producer("spark-test-producer", namesrv) as producer:
+        for lo in range(start, start + n, 100):
+            hi = min(lo + 100, start + n)
+            producer.send_batch(
+                [
+                    Message(topic, f"m{i}".encode(), tags=COLORS[i % 3] if i % 10 else None)
+                    for i in range(lo, hi)
+                ]
+            )
+
+
+def expected(lo: int, hi: int) -> list[str]:
+    return sorted(f"m{i}" for i in range(lo, hi) if i % 10 and COLORS[i % 3] in ("red", "blue"))
+
+
+def test_sub_expression_reads_only_the_named_tags(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("colored", 1)
+    # Small pulls: a filtered pull scans past the slice it was planned for, so the reader
+    # must not return those rows twice.
+    produce_colored(server.namesrv, "colored", 3000)
+    batch = (
+        spark.read.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "colored")
+        .option("subExpression", "red || blue")
+        .option("pullBatchSize", "100")
+        .load()
+    )
+    rows = batch.selectExpr("queue_offset", "tags", "cast(body as string) as body").collect()
+    assert sorted(r.body for r in rows) == expected(0, 3000)
+    assert len({r.queue_offset for r in rows}) == len(rows)
+    assert {r.tags for r in rows} == {"red", "blue"}
+
+    # A stream's offsets move past filtered messages: the next run reads only what is new.
+    df = stream(spark, server, "colored", startingOffsets="earliest", subExpression="red || blue")
+    df = df.selectExpr("cast(body as string) as body")
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_to_parquet(df, out, cp)
+    assert sorted(r.body for r in spark.read.parquet(str(out)).collect()) == expected(0, 3000)
+    produce_colored(server.namesrv, "colored", 300, start=3000)
+    query = run_to_parquet(df, out, cp)
+    assert sum(p["numInputRows"] for p in query.recentProgress) == len(expected(3000, 3300))
+    assert sorted(r.body for r in spark.read.parquet(str(out)).collect()) == expected(0, 3300)

@@ -15,11 +15,16 @@ from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 from ferrymq.common.props import properties_to_string  # noqa: E402
 from ferrymq.common.record import decode_records, encode_record, pack_host  # noqa: E402
 from ferrymq.spark import decode  # noqa: E402
-from ferrymq.spark.admission import split_limit  # noqa: E402
+from ferrymq.spark.admission import TriggerGate, split_limit  # noqa: E402
 from ferrymq.spark.decode import decode_to_batch, messages_to_batch, record_starts  # noqa: E402
 from ferrymq.spark.errors import OptionError  # noqa: E402
 from ferrymq.spark.offsets import QueueKey, SourceOffset, parse_queue_json  # noqa: E402
-from ferrymq.spark.options import StartKind, reader_options, writer_options  # noqa: E402
+from ferrymq.spark.options import (  # noqa: E402
+    StartKind,
+    parse_duration_ms,
+    reader_options,
+    writer_options,
+)
 from ferrymq.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA  # noqa: E402
 from ferrymq.spark.writer import uniq_key  # noqa: E402
 
@@ -140,6 +145,66 @@ def test_options_parse_and_refuse() -> None:
         with pytest.raises(OptionError):
             reader_options(bad, streaming=True)
     assert writer_options({"topic": "out"}).topic == "out"
+
+
+def test_trigger_options_parse_and_refuse() -> None:
+    opts = reader_options(
+        {"topic": "a", "minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "100"},
+        streaming=True,
+    )
+    assert opts.min_offsets_per_trigger == 100
+    assert opts.max_trigger_delay_ms == 15 * 60_000  # Kafka's default
+    assert (
+        reader_options(
+            {"topic": "a", "minOffsetsPerTrigger": "5", "MaxTriggerDelay": "30s"}, streaming=True
+        ).max_trigger_delay_ms
+        == 30_000
+    )
+    for text, ms in (("100ms", 100), ("30s", 30_000), ("15m", 900_000), ("2 h", 7_200_000),
+                     ("1d", 86_400_000), ("250", 250), ("3min", 180_000)):
+        assert parse_duration_ms("maxTriggerDelay", text) == ms
+    for bad_text in ("-5s", "5x", "", "s", "1.5s"):
+        with pytest.raises(OptionError) as info:
+            parse_duration_ms("maxTriggerDelay", bad_text)
+        assert info.value.args and "maxTriggerDelay" in str(info.value)
+    for bad in (
+        {"topic": "a", "minOffsetsPerTrigger": "0"},
+        {"topic": "a", "minOffsetsPerTrigger": "-3"},
+        {"topic": "a", "minOffsetsPerTrigger": "50", "maxOffsetsPerTrigger": "10"},
+        {"topic": "a", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"},
+        {"topic": "a", "subExpression": "||"},
+    ):
+        with pytest.raises(OptionError):
+            reader_options(bad, streaming=True)
+    with pytest.raises(OptionError, match="streaming"):
+        reader_options({"topic": "a", "minOffsetsPerTrigger": "5"}, streaming=False)
+
+
+def test_tag_expression_option() -> None:
+    every = reader_options({"topic": "a"}, streaming=True)
+    assert every.sub_expression == "*" and every.tags == frozenset()
+    star = reader_options({"topic": "a", "subExpression": " * "}, streaming=False)
+    assert star.tags == frozenset()
+    two = reader_options({"topic": "a", "subExpression": "red || blue ||"}, streaming=False)
+    assert two.tags == frozenset({"red", "blue"})
+
+
+def test_trigger_gate_waits_for_min_rows_or_the_delay() -> None:
+    now = [1000.0]
+    gate = TriggerGate(100, 30_000, clock=lambda: now[0])
+    assert not gate.admit(0)  # nothing new: never a trigger, and the clock does not start
+    assert gate.admit(5)  # the first trigger with data runs (Kafka's clock starts at zero)
+    now[0] += 10
+    assert not gate.admit(50)  # too few, and 10 s < 30 s since the last trigger
+    assert gate.admit(100)  # enough rows
+    now[0] += 29.999
+    assert not gate.admit(99)
+    now[0] += 0.001
+    assert gate.admit(1)  # the delay has passed since the last trigger that ran
+    assert not gate.admit(1)  # ... and the clock restarted there
+    now[0] += 3600
+    assert not gate.admit(0)  # idle time alone never triggers
+    assert gate.admit(1)
 
 
 def test_offsets_round_trip_through_json() -> None:

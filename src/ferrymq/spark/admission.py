@@ -2,11 +2,13 @@
 
 `maxOffsetsPerTrigger` caps the rows of a micro-batch; the cap is shared among queues in
 proportion to their backlog (as Spark's Kafka source does), so a queue far behind catches up
-faster and no queue starves. Pure functions, unit-tested."""
+faster and no queue starves. `minOffsetsPerTrigger` and `maxTriggerDelay` decide whether a
+trigger runs at all (TriggerGate). Unit-tested without Spark."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from .offsets import QueueKey
 
@@ -39,3 +41,35 @@ def split_limit(
             grant[key] += 1
             left -= 1
     return {k: start[k] + grant[k] for k in latest}
+
+
+class TriggerGate:
+    """`minOffsetsPerTrigger` with `maxTriggerDelay`, as Spark's Kafka source applies them: a
+    trigger with fewer than `min_rows` new offsets is skipped, unless `max_delay_ms` has passed
+    since the last trigger that ran. The first trigger with new offsets always runs (the clock
+    starts there, as Kafka's starts at zero), and a trigger with nothing new neither runs nor
+    restarts the clock, so the delay bounds how long data that has arrived can wait.
+
+    Lives in the driver-side reader, which Spark keeps for the whole query; the clock is
+    injectable so the rule is tested without waiting."""
+
+    def __init__(
+        self, min_rows: int, max_delay_ms: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.min_rows = min_rows
+        self.max_delay_ms = max_delay_ms
+        self._clock = clock
+        self._last: float | None = None  # clock reading of the last admitted trigger
+
+    def admit(self, new_rows: int) -> bool:
+        if new_rows <= 0:
+            return False
+        now = self._clock()
+        if (
+            self._last is not None
+            and new_rows < self.min_rows
+            and (now - self._last) * 1000 < self.max_delay_ms
+        ):
+            return False
+        self._last = now
+        return True

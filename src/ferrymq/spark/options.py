@@ -1,17 +1,20 @@
 """The `ferrymq` source and sink options, parsed once into frozen dataclasses.
 
 Names follow Spark's Kafka source where the meaning is the same (startingOffsets,
-endingOffsets, startingOffsetsByTimestamp, maxOffsetsPerTrigger, failOnDataLoss); option
-keys are case-insensitive, as Spark passes them."""
+endingOffsets, startingOffsetsByTimestamp, maxOffsetsPerTrigger, minOffsetsPerTrigger,
+maxTriggerDelay, failOnDataLoss); the tag filter keeps the name of the old RocketMQ Spark
+connector (subExpression). Option keys are case-insensitive, as Spark passes them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..client.consumer.subscription import SUB_ALL, Subscription
 from ..common.names import InvalidNameError as TopicNameError
 from ..common.names import validate_group, validate_topic
 from .errors import OffsetFormatError, OptionError
@@ -22,6 +25,11 @@ DEFAULT_PULL_BATCH = 1024  # the broker's cap on messages per PULL_MESSAGE
 DEFAULT_ROWS_PER_BATCH = 8192  # Arrow batch size: amortises per-kernel overhead in decoding
 DEFAULT_PRODUCER_GROUP = "ferrymq-spark-writer"
 DEFAULT_SEND_BATCH = 256
+DEFAULT_MAX_TRIGGER_DELAY = "15m"  # Kafka's default
+
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+_UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000,
+            "h": 3_600_000, "d": 86_400_000}
 
 
 class StartKind(Enum):
@@ -52,6 +60,11 @@ class ReaderOptions:
     pull_batch_size: int
     rows_per_batch: int
     max_rows_per_partition: int | None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    # The tags a row must carry ('*': every row); filtered by the broker, checked again here.
+    tags: frozenset[str] = frozenset()
+    sub_expression: str = SUB_ALL
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,25 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if text.strip().lower() in ("false", "0", "no"):
         return False
     raise OptionError(name, text, "expected true or false")
+
+
+def parse_duration_ms(name: str, text: str) -> int:
+    """Spark's time strings: "100ms", "30s", "15m", "2h", "1d"; a bare number is milliseconds."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise OptionError(name, text, "expected a duration such as 100ms, 30s, 15m or 1h")
+    return int(int(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def parse_tags(text: str | None) -> tuple[str, frozenset[str]]:
+    """RocketMQ's tag expression: "TagA || TagB", or "*" (or nothing) for every message."""
+    if text is None or not text.strip():
+        return SUB_ALL, frozenset()
+    try:
+        sub = Subscription.parse("", text)
+    except ValueError as exc:
+        raise OptionError("subExpression", text, "expected '*' or 'TagA || TagB'") from exc
+    return sub.expression, sub.tags
 
 
 def namesrv_of(options: Mapping[str, str]) -> str:
@@ -179,18 +211,36 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         raise OptionError(
             "endingOffsets", _get(options, "endingOffsets"), "is for batch reads only"
         )
+    max_rows = _int(options, "maxOffsetsPerTrigger", None)
+    min_rows = _int(options, "minOffsetsPerTrigger", None)
+    delay_text = _get(options, "maxTriggerDelay")
+    for name, given in (("minOffsetsPerTrigger", min_rows), ("maxTriggerDelay", delay_text)):
+        if given is not None and not streaming:
+            raise OptionError(name, str(given), "is for streaming reads only")
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise OptionError(
+            "minOffsetsPerTrigger",
+            str(min_rows),
+            f"is higher than maxOffsetsPerTrigger ({max_rows})",
+        )
+    delay_ms = parse_duration_ms("maxTriggerDelay", delay_text or DEFAULT_MAX_TRIGGER_DELAY)
+    expression, tags = parse_tags(_get(options, "subExpression"))
     return ReaderOptions(
         namesrv=namesrv_of(options),
         topics=parse_topics(_get(options, "topic")),
         group=group,
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None),
+        max_offsets_per_trigger=max_rows,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         pull_batch_size=_int(options, "pullBatchSize", DEFAULT_PULL_BATCH) or DEFAULT_PULL_BATCH,
         rows_per_batch=_int(options, "rowsPerBatch", DEFAULT_ROWS_PER_BATCH)
         or DEFAULT_ROWS_PER_BATCH,
         max_rows_per_partition=_int(options, "maxRowsPerPartition", None),
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=delay_ms,
+        tags=tags,
+        sub_expression=expression,
     )
 
 

@@ -31,6 +31,8 @@ def plan_ranges(
                     fail_on_data_loss=options.fail_on_data_loss,
                     pull_batch_size=options.pull_batch_size,
                     rows_per_batch=options.rows_per_batch,
+                    expression=options.sub_expression,
+                    tags=options.tags,
                 )
             )
     return ranges

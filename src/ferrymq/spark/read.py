@@ -44,6 +44,10 @@ class QueueRange(InputPartition):  # type: ignore[misc]
     fail_on_data_loss: bool
     pull_batch_size: int
     rows_per_batch: int
+    # Tag filter: the broker filters by the expression's tag hash codes, which collide, and a
+    # filtered pull may scan past the slice it was planned for; rows are checked again here.
+    expression: str = "*"
+    tags: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"QueueRange({self.key} [{self.start}, {self.end}))"
@@ -96,15 +100,19 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
         raise
 
 
+# A pulled body, the offsets it was taken for [first, end) and how many offsets that is.
+_Item = tuple[bytes, int, int]
+
+
 def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
-    responses: queue.Queue[tuple[bytes, int] | _Done | BaseException] = queue.Queue(_PREFETCH)
+    responses: queue.Queue[_Item | _Done | BaseException] = queue.Queue(_PREFETCH)
     stop = threading.Event()
     puller = threading.Thread(
         target=_pull_loop, args=(part, admin, responses, stop), name="ferrymq-pull", daemon=True
     )
     puller.start()
     try:
-        pending: list[bytes] = []
+        pending: list[_Item] = []
         pending_rows = 0
         while True:
             item = responses.get()
@@ -112,9 +120,8 @@ def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
                 raise item
             if isinstance(item, _Done):
                 break
-            body, count = item
-            pending.append(body)
-            pending_rows += count
+            pending.append(item)
+            pending_rows += item[2] - item[1]
             if pending_rows >= part.rows_per_batch:
                 batch = _decode(pending, part)
                 pending, pending_rows = [], 0
@@ -134,7 +141,10 @@ def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
             puller.join(0.1)
 
 
-def _decode(bodies: list[bytes], part: QueueRange) -> pa.RecordBatch:
+def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
+    if part.tags:
+        return _decode_filtered(items, part)
+    bodies = [item[0] for item in items]
     batch = decode_to_batch(bodies[0] if len(bodies) == 1 else b"".join(bodies), part.key.broker)
     offsets = batch.column(3)
     last = offsets[-1].as_py() if batch.num_rows else None
@@ -144,18 +154,36 @@ def _decode(bodies: list[bytes], part: QueueRange) -> pa.RecordBatch:
     return batch
 
 
+def _decode_filtered(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
+    """Each body on its own: a filtered pull may hold rows beyond its slice, which the next
+    slice's pull returns too."""
+    wanted = pa.array(sorted(part.tags), pa.string())
+    batches = []
+    for body, first, end in items:
+        batch = decode_to_batch(body, part.key.broker)
+        offsets = batch.column(3)
+        keep = pc.and_(
+            pc.and_(
+                pc.greater_equal(offsets, pa.scalar(first, pa.int64())),
+                pc.less(offsets, pa.scalar(min(end, part.end), pa.int64())),
+            ),
+            pc.is_in(batch.column(6), value_set=wanted),
+        )
+        batches.append(batch.filter(pc.fill_null(keep, False)))
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
 def _pull_loop(
     part: QueueRange,
     admin: AdminClient,
-    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+    out: queue.Queue[_Item | _Done | BaseException],
     stop: threading.Event,
 ) -> None:
-    """Pull [start, end) in order; each item is a response body and its message count.
+    """Pull [start, end) in order; each item is a response body and the offsets it covers.
 
     Up to _WINDOW pulls are in flight at once, for consecutive slices of the range (a pull
     asks for at most pull_batch_size messages from a given offset, so the slices are known
     in advance). One request at a time leaves the broker idle for a round trip per pull."""
-    mq = part.key.mq
     inflight: deque[tuple[int, int, Future[RawPullResult]]] = deque()
     planned = part.start
     offset = part.start  # the next offset to hand to the task
@@ -164,7 +192,7 @@ def _pull_loop(
             while offset < part.end and not stop.is_set():
                 while len(inflight) < _WINDOW and planned < part.end:
                     want = min(part.pull_batch_size, part.end - planned)
-                    inflight.append((planned, want, pool.submit(admin.pull_raw, mq, planned, want)))
+                    inflight.append((planned, want, pool.submit(_pull, admin, part, planned, want)))
                     planned += want
                 first, want, future = inflight.popleft()
                 res = future.result()
@@ -182,6 +210,10 @@ def _pull_loop(
             _put_until_stopped(out, exc, stop)
 
 
+def _pull(admin: AdminClient, part: QueueRange, offset: int, want: int) -> RawPullResult:
+    return admin.pull_raw(part.key.mq, offset, want, expression=part.expression)
+
+
 def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:
     while inflight:
         inflight.popleft()[2].cancel()
@@ -192,14 +224,14 @@ def _take(
     res: RawPullResult,
     offset: int,
     slice_end: int,
-    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+    out: queue.Queue[_Item | _Done | BaseException],
 ) -> int:
     """Hand over one answer for a pull at `offset`; returns the next offset to read."""
     if res.status is PullStatus.FOUND:
         count = min(res.next_begin_offset, slice_end) - offset
         if count <= 0:
             raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
-        out.put((res.body, count))
+        out.put((res.body, offset, offset + count))
         return offset + count
     if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
         return min(res.next_begin_offset, slice_end)  # filtered out by the broker
@@ -222,7 +254,7 @@ def _take(
 
 
 def _put_until_stopped(
-    out: queue.Queue[tuple[bytes, int] | _Done | BaseException],
+    out: queue.Queue[_Item | _Done | BaseException],
     item: BaseException,
     stop: threading.Event,
 ) -> None:

@@ -15,7 +15,8 @@ Group offsets reach the broker three ways, because none covers every case alone:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .admission import split_limit
+from .admission import TriggerGate, split_limit
 from .cluster import Cluster, check_loss
 from .offsets import QueueKey, SourceOffset
 from .options import ReaderOptions
@@ -38,10 +39,14 @@ log = logging.getLogger("ferrymq.spark")
 
 
 class FerryMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    def __init__(self, options: ReaderOptions) -> None:
+    def __init__(
+        self, options: ReaderOptions, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.options = options
         self._target: dict[QueueKey, int] | None = None  # AvailableNow: the end to reach
         self._committed: dict[QueueKey, int] | None = None
+        n = options.min_offsets_per_trigger
+        self._gate = TriggerGate(n, options.max_trigger_delay_ms, clock) if n else None
 
     # Executors get pickled copies; nothing in the state opens connections.
     @property
@@ -82,6 +87,10 @@ class FerryMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             for key, (low, _high) in self.cluster.bounds(new).items():
                 starts[key] = low
                 log.info("new queue %s starts at offset %d", key, low)
+        available = sum(max(v - starts[k], 0) for k, v in latest.items())
+        # AvailableNow reads everything there is, as Kafka's source does: no trigger is skipped.
+        if self._target is None and self._gate is not None and not self._gate.admit(available):
+            return self._offset(dict(begin.queues))
         if isinstance(limit, ReadMaxRows):
             ends = split_limit({k: starts[k] for k in latest}, latest, limit.max_rows)
         else:
