@@ -41,7 +41,10 @@ class FakeAdmin:
         self.low, self.high, self.cap = low, high, cap
         self.calls: list[tuple[int, int]] = []
 
-    def pull_raw(self, mq: MessageQueue, offset: int, max_nums: int) -> RawPullResult:
+    def pull_raw(
+        self, mq: MessageQueue, offset: int, max_nums: int, *, expression: str = "*"
+    ) -> RawPullResult:
+        assert expression == "*"  # tag filtering is the broker's, tested end to end
         self.calls.append((offset, max_nums))
         if offset < self.low:
             return RawPullResult(PullStatus.OFFSET_ILLEGAL, b"", offset, self.low, self.high, "b")
