@@ -32,6 +32,7 @@ _EXPORTS = {
     "RemotingError": "ferrymq.remoting.errors",
     "ClientError": "ferrymq.client.errors",
     "ClientStateError": "ferrymq.client.errors",
+    "ClientClosedError": "ferrymq.client.errors",
     "MessageNotFoundError": "ferrymq.client.errors",
     "BrokerSystemError": "ferrymq.client.errors",
     "BrokerBusyError": "ferrymq.client.errors",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "SendError": "ferrymq.client.errors",
     "BrokerError": "ferrymq.client.errors",
     "NoRouteError": "ferrymq.client.errors",
+    "NameServerUnreachableError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
 }
 
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from .client.errors import BrokerBusyError as BrokerBusyError
     from .client.errors import BrokerError as BrokerError
     from .client.errors import BrokerSystemError as BrokerSystemError
+    from .client.errors import ClientClosedError as ClientClosedError
     from .client.errors import ClientError as ClientError
     from .client.errors import ClientStateError as ClientStateError
     from .client.errors import ConsumerNotOnlineError as ConsumerNotOnlineError
@@ -71,6 +74,7 @@ if TYPE_CHECKING:
     from .client.errors import MessageIllegalError as MessageIllegalError
     from .client.errors import MessageNotFoundError as MessageNotFoundError
     from .client.errors import MessageValidationError as MessageValidationError
+    from .client.errors import NameServerUnreachableError as NameServerUnreachableError
     from .client.errors import NoPermissionError as NoPermissionError
     from .client.errors import NoRouteError as NoRouteError
     from .client.errors import RequestNotSupportedError as RequestNotSupportedError

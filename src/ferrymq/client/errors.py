@@ -27,6 +27,13 @@ class ClientStateError(ClientError):
         self.action = action
 
 
+class ClientClosedError(ClientStateError):
+    """The client was shut down: it cannot be used again (create a new one)."""
+
+    def __init__(self, client: str, action: str) -> None:
+        super().__init__(client, "shut down", action)
+
+
 class MessageValidationError(ClientError, ValueError):
     """A message refused before anything was sent (empty body, too large, bad property)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .errors import ClientStateError
+from .errors import ClientClosedError, ClientStateError
 
 
 class State(Enum):
@@ -20,6 +20,8 @@ class Lifecycle:
         self.state = State.CREATED
 
     def require_running(self, action: str) -> None:
+        if self.state is State.SHUTDOWN:
+            raise ClientClosedError(self.kind, action)
         if self.state is not State.RUNNING:
             raise ClientStateError(self.kind, self.state.value, action)
 

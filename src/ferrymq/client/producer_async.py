@@ -295,13 +295,7 @@ class AsyncProducer(Lifecycle):
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
         properties = P.properties_to_string(props)
-        stored = record_size(len(body), len(msg.topic.encode()), len(properties.encode()))
-        if stored + BROKER_PROPERTY_HEADROOM > self.max_message_size:
-            # The broker limits the stored record, not the body: refuse here what it would.
-            raise MessageValidationError(
-                "body", f"the stored message would be about {stored + BROKER_PROPERTY_HEADROOM} "
-                f"bytes (body {len(body)} after compression, topic, properties and the broker's "
-                f"own fields); the limit is {self.max_message_size}")
+        self._check_stored_size(msg.topic, len(body), properties)
         return Outgoing(
             msg.topic,
             body,
@@ -314,6 +308,15 @@ class AsyncProducer(Lifecycle):
             max_reconsume,
             props,
         )
+
+    def _check_stored_size(self, topic: str, body_len: int, properties: str) -> None:
+        """The broker limits each stored record, not the body: refuse here what it would."""
+        stored = record_size(body_len, len(topic.encode()), len(properties.encode()))
+        if stored + BROKER_PROPERTY_HEADROOM > self.max_message_size:
+            raise MessageValidationError(
+                "body", f"the stored message would be about {stored + BROKER_PROPERTY_HEADROOM} "
+                f"bytes (body {body_len} after compression, topic, properties and the broker's "
+                f"own fields); the limit is {self.max_message_size}")
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> Outgoing:
         if not msgs:
@@ -334,6 +337,8 @@ class AsyncProducer(Lifecycle):
                 uniq = new_uniq_id()
                 m.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             uniqs.append(uniq)
+            # Each entry becomes a record of its own on the broker, limited like a single send.
+            self._check_stored_size(topic, len(m.body), P.properties_to_string(m.properties))
             items.append(MessageBatchItem(m.flag, m.body, dict(m.properties)))
         body = encode_batch(items)
         if len(body) > self.max_message_size:

@@ -1,0 +1,82 @@
+"""Producer behaviour at its edges against a real standalone broker: the first sends of a
+topic share one route lookup, the client's size check matches what the broker stores, and a
+shut-down producer says so with a typed error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from scenario_util import FAST_PRODUCER
+
+from ferrymq import (
+    AdminClient,
+    ClientClosedError,
+    Message,
+    MessageValidationError,
+    Producer,
+    SendStatus,
+    aio,
+)
+from ferrymq.client.producer_async import BROKER_PROPERTY_HEADROOM, AsyncProducer
+from ferrymq.common import props as P
+from ferrymq.common.record import record_size
+
+
+async def test_concurrent_first_sends_share_one_route_lookup(standalone: Any) -> None:
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("perfcheck", 4)
+    async with aio.Producer("p-lookup", standalone.namesrv) as producer:
+        api = producer.instance.api
+        lookups: list[str] = []
+        real = api.get_route
+
+        async def counting(topic: str) -> Any:
+            lookups.append(topic)
+            return await real(topic)
+
+        api.get_route = counting  # type: ignore[method-assign]
+        results = await asyncio.gather(
+            *(producer.send_async(Message("perfcheck", b"x")) for _ in range(200))
+        )
+    assert lookups == ["perfcheck"]
+    assert {r.queue_id for r in results} <= {0, 1, 2, 3}
+
+
+def _largest_body(topic: str, limit: int) -> int:
+    props = P.properties_to_string({P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "0" * 32})
+    return limit - BROKER_PROPERTY_HEADROOM - record_size(0, len(topic), len(props))
+
+
+def test_the_largest_body_the_client_allows_is_stored_by_the_broker(standalone: Any) -> None:
+    with Producer("p-size", standalone.namesrv, **FAST_PRODUCER) as producer:
+        room = _largest_body("sizes", producer._impl.max_message_size)
+        # incompressible, so the body goes as it is
+        assert producer.send(Message("sizes", os.urandom(room))).status is SendStatus.SEND_OK
+        with pytest.raises(MessageValidationError, match="stored message would be"):
+            producer.send(Message("sizes", os.urandom(room + 1)))
+
+
+def test_each_entry_of_a_batch_is_held_to_the_stored_record_limit() -> None:
+    producer = AsyncProducer("p-batch-size", "127.0.0.1:1")
+    room = _largest_body("t", producer.max_message_size)
+    producer._prepare_batch([Message("t", b"x" * room)])
+    with pytest.raises(MessageValidationError, match="stored message would be"):
+        producer._prepare_batch([Message("t", b"x" * (room + 1))])
+
+
+async def test_a_shut_down_producer_raises_a_typed_closed_error(standalone: Any) -> None:
+    blocking = Producer("p-closed", standalone.namesrv, **FAST_PRODUCER).start()
+    blocking.shutdown()
+    for send in (blocking.send, blocking.send_async, blocking.send_oneway):
+        with pytest.raises(ClientClosedError, match="Producer is shut down"):
+            send(Message("t", b"x"))
+    producer = aio.Producer("p-closed-aio", standalone.namesrv)
+    await producer.start()
+    await producer.shutdown()
+    with pytest.raises(ClientClosedError):
+        await producer.send(Message("t", b"x"))
+    with pytest.raises(ClientClosedError):
+        producer.send_async(Message("t", b"x"))
