@@ -15,7 +15,8 @@ from .model import (
     QueueEntry,
     StoreMessage,
 )
-from .store import CleanupReport, MessageStore, RecoveryReport
+from .retention import CleanupReport
+from .store import MessageStore, RecoveryReport
 
 __all__ = [
     "AppendedMessage",
