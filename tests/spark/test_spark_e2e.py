@@ -399,24 +399,28 @@ def idle_progress(spark: Any) -> Any:
         spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
 
 
+def gated_query(
+    spark: Any, server: Standalone, admin: AdminClient, topic: str, cp: Path, **options: str
+) -> Any:
+    """A running query on a new topic, past its first batch of 10 rows: the first trigger with
+    data runs whatever its size (Kafka's rule), so the gate is tested from there on."""
+    admin.create_topic(topic, 2)
+    produce(server.namesrv, topic, 10)
+    df = stream(spark, server, topic, startingOffsets="earliest", **options)
+    name = topic.replace("-", "")
+    query = start_memory_query(df, name, cp)
+    wait_until(lambda: count(spark, name) == 10, timeout=120, message="first batch")
+    return query
+
+
 def test_min_offsets_per_trigger_skips_triggers_until_enough_rows(
     idle_progress: Any, server: Standalone, admin: AdminClient, tmp_path: Path
 ) -> None:
     spark = idle_progress
-    admin.create_topic("min-rows", 2)
-    produce(server.namesrv, "min-rows", 10)
-    df = stream(
-        spark,
-        server,
-        "min-rows",
-        startingOffsets="earliest",
-        minOffsetsPerTrigger="100",
-        maxTriggerDelay="1h",
+    query = gated_query(
+        spark, server, admin, "min-rows", tmp_path, minOffsetsPerTrigger="100", maxTriggerDelay="1h"
     )
-    query = start_memory_query(df, "minrows", tmp_path / "cp")
     try:
-        # The first trigger with data runs whatever its size (Kafka's rule).
-        wait_until(lambda: count(spark, "minrows") == 10, timeout=120, message="first batch")
         produce(server.namesrv, "min-rows", 60, start=10)
         since = datetime.now(UTC)
         wait_until(lambda: triggers_since(query, since) >= 5, timeout=120, message="triggers")
@@ -432,19 +436,10 @@ def test_min_offsets_per_trigger_skips_triggers_until_enough_rows(
 def test_max_trigger_delay_runs_a_small_batch_once_the_delay_passed(
     spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
 ) -> None:
-    admin.create_topic("delayed", 2)
-    produce(server.namesrv, "delayed", 10)
-    df = stream(
-        spark,
-        server,
-        "delayed",
-        startingOffsets="earliest",
-        minOffsetsPerTrigger="1000",
-        maxTriggerDelay="1s",
+    query = gated_query(
+        spark, server, admin, "delayed", tmp_path, minOffsetsPerTrigger="1000", maxTriggerDelay="1s"
     )
-    query = start_memory_query(df, "delayed", tmp_path / "cp")
     try:
-        wait_until(lambda: count(spark, "delayed") == 10, timeout=120, message="first batch")
         produce(server.namesrv, "delayed", 5, start=10)
         # 5 < 1000 rows would wait forever (the default delay is 15 minutes); with a 1 s delay
         # they come in one batch of their own.
