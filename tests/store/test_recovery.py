@@ -195,3 +195,20 @@ def test_crash_exactly_at_segment_roll(tmp_path: Path) -> None:
         assert r.put_messages([msg()]).status is PutStatus.PUT_OK
     finally:
         r.shutdown()
+
+
+def test_an_index_file_killed_before_it_was_sized_is_dropped(tmp_path: Path) -> None:
+    """SIGKILL between creating an index file and sizing it leaves an empty file; the next
+    start removes it instead of failing to map it."""
+    s = open_store(tmp_path / "s")
+    r = s.put_messages([msg(keys="k1")])
+    assert r.ok
+    image = crash_image(s, tmp_path / "img")
+    s.shutdown()
+    (image / "index" / f"{r.end_offset:020d}").write_bytes(b"")
+    s = open_store(image)
+    try:
+        assert s.query_by_key("T", "k1", 4) == [r.messages[0].phys_offset]
+        assert not (image / "index" / f"{r.end_offset:020d}").exists()
+    finally:
+        s.shutdown()

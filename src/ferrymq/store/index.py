@@ -123,6 +123,12 @@ class Index:
     def load(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         for path in sorted(p for p in self.dir.iterdir() if _NAME.match(p.name)):
+            if path.stat().st_size < HEADER_SIZE:
+                # Killed between creating the file and sizing it: it holds no entry.
+                log.warning("index file %s was never filled in (%d bytes); removing it", path,
+                            path.stat().st_size)
+                path.unlink()
+                continue
             fd = os.open(path, os.O_RDWR)
             mm = mmap.mmap(fd, 0)
             _, _, _, _, slots, _ = HEADER.unpack_from(mm, 0)
