@@ -187,6 +187,25 @@ def test_tag_expression_option() -> None:
     assert star.tags == frozenset()
     two = reader_options({"topic": "a", "subExpression": "red || blue ||"}, streaming=False)
     assert two.tags == frozenset({"red", "blue"})
+    tag_type = {"topic": "a", "subExpression": "red", "expressionType": "tag"}
+    assert reader_options(tag_type, streaming=False).tags == frozenset({"red"})
+
+
+@pytest.mark.parametrize(
+    ("bad", "option"),
+    [
+        ({"subExpression": "a > 5"}, "subExpression"),
+        ({"subExpression": "color IN ('red')"}, "subExpression"),
+        ({"subExpression": "a=1"}, "subExpression"),
+        ({"subExpression": "TAGS is not null"}, "subExpression"),
+        ({"subExpression": "red || *"}, "subExpression"),
+        ({"subExpression": "red", "expressionType": "SQL92"}, "expressionType"),
+    ],
+)
+def test_sql92_expressions_are_refused(bad: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError, match=r"SQL92|cannot be combined") as info:
+        reader_options({"topic": "a", **bad}, streaming=True)
+    assert info.value.option == option
 
 
 def test_trigger_gate_waits_for_min_rows_or_the_delay() -> None:

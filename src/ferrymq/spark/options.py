@@ -122,14 +122,22 @@ def parse_duration_ms(name: str, text: str) -> int:
     return int(int(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
-def parse_tags(text: str | None) -> tuple[str, frozenset[str]]:
-    """RocketMQ's tag expression: "TagA || TagB", or "*" (or nothing) for every message."""
-    if text is None or not text.strip():
+def parse_tags(text: str | None, expression_type: str | None = None) -> tuple[str, frozenset[str]]:
+    """RocketMQ's tag expression: "TagA || TagB", or "*" (or nothing) for every message.
+    `expressionType` may only be TAG: the broker does not evaluate SQL92 selectors, and one
+    read as tags would silently match nothing."""
+    if (expression_type or "TAG").strip().upper() != "TAG":
+        raise OptionError(
+            "expressionType", expression_type, "only TAG is supported (SQL92 filtering is not)"
+        )
+    if text is None or not text.strip() or text.strip() == SUB_ALL:
         return SUB_ALL, frozenset()
     try:
         sub = Subscription.parse("", text)
-    except ValueError as exc:
-        raise OptionError("subExpression", text, "expected '*' or 'TagA || TagB'") from exc
+    except ValueError as exc:  # no tag at all, or an SQL92 selector
+        raise OptionError("subExpression", text, str(exc)) from exc
+    if SUB_ALL in sub.tags:
+        raise OptionError("subExpression", text, "'*' cannot be combined with tags")
     return sub.expression, sub.tags
 
 
@@ -224,7 +232,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
             f"is higher than maxOffsetsPerTrigger ({max_rows})",
         )
     delay_ms = parse_duration_ms("maxTriggerDelay", delay_text or DEFAULT_MAX_TRIGGER_DELAY)
-    expression, tags = parse_tags(_get(options, "subExpression"))
+    expression, tags = parse_tags(_get(options, "subExpression"), _get(options, "expressionType"))
     return ReaderOptions(
         namesrv=namesrv_of(options),
         topics=parse_topics(_get(options, "topic")),
