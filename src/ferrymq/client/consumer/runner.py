@@ -144,14 +144,7 @@ class ListenerRunner:
             req.queued = now
         with self._lock:
             self._queue.extend(reqs)
-            start = self._workers == 0 or (
-                self._workers < self.threads and self._waited() > SPAWN_AFTER
-            )
-            if start:
-                self._workers += 1
-        if start:
-            self._pool().submit(self._work)
-        self._watch()
+        self._add_worker_if_needed(first=True)
 
     def _waited(self) -> float:
         """How long the oldest queued request has waited (0: none waits)."""
@@ -168,8 +161,15 @@ class ListenerRunner:
 
     def _recheck(self) -> None:
         self._check = None
+        self._add_worker_if_needed(first=False)
+
+    def _add_worker_if_needed(self, *, first: bool) -> None:
+        """Start a worker when none runs (on submit) or the oldest request has waited longer
+        than SPAWN_AFTER; then keep watching while requests wait."""
         with self._lock:
-            start = self._workers < self.threads and self._waited() > SPAWN_AFTER
+            start = (first and self._workers == 0) or (
+                self._workers < self.threads and self._waited() > SPAWN_AFTER
+            )
             if start:
                 self._workers += 1
         if start:
