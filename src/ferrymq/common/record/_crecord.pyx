@@ -434,6 +434,29 @@ def encode_batch(items):
     return out
 
 
+cdef Py_ssize_t batch_entry(const unsigned char* b, Py_ssize_t pos, Py_ssize_t n,
+                            int32_t* total, int32_t* flag, int32_t* body_len,
+                            int16_t* props_len) except -1:
+    """Checks the SEND_BATCH entry at `pos` and returns where its properties start."""
+    cdef Py_ssize_t p
+    if n - pos < BATCH_MIN:
+        raise _MessageDecodeError(pos, "truncated batch entry")
+    total[0] = rd32(b + pos)
+    flag[0] = rd32(b + pos + 12)
+    body_len[0] = rd32(b + pos + 16)
+    if total[0] < BATCH_MIN or pos + total[0] > n or body_len[0] < 0:
+        raise _MessageDecodeError(pos, f"batch entry size {total[0]} does not fit")
+    p = pos + BATCH_HEAD_SIZE
+    if p + body_len[0] + 2 > pos + total[0]:
+        raise _MessageDecodeError(pos, "batch entry body overruns the entry")
+    p += body_len[0]
+    props_len[0] = rd16(b + p)
+    p += 2
+    if props_len[0] < 0 or p + props_len[0] != pos + total[0]:
+        raise _MessageDecodeError(pos, "batch entry properties do not end with the entry")
+    return p
+
+
 def split_batch(buf):
     cdef Py_buffer view
     cdef list out = []
@@ -446,22 +469,8 @@ def split_batch(buf):
         b = <const unsigned char*>view.buf
         n = view.len
         while pos < n:
-            if n - pos < BATCH_MIN:
-                raise _MessageDecodeError(pos, "truncated batch entry")
-            total = rd32(b + pos)
-            flag = rd32(b + pos + 12)
-            body_len = rd32(b + pos + 16)
-            if total < BATCH_MIN or pos + total > n or body_len < 0:
-                raise _MessageDecodeError(pos, f"batch entry size {total} does not fit")
-            p = pos + BATCH_HEAD_SIZE
-            if p + body_len + 2 > pos + total:
-                raise _MessageDecodeError(pos, "batch entry body overruns the entry")
-            body = PyBytes_FromStringAndSize(<const char*>b + p, body_len)
-            p += body_len
-            props_len = rd16(b + p)
-            p += 2
-            if props_len < 0 or p + props_len != pos + total:
-                raise _MessageDecodeError(pos, "batch entry properties do not end with the entry")
+            p = batch_entry(b, pos, n, &total, &flag, &body_len, &props_len)
+            body = PyBytes_FromStringAndSize(<const char*>b + p - 2 - body_len, body_len)
             PyList_Append(out, (flag, body,
                                 PyBytes_FromStringAndSize(<const char*>b + p, props_len)))
             pos += total
@@ -504,22 +513,8 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
         b = <const unsigned char*>view.buf
         n = view.len
         while pos < n:
-            if n - pos < BATCH_MIN:
-                raise _MessageDecodeError(pos, "truncated batch entry")
-            total = rd32(b + pos)
-            flag = rd32(b + pos + 12)
-            body_len = rd32(b + pos + 16)
-            if total < BATCH_MIN or pos + total > n or body_len < 0:
-                raise _MessageDecodeError(pos, f"batch entry size {total} does not fit")
-            p = pos + BATCH_HEAD_SIZE
-            if p + body_len + 2 > pos + total:
-                raise _MessageDecodeError(pos, "batch entry body overruns the entry")
-            body = PyBytes_FromStringAndSize(<const char*>b + p, body_len)
-            p += body_len
-            props_len = rd16(b + p)
-            p += 2
-            if props_len < 0 or p + props_len != pos + total:
-                raise _MessageDecodeError(pos, "batch entry properties do not end with the entry")
+            p = batch_entry(b, pos, n, &total, &flag, &body_len, &props_len)
+            body = PyBytes_FromStringAndSize(<const char*>b + p - 2 - body_len, body_len)
             if has_name(b + p, props_len, "DELAY", 5):
                 delayed = True
             if has_name(b + p, props_len, kp, klen):
