@@ -79,6 +79,10 @@ class RequestCode(IntEnum):
     # range an operator gives up on (docs/protocol.md, "Store damage").
     QUERY_STORE_DAMAGE = 9010
     SKIP_STORE_RANGE = 9011
+    # Controller mode (docs/replication.md): RocketMQ 5's codes, with JSON bodies.
+    BROKER_HEARTBEAT = 904
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_GET_REPLICA_INFO = 1004
 
 
 class ResponseCode(IntEnum):
@@ -107,6 +111,9 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_REQUEST = 2005
 
 
 class LanguageCode(IntEnum):
