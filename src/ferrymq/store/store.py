@@ -41,6 +41,7 @@ from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, Store
 from .prealloc import Preallocator
 from .reads import get_messages, offset_by_time, store_time_at
 from .recovery import RecordInfo, Scanner, find_valid_after
+from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
 from .scrub import Scrubber, last_record_before, tail_cut
 
@@ -61,7 +62,7 @@ class RecoveryReport:
     torn_tail: str = ""
 
 
-class MessageStore(Retention):
+class MessageStore(Retention, ReplicaLog):
     def __init__(self, config: StoreConfig, clock: Callable[[], int] | None = None,
                  disk_usage: Callable[[str], float] | None = None, *,
                  file_io: FileIO | None = None) -> None:

@@ -1,0 +1,185 @@
+"""The commit log as a replication source and target (docs/replication.md).
+
+A master ships its log in spans of whole records read from the files; a slave writes them at
+the same offsets, so the two logs are byte-identical, and dispatches them into its consume
+queues and index exactly as recovery does. A slave that learns it holds bytes its master
+never had cuts them (`truncate_log`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from ..common.record.layout import SIZE_AND_MAGIC
+from .checkpoint import Checkpoint
+from .commitlog import END_FILE_MIN_BLANK, CommitLog
+from .consumequeue import ConsumeQueue
+from .damage import DamageRegistry
+from .epochs import EpochFile
+from .errors import StoreError
+from .index import Index
+from .prealloc import Preallocator
+from .recovery import RecordInfo, check_record
+
+log = logging.getLogger("ferrymq.store")
+
+ArrivalListener = Callable[[str, int, int], None]
+
+
+class ReplicaError(StoreError):
+    """Replicated bytes that cannot be applied: the stream and the log disagree."""
+
+    def __init__(self, pos: int, reason: str) -> None:
+        super().__init__(f"replication at commit-log offset {pos}: {reason}")
+        self.pos = pos
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    pos: int
+    data: bytes
+    next_pos: int  # where the following span starts (past a segment's blank record: the next segment)
+
+
+class ReplicaLog:
+    _log: CommitLog
+    _lock: threading.Lock
+    _cqs: dict[tuple[str, int], ConsumeQueue]
+    _index: Index
+    _damage: DamageRegistry
+    _listeners: list[ArrivalListener]
+    _root: Path
+    preallocator: Preallocator | None
+
+    def checkpoint(self, clean: bool = False) -> Checkpoint:
+        raise NotImplementedError
+
+    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]]) -> None:
+        raise NotImplementedError
+
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]]) -> None:
+        raise NotImplementedError
+
+    @property
+    def epochs(self) -> EpochFile:
+        epochs: EpochFile | None = getattr(self, "_epochs", None)
+        if epochs is None:
+            epochs = EpochFile(self._root / "epochs.json")
+            epochs.load()
+            self._epochs = epochs
+        return epochs
+
+    # --- master side -----------------------------------------------------------------------
+    def read_span(self, pos: int, max_bytes: int) -> Span | None:
+        """Whole records from `pos` (a record boundary), about `max_bytes` of them (at least
+        one record, however large), or None when nothing lies past `pos` yet."""
+        clog = self._log
+        end = clog.write_pos
+        if pos >= end:
+            return None
+        seg = clog.segment_for(pos)
+        if seg is None:
+            raise ReplicaError(pos, f"not in the log, which holds [{clog.min_offset}, {end})")
+        avail = min(end, seg.end) - pos
+        data = clog.read(pos, min(avail, max(max_bytes, END_FILE_MIN_BLANK)))
+        if data is None:
+            raise ReplicaError(pos, "the log could not be read there")
+        o = 0
+        while o + END_FILE_MIN_BLANK <= len(data):
+            total, magic = SIZE_AND_MAGIC.unpack_from(data, o)
+            if magic == BLANK_MAGIC_CODE:
+                return Span(pos, data[: o + END_FILE_MIN_BLANK], seg.end)
+            if magic != MESSAGE_MAGIC_CODE or total <= 0:
+                raise ReplicaError(pos + o, f"no record starts there (magic {magic:#x})")
+            if o + total > len(data):
+                if o == 0:  # one record larger than max_bytes: ship it alone
+                    whole = clog.read(pos, total)
+                    if whole is None:
+                        raise ReplicaError(pos, f"record of {total} bytes could not be read")
+                    return Span(pos, whole, pos + total)
+                break
+            o += total
+        return Span(pos, data[:o], pos + o)
+
+    # --- slave side ------------------------------------------------------------------------
+    def append_replicated(self, span: Span) -> None:
+        """Write a master's span at its own offset and dispatch its records. Every record is
+        checked (size, magic, position, body CRC) before anything is written."""
+        pos, data = span.pos, span.data
+        infos: list[RecordInfo] = []
+        blank_at = -1
+        o = 0
+        limit = len(data) + END_FILE_MIN_BLANK
+        while o < len(data):
+            if len(data) - o >= END_FILE_MIN_BLANK:
+                _total, magic = SIZE_AND_MAGIC.unpack_from(data, o)
+                if magic == BLANK_MAGIC_CODE and o + END_FILE_MIN_BLANK == len(data):
+                    blank_at = o
+                    break
+            checked = check_record(data, o, pos + o, limit, True)
+            if isinstance(checked, str):
+                raise ReplicaError(pos + o, checked)
+            size, info = checked
+            assert info is not None
+            infos.append(info)
+            o += size
+        clog = self._log
+        with self._lock:
+            if pos != clog.write_pos:
+                raise ReplicaError(pos, f"the log ends at {clog.write_pos}")
+            seg = clog.segment_for(pos) or clog.create(pos - pos % clog.segment_size)
+            if pos + len(data) > seg.end or (blank_at >= 0 and span.next_pos != seg.end):
+                raise ReplicaError(pos, "the span does not fit the segment")
+            if blank_at < 0 and span.next_pos != pos + len(data):
+                raise ReplicaError(pos, f"next position {span.next_pos} is not the span's end")
+            if self.preallocator is not None:
+                self.preallocator.claim(pos + len(data))
+            clog.write(pos, data)
+            pending: dict[tuple[str, int], list[bytes]] = {}
+            for info in infos:
+                self._redispatch(info, pending)
+            keys = list(pending)
+            self._write_pending(pending)
+            self._index.finish_batch()
+            clog.write_pos = span.next_pos
+            arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in keys]
+        for cb in self._listeners:
+            for topic, qid, max_offset in arrivals:
+                try:
+                    cb(topic, qid, max_offset)
+                except Exception:
+                    log.exception("arrival listener failed")
+
+    def truncate_log(self, pos: int) -> int:
+        """Cut the log, its queues and damage records at `pos`; returns the bytes cut. The
+        checkpoint is rewritten at once, so a crash after the cut does not recover past it."""
+        clog = self._log
+        with self._lock:
+            end = clog.write_pos
+            if pos >= end:
+                return 0
+            pos = max(pos, clog.min_offset)
+            clog.truncate(pos)
+            for cq in self._cqs.values():
+                cq.truncate_phys(pos)
+        self._damage.forget_from(pos)
+        self.checkpoint()
+        log.warning("commit log truncated from %d to %d (%d bytes its master never had)",
+                    end, pos, end - pos)
+        return end - pos
+
+    def restart_at(self, pos: int) -> None:
+        """An empty log starts at `pos`, the master's first offset (its older segments are
+        gone), instead of 0."""
+        clog = self._log
+        with self._lock:
+            if clog.segments or clog.write_pos == pos:
+                if clog.write_pos != pos:
+                    raise ReplicaError(pos, f"the log is not empty (it ends at {clog.write_pos})")
+                return
+            clog.write_pos = clog.flushed = pos

@@ -1,0 +1,148 @@
+"""The commit log as a replication source and target: spans of whole records, byte-identical
+copies across segment roll-overs, dispatch into queues and index, truncation and epochs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from store_util import SMALL_SEGMENT, msg, open_store, segment_files
+
+from ferrymq.store import MessageStore, PutStatus
+from ferrymq.store.epochs import EpochFile, agreed_end
+from ferrymq.store.replica import ReplicaError, Span
+
+
+def copy_all(master: MessageStore, slave: MessageStore, max_bytes: int = 4096) -> int:
+    spans = 0
+    while True:
+        span = master.read_span(slave.max_phy_offset, max_bytes)
+        if span is None:
+            return spans
+        slave.append_replicated(span)
+        spans += 1
+
+
+def fill(store: MessageStore, n: int, body: int = 700) -> None:
+    for i in range(n):
+        r = store.put_messages([msg("T", i % 3, bytes([65 + i % 26]) * body, tags=f"t{i % 2}",
+                                    keys=f"k{i}", uniq=f"U{i:06d}")])
+        assert r.status is PutStatus.PUT_OK
+
+
+def test_copy_is_byte_identical_across_segments(tmp_path: Path) -> None:
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s")
+    try:
+        fill(master, 300)  # ~3.5 segments of 64 KiB: several blank records
+        assert copy_all(master, slave) > 3
+        assert slave.max_phy_offset == master.max_phy_offset
+        assert len(segment_files(tmp_path / "s")) == len(segment_files(tmp_path / "m"))
+        for a, b in zip(segment_files(tmp_path / "m"), segment_files(tmp_path / "s"), strict=True):
+            assert a.name == b.name
+            assert a.read_bytes()[: SMALL_SEGMENT] == b.read_bytes()[: SMALL_SEGMENT]
+        for q in range(3):
+            assert slave.get_max_offset("T", q) == master.get_max_offset("T", q)
+            got = slave.get_messages("T", q, 0, 500, max_bytes=1 << 30)
+            want = master.get_messages("T", q, 0, 500, max_bytes=1 << 30)
+            assert got.status == want.status and got.data == want.data and got.count > 50
+        assert slave.query_by_uniq_key("T", "U000123") == master.query_by_uniq_key("T", "U000123")
+        fill(master, 5)
+        copy_all(master, slave)
+        assert slave.get_max_offset("T", 0) == master.get_max_offset("T", 0)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_span_holds_whole_records_even_one_larger_than_asked(tmp_path: Path) -> None:
+    master = open_store(tmp_path / "m")
+    try:
+        fill(master, 3, body=5000)
+        span = master.read_span(0, 100)
+        assert span is not None and span.next_pos == len(span.data) > 5000
+        nxt = master.read_span(span.next_pos, 12_000)
+        assert nxt is not None and nxt.next_pos == master.max_phy_offset
+        assert master.read_span(master.max_phy_offset, 100) is None
+    finally:
+        master.shutdown()
+
+
+def test_slave_refuses_gaps_and_damaged_records(tmp_path: Path) -> None:
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s")
+    try:
+        fill(master, 4)
+        first = master.read_span(0, 800)
+        assert first is not None
+        second = master.read_span(first.next_pos, 800)
+        assert second is not None
+        with pytest.raises(ReplicaError, match="ends at 0"):
+            slave.append_replicated(second)
+        bad = bytearray(first.data)
+        bad[first.data.index(b"A" * 700) + 10] ^= 0xFF  # inside the body: CRC no longer matches
+        with pytest.raises(ReplicaError, match="CRC"):
+            slave.append_replicated(Span(0, bytes(bad), first.next_pos))
+        assert slave.max_phy_offset == 0 and slave.get_max_offset("T", 0) == 0
+        slave.append_replicated(first)
+        assert slave.max_phy_offset == first.next_pos
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_truncate_cuts_log_queues_and_survives_restart(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s")
+    fill(store, 10)
+    keep = store.get_messages("T", 0, 0, 100).next_begin_offset
+    cut_at = store.read_queue_entries("T", 1, 2, 1)[0].phys_offset
+    assert store.truncate_log(cut_at) > 0
+    assert store.max_phy_offset == cut_at
+    assert store.get_max_offset("T", 1) == 2
+    assert store.get_max_offset("T", 0) <= keep
+    fill(store, 1)  # appends go on from the cut
+    end = store.max_phy_offset
+    store.shutdown()
+    again = open_store(tmp_path / "s")
+    try:
+        assert again.max_phy_offset == end
+    finally:
+        again.shutdown()
+
+
+def test_truncate_then_crash_recovers_at_the_cut(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s")
+    fill(store, 20)
+    store.checkpoint()
+    cut_at = store.read_queue_entries("T", 0, 1, 1)[0].phys_offset
+    store.truncate_log(cut_at)
+    # No shutdown: the next start recovers as after a crash.
+    store._flusher.stop()
+    again = open_store(tmp_path / "s")
+    try:
+        assert again.max_phy_offset == cut_at
+        assert again.get_max_offset("T", 0) == 1
+    finally:
+        again.shutdown()
+
+
+def test_agreed_end() -> None:
+    assert agreed_end([(1, 0)], 500, [(1, 0)], 300) == 300
+    assert agreed_end([(1, 0), (2, 400)], 900, [(1, 0)], 700) == 400  # old master wrote 400..700 alone
+    assert agreed_end([(1, 0), (2, 400)], 900, [(1, 0), (2, 400)], 950) == 900
+    assert agreed_end([(1, 0), (3, 500)], 900, [(1, 0), (2, 450)], 600) == 450
+    assert agreed_end([(2, 0)], 100, [(1, 0)], 100) == 0
+
+
+def test_epoch_file_round_trip(tmp_path: Path) -> None:
+    f = EpochFile(tmp_path / "epochs.json")
+    f.begin(1, 0)
+    f.begin(1, 10)  # same epoch again: nothing changes
+    f.begin(3, 500)
+    with pytest.raises(ValueError, match="grow"):
+        f.begin(2, 600)
+    g = EpochFile(tmp_path / "epochs.json")
+    g.load()
+    assert g.entries() == [(1, 0), (3, 500)]
+    g.replace([[1, 0], [3, 500], [4, 900]], end=800)
+    assert g.entries() == [(1, 0), (3, 500)]
