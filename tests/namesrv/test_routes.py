@@ -87,3 +87,22 @@ def test_slave_registration_learns_master_address() -> None:
                                  ha_server_addr="s:2", topic_config=_wrapper("t"))
     assert result.master_addr == "m:1"
     assert result.ha_server_addr == "m:2"
+
+
+def test_drop_master_keeps_slaves_and_new_master_replaces_its_slave_entry() -> None:
+    reg = RouteRegistry()
+    reg.register_broker(cluster="C", broker_addr="a:1", broker_name="b", broker_id=0,
+                        ha_server_addr="", topic_config=_wrapper("t"))
+    reg.register_broker(cluster="C", broker_addr="a:2", broker_name="b", broker_id=2,
+                        ha_server_addr="", topic_config=_wrapper("t"))
+    assert not reg.drop_master("b", "a:2")  # not the master
+    assert reg.drop_master("b", "a:1")
+    route = reg.route("t")
+    assert route is not None and route["brokerDatas"][0]["brokerAddrs"] == {"2": "a:2"}
+    reg.register_broker(cluster="C", broker_addr="a:2", broker_name="b", broker_id=0,
+                        ha_server_addr="", topic_config=_wrapper("t"))
+    route = reg.route("t")
+    assert route is not None and route["brokerDatas"][0]["brokerAddrs"] == {"0": "a:2"}
+    # The last address of a group: the group and its topics go, as when a broker disconnects.
+    assert reg.drop_master("b", "a:2")
+    assert reg.route("t") is None and reg.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}

@@ -160,6 +160,20 @@ class RouteRegistry:
                             del self.clusters[c]
                         self._remove_broker_topics(name)
 
+    def drop_master(self, broker_name: str, addr: str) -> bool:
+        """Remove `addr` as the group's master (id 0), e.g. once the controller elected another;
+        its other entries stay. True when it was listed."""
+        with self._lock:
+            bd = self.brokers.get(broker_name)
+            if bd is None or bd.broker_addrs.get(0) != addr:
+                return False
+            if len(bd.broker_addrs) == 1:
+                self._drop_addr(addr)
+            else:
+                del bd.broker_addrs[0]
+                self.live.pop(addr, None)
+            return True
+
     def on_channel_closed(self, channel: object) -> list[str]:
         with self._lock:
             gone = [addr for addr, live in self.live.items() if live.channel is channel]

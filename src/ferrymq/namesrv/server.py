@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
+from .controller import ReplicaController
+from .controller_api import ControllerApi
 from .routes import RouteRegistry
 
 log = logging.getLogger("ferrymq.namesrv")
@@ -22,14 +25,30 @@ class NamesrvConfig:
     port: int = 9876
     broker_expire_ms: int = 120_000
     scan_interval_ms: int = 10_000
+    # Controller mode (docs/replication.md, "Controller"): this name server also picks each
+    # broker group's master.
+    enable_controller: bool = False
+    controller_dir: Path = field(default_factory=lambda: Path("ferrymq-controller"))
+    controller_lease_ms: int = 3000
+    controller_scan_interval_ms: int = 500
 
 
 class NameServer:
-    def __init__(self, config: NamesrvConfig = NamesrvConfig(), registry: RouteRegistry | None = None):
+    def __init__(
+        self,
+        config: NamesrvConfig = NamesrvConfig(),
+        registry: RouteRegistry | None = None,
+        controller: ReplicaController | None = None,
+    ):
+        """`controller` (tests inject one with their clock) is created from the config at start
+        when the config enables controller mode."""
         self.config = config
         self.registry = registry or RouteRegistry(broker_expire_ms=config.broker_expire_ms)
         self.server = RemotingServer(ServerConfig(host=config.host, port=config.port))
         self._scan_task: asyncio.Task[None] | None = None
+        self._controller_task: asyncio.Task[None] | None = None
+        self._injected_controller = controller
+        self.controller: ControllerApi | None = None
         self.address = ""
         s = self.server
         s.register(RequestCode.REGISTER_BROKER, self._register_broker)
@@ -42,18 +61,37 @@ class NameServer:
         s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
 
     async def start(self) -> str:
+        controller = self._injected_controller
+        if controller is None and self.config.enable_controller:
+            # Loaded before the port opens: a state file that cannot be read stops the start.
+            controller = ReplicaController(self.config.controller_dir, lease_ms=self.config.controller_lease_ms)
+        if controller is not None:
+            self.controller = ControllerApi(controller, self.registry)
+            self.controller.install(self.server)
         host, port = await self.server.start()
         self.address = f"{host}:{port}"
         self._scan_task = asyncio.create_task(self._scan_loop())
+        if self.controller is not None:
+            self._controller_task = asyncio.create_task(self._controller_loop(self.controller))
         log.info("name server listening on %s", self.address)
         return self.address
 
     async def stop(self) -> None:
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
+        for task in (self._scan_task, self._controller_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.server.stop()
+
+    async def _controller_loop(self, api: ControllerApi) -> None:
+        while True:
+            await asyncio.sleep(self.config.controller_scan_interval_ms / 1000)
+            try:
+                api.scan()
+            except Exception:
+                # E.g. the state could not be written: nothing changed, the next scan retries.
+                log.exception("controller scan failed")
 
     async def _scan_loop(self) -> None:
         while True:
@@ -69,6 +107,14 @@ class NameServer:
         ext = req.ext_fields
         body = jsonx.loads(req.body) if req.body else {}
         wrapper = body.get("topicConfigSerializeWrapper") or {}
+        broker_id = req_int(ext, "brokerId")
+        if broker_id == 0 and self.controller is not None:
+            refusal = self.controller.may_register_as_master(req_str(ext, "brokerName"), req_str(ext, "brokerAddr"))
+            if refusal is not None:
+                # A returning old master must not take the route back from the elected one.
+                return RemotingCommand.make_response_to(
+                    req, ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH, remark=refusal
+                )
         if conn.remote_addr and not getattr(conn, "_ferrymq_watch", False):
             conn.on_close(self._on_close)
             conn._ferrymq_watch = True  # type: ignore[attr-defined]
@@ -76,7 +122,7 @@ class NameServer:
             cluster=req_str(ext, "clusterName"),
             broker_addr=req_str(ext, "brokerAddr"),
             broker_name=req_str(ext, "brokerName"),
-            broker_id=req_int(ext, "brokerId"),
+            broker_id=broker_id,
             ha_server_addr=opt_str(ext, "haServerAddr", "") or "",
             topic_config=wrapper,
             channel=conn,

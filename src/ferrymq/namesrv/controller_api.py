@@ -1,0 +1,155 @@
+"""Controller requests on the name server's port (BROKER_HEARTBEAT, CONTROLLER_ALTER_SYNC_STATE_SET,
+CONTROLLER_GET_REPLICA_INFO): JSON bodies decoded into typed values, answered from the
+ReplicaController, and master changes applied to the routes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..common import jsonx
+from ..common.codes import RequestCode, ResponseCode
+from ..remoting import Connection, RemotingCommand, RemotingServer
+from .controller import (
+    ControllerError,
+    FencedMasterEpoch,
+    FencedSyncStateSetEpoch,
+    Heartbeat,
+    InvalidControllerRequest,
+    MasterChange,
+    ReplicaController,
+)
+from .routes import RouteRegistry
+
+log = logging.getLogger("ferrymq.namesrv.controller")
+
+
+def decode_body(body: bytes | None) -> dict[str, Any]:
+    if not body:
+        raise InvalidControllerRequest("the request has no JSON body")
+    try:
+        doc = jsonx.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidControllerRequest(f"the body is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidControllerRequest("the body must be a JSON object")
+    return doc
+
+
+def _str(doc: Mapping[str, Any], key: str) -> str:
+    v = doc.get(key)
+    if not isinstance(v, str) or not v:
+        raise InvalidControllerRequest(f"{key} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _int(doc: Mapping[str, Any], key: str) -> int:
+    v = doc.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidControllerRequest(f"{key} must be an integer, got {v!r}")
+    return v
+
+
+def decode_heartbeat(doc: Mapping[str, Any]) -> Heartbeat:
+    return Heartbeat(
+        cluster_name=_str(doc, "clusterName"),
+        broker_name=_str(doc, "brokerName"),
+        broker_id=_int(doc, "brokerId"),
+        broker_addr=_str(doc, "brokerAddr"),
+        ha_addr=_str(doc, "haAddr"),
+        max_offset=_int(doc, "maxOffset"),
+        epoch=_int(doc, "epoch"),
+    )
+
+
+def decode_id_list(doc: Mapping[str, Any], key: str) -> list[int]:
+    v = doc.get(key)
+    if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
+        raise InvalidControllerRequest(f"{key} must be a list of replica ids, got {v!r}")
+    return list(v)
+
+
+_CODES = {
+    FencedMasterEpoch: ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
+    FencedSyncStateSetEpoch: ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+}
+
+
+def _refusal(req: RemotingCommand, exc: ControllerError) -> RemotingCommand:
+    code = _CODES.get(type(exc), ResponseCode.CONTROLLER_INVALID_REQUEST)
+    return RemotingCommand.make_response_to(req, code, remark=exc.remark)
+
+
+def _answer(req: RemotingCommand, doc: dict[str, Any]) -> RemotingCommand:
+    return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(doc))
+
+
+class ControllerApi:
+    def __init__(self, controller: ReplicaController, registry: RouteRegistry) -> None:
+        self.controller = controller
+        self.registry = registry
+
+    def install(self, server: RemotingServer) -> None:
+        server.register(RequestCode.BROKER_HEARTBEAT, self._heartbeat)
+        server.register(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, self._alter_sync_state_set)
+        server.register(RequestCode.CONTROLLER_GET_REPLICA_INFO, self._replica_info)
+
+    def apply(self, changes: Iterable[MasterChange]) -> None:
+        """An old master leaves the route at once, so clients stop sending to it."""
+        for c in changes:
+            if c.old_master_addr:
+                self.registry.drop_master(c.broker_name, c.old_master_addr)
+            if c.old_master_id != -1 or c.new_master_id == -1:
+                log.warning(
+                    "broker group %s: master %d (%s) replaced by %d (%s) at epoch %d",
+                    c.broker_name, c.old_master_id, c.old_master_addr or "-",
+                    c.new_master_id, c.new_master_addr or "none", c.epoch,
+                )
+
+    def scan(self) -> None:
+        self.apply(self.controller.scan())
+
+    def _follow(self) -> None:
+        self.apply(self.controller.take_changes())
+
+    def may_register_as_master(self, broker_name: str, broker_addr: str) -> str | None:
+        """None when `broker_addr` may register as id 0 of the group, else why not."""
+        master = self.controller.master_addr(broker_name)
+        if master is None or master == broker_addr:
+            return None
+        if not master:
+            return f"broker group {broker_name!r} has no master; {broker_addr} may not register as broker id 0"
+        return f"{broker_addr} is not the master of broker group {broker_name!r} (the master is {master})"
+
+    async def _heartbeat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            view = self.controller.heartbeat(decode_heartbeat(decode_body(req.body)))
+        except ControllerError as exc:
+            return _refusal(req, exc)
+        finally:
+            self._follow()
+        return _answer(req, view.to_json())
+
+    async def _alter_sync_state_set(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            doc = decode_body(req.body)
+            view = self.controller.alter_sync_state_set(
+                _str(doc, "brokerName"),
+                _int(doc, "masterId"),
+                _int(doc, "epoch"),
+                _int(doc, "syncStateSetEpoch"),
+                decode_id_list(doc, "syncStateSet"),
+            )
+        except ControllerError as exc:
+            return _refusal(req, exc)
+        finally:
+            self._follow()
+        return _answer(req, view.to_json())
+
+    async def _replica_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            info = self.controller.replica_info(_str(decode_body(req.body), "brokerName"))
+        except ControllerError as exc:
+            return _refusal(req, exc)
+        return _answer(req, info)
