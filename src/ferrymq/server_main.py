@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
 from .namesrv import NameServer, NamesrvConfig
+from .namesrv.controller import ControllerStateError
 from .remoting.loop import install_uvloop
 from .store import StoreError
 
@@ -82,9 +83,10 @@ def run_broker(config: BrokerConfig) -> int:
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:
     try:
         asyncio.run(_serve_until_signal(start, stop))
-    except (OSError, StoreError) as exc:
-        # A port in use, or a store that recovery refuses (corruption in the middle of the
-        # log names its file and offset): one clear line, no traceback.
+    except (OSError, StoreError, ControllerStateError) as exc:
+        # A port in use, a store that recovery refuses (corruption in the middle of the log
+        # names its file and offset) or an unreadable controller state: one clear line, no
+        # traceback.
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

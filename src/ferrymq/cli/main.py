@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("namesrv", help="run a name server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9876)
+    p.add_argument("--enable-controller", action="store_true",
+                   help="also run the controller that picks each broker group's master (controller mode)")
+    p.add_argument("--controller-dir", default="ferrymq-controller",
+                   help="where the controller keeps its state (default: ./ferrymq-controller)")
+    p.add_argument("--controller-lease-ms", type=_positive_int, default=3000,
+                   help="a master silent this long is replaced (default 3000)")
+    p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=500,
+                   help="how often the controller looks for expired masters (default 500)")
     p.set_defaults(func=_cmd_namesrv)
 
     p = sub.add_parser(
@@ -107,7 +115,24 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
     from ..namesrv import NamesrvConfig
     from ..server_main import run_namesrv
 
-    return run_namesrv(NamesrvConfig(host=args.host, port=args.port))
+    return run_namesrv(NamesrvConfig(
+        host=args.host,
+        port=args.port,
+        enable_controller=args.enable_controller,
+        controller_dir=Path(args.controller_dir),
+        controller_lease_ms=args.controller_lease_ms,
+        controller_scan_interval_ms=args.controller_scan_interval_ms,
+    ))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
