@@ -48,7 +48,7 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
         broker_addr = await broker.start()
         # Ready means routable: the first registration has reached the name server.
         await broker.register_once()
-        return f"namesrv={ns_addr} broker={broker_addr}"
+        return f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}"
 
     async def stop() -> None:
         if "broker" in holder:
@@ -75,7 +75,7 @@ def run_broker(config: BrokerConfig) -> int:
     async def start() -> str:
         addr = await broker.start()
         await broker.register_once()
-        return f"broker={addr}"
+        return f"broker={addr} ha={broker.replication.ha_addr}"
 
     return _run(start, broker.stop)
 

@@ -36,6 +36,16 @@ def test_unknown_key_is_an_error(tmp_path: Path) -> None:
     assert err.value.key == "no_such_key"
 
 
-def test_unsupported_role_is_refused() -> None:
-    with pytest.raises(ConfigError):
+def test_roles_and_ids_must_agree() -> None:
+    with pytest.raises(ConfigError, match="slave's broker id"):
         BrokerConfig(broker_role="SLAVE").validate()
+    with pytest.raises(ConfigError, match="master's broker id is 0"):
+        BrokerConfig(broker_role="SYNC_MASTER", broker_id=2).validate()
+    with pytest.raises(ConfigError, match="replica ids"):
+        BrokerConfig(controller_addr="127.0.0.1:9876").validate()
+    with pytest.raises(ConfigError, match="controller picks"):
+        BrokerConfig(controller_addr="127.0.0.1:9876", broker_id=1, broker_role="SLAVE").validate()
+    with pytest.raises(ConfigError, match="must be"):
+        BrokerConfig(broker_role="MASTER").validate()
+    assert BrokerConfig(broker_role="SLAVE", broker_id=1).validate().broker_role == "SLAVE"
+    assert BrokerConfig(broker_role="SYNC_MASTER").validate().broker_id == 0

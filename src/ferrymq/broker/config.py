@@ -72,10 +72,32 @@ class BrokerConfig:
     on_corrupt_record: str = "skip"
     # Background check of the whole log after start; 0 turns it off.
     scrub_bytes_per_s: int = 16 * 1024 * 1024
+    # Replication (docs/replication.md). Every broker listens on its HA port: in controller
+    # mode any replica may become the master.
+    # -1: the remoting port + 1 (10912 by default), or a free one when that port is picked
+    # freely (0).
+    ha_listen_port: int = -1
+    ha_master_address: str = ""  # a slave's master HA address; "" = from the name server
+    controller_addr: str = ""  # controller mode when set
+    ha_slave_sync_interval_ms: int = 3000
+    ha_heartbeat_interval_ms: int = 1000
+    ha_max_time_slave_not_catchup_ms: int = 15_000
+    ha_max_gap_not_in_sync: int = 256 << 20
+    controller_heartbeat_interval_ms: int = 1000
+    # A controller-mode master that has not heard from the controller for this long stops
+    # taking writes (a new master may have been elected meanwhile).
+    controller_lease_ms: int = 3000
+    slave_read_enable: bool = False
 
     @property
     def broker_addr(self) -> str:
         return f"{self.host}:{self.listen_port}"
+
+    @property
+    def ha_port(self) -> int:
+        if self.ha_listen_port >= 0:
+            return self.ha_listen_port
+        return self.listen_port + 1 if self.listen_port else 0
 
     @property
     def flush_type(self) -> FlushDiskType:
@@ -89,9 +111,20 @@ class BrokerConfig:
             raise ConfigError("flush_disk_type", "must be ASYNC_FLUSH or SYNC_FLUSH")
         if self.broker_role not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
             raise ConfigError("broker_role", "must be ASYNC_MASTER, SYNC_MASTER or SLAVE")
-        if self.broker_role != "ASYNC_MASTER":
-            # Replication is not built yet; refusing is safer than silently acting as a master.
-            raise ConfigError("broker_role", f"{self.broker_role} is not supported yet")
+        if self.controller_addr:
+            if self.broker_id < 1:
+                raise ConfigError("broker_id", "in controller mode broker ids are replica ids "
+                                  ">= 1 (the master is listed as id 0 in routes)")
+            if self.broker_role == "SLAVE":
+                raise ConfigError("broker_role", "in controller mode the controller picks the "
+                                  "master; give ASYNC_MASTER or SYNC_MASTER (whether the master "
+                                  "waits for its slaves)")
+        elif self.broker_role == "SLAVE" and self.broker_id < 1:
+            raise ConfigError("broker_id", "a slave's broker id is 1 or more (0 is the master)")
+        elif self.broker_role != "SLAVE" and self.broker_id != 0:
+            raise ConfigError("broker_id", f"a master's broker id is 0, not {self.broker_id}")
+        if self.ha_listen_port < -1 or self.ha_listen_port > 65535:
+            raise ConfigError("ha_listen_port", "must be a port number (0 picks a free one)")
         parse_delay_levels(self.message_delay_level)
         if self.server_channel_max_idle_time_seconds < 0:
             raise ConfigError("server_channel_max_idle_time_seconds", "must be >= 0 (0 keeps idle connections)")
@@ -136,6 +169,12 @@ _CAMEL_ALIASES = {
     "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_time_seconds",
     "writeBufferHighWaterMark": "write_buffer_high_water_mark",
     "writeBufferLowWaterMark": "write_buffer_low_water_mark",
+    "haListenPort": "ha_listen_port",
+    "haMasterAddress": "ha_master_address",
+    "controllerAddr": "controller_addr",
+    "haMaxTimeSlaveNotCatchup": "ha_max_time_slave_not_catchup_ms",
+    "haMaxGapNotInSync": "ha_max_gap_not_in_sync",
+    "slaveReadEnable": "slave_read_enable",
 }
 
 

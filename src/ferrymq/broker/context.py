@@ -61,6 +61,10 @@ class BrokerContext(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def ha_table(self) -> dict[str, str]:
+        """The replication keys of the runtime table (docs/replication.md)."""
+        ...
+
     def connection_table(self) -> dict[str, str]:
         """Connection bounds at work (docs/protocol.md 6a), for GET_BROKER_RUNTIME_INFO."""
         ...

@@ -33,6 +33,7 @@ from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
 from .processors import register_all
+from .replication import MASTER, Replication
 from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
 from .topics import TopicManager
@@ -80,6 +81,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_soon = asyncio.Event()
         self._stopping = False
+        self.replication = Replication(self)
+        self._master_services = False
         register_all(self, self.server)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -138,8 +141,8 @@ class Broker:
         self.waiters = PullWaiters(asyncio.get_running_loop())
         store.add_arrival_listener(self._on_arrival)
         self.schedule = ScheduleService(self, self.levels_ms)
-        self.schedule.start()
         self.started_ms = self.now_ms()
+        await self.replication.start()
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="ferrymq-register"),
             asyncio.create_task(self._persist_loop(), name="ferrymq-persist"),
@@ -148,8 +151,30 @@ class Broker:
         ]
         if store.recovered_abnormally:
             log.warning("store was not shut down cleanly; recovered")
-        log.info("broker %s listening on %s (store %s)", cfg.broker_name, self.addr, cfg.store_dir)
+        log.info("broker %s listening on %s (store %s, replication on %s)", cfg.broker_name,
+                 self.addr, cfg.store_dir, self.replication.ha_addr)
         return self.addr
+
+    def start_master_services(self) -> None:
+        """What only a master runs: delayed delivery (it writes)."""
+        if not self._master_services and self.schedule is not None:
+            self._master_services = True
+            self.schedule.start()
+
+    def stop_master_services(self) -> None:
+        if self._master_services and self.schedule is not None:
+            self._master_services = False
+            asyncio.get_running_loop().create_task(self.schedule.stop())
+
+    @property
+    def route_broker_id(self) -> int:
+        """The id this broker registers under: in controller mode the master is 0."""
+        if self.config.controller_addr:
+            return 0 if self.replication.role == MASTER else self.config.broker_id
+        return self.config.broker_id
+
+    def ha_table(self) -> dict[str, str]:
+        return self.replication.runtime_table()
 
     async def stop(self) -> None:
         if self._stopping:
@@ -160,8 +185,9 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self.schedule is not None:
+        if self.schedule is not None and self._master_services:
             await self.schedule.stop()
+        await self.replication.stop()
         if self.waiters is not None:
             self.waiters.wake_all()
         self.notifier.close()
@@ -185,12 +211,15 @@ class Broker:
     async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:
         store = self.store
         assert store is not None
+        refused = self.replication.refuse_reason()
+        if refused:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, [], store.max_phy_offset, refused)
         if allow_delay:
             msgs = [self._maybe_schedule(m) for m in msgs]
-        result = await store.put_messages_async(msgs)
-        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+        result = await self.replication.after_put(await store.put_messages_async(msgs))
+        if result.status.stored:
             self.stats.add_put(len(msgs))
-        if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT) and self.events.active:
+        if result.status.stored and self.events.active:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,
                                               a.queue_offset, msg_id=property_value(
@@ -263,9 +292,9 @@ class Broker:
             req = RemotingCommand.request(
                 RequestCode.REGISTER_BROKER,
                 ext_fields=fields(
-                    brokerAddr=self.addr, brokerId=self.config.broker_id,
+                    brokerAddr=self.addr, brokerId=self.route_broker_id,
                     brokerName=self.config.broker_name, clusterName=self.config.broker_cluster_name,
-                    haServerAddr=f"{self.addr.rsplit(':', 1)[0]}:{int(self.addr.rsplit(':', 1)[1]) + 1}",
+                    haServerAddr=self.replication.ha_addr,
                     compressed=False, bodyCrc32=zlib.crc32(body) & 0x7FFFFFFF,
                 ),
                 body=body,
@@ -273,6 +302,11 @@ class Broker:
             try:
                 resp = await self.namesrv_client.invoke(addr, req, timeout=3.0)
                 ok = ok or resp.code == ResponseCode.SUCCESS
+                if resp.code == ResponseCode.SUCCESS:
+                    self.replication.on_registered(resp.ext_fields.get("masterAddr") or "",
+                                                   resp.ext_fields.get("haServerAddr") or "")
+                else:
+                    log.warning("name server %s refused the registration: %s", addr, resp.remark)
             except RemotingError as exc:
                 log.warning("register to name server %s failed: %s", addr, exc)
         self._registered_ok = ok
@@ -281,7 +315,7 @@ class Broker:
         for addr in self.namesrv_addrs:
             req = RemotingCommand.request(
                 RequestCode.UNREGISTER_BROKER,
-                ext_fields=fields(brokerAddr=self.addr, brokerId=self.config.broker_id,
+                ext_fields=fields(brokerAddr=self.addr, brokerId=self.route_broker_id,
                                   brokerName=self.config.broker_name,
                                   clusterName=self.config.broker_cluster_name),
             )

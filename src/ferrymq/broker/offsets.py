@@ -50,6 +50,9 @@ class OffsetManager:
         self._durable = 0  # every record up to this sequence is on disk
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None  # set while the flusher runs
+        # On a slave: (key, queue) a consumer committed here while the master was away; kept
+        # when ahead of the master's copy, and sent to the master (docs/replication.md).
+        self.local_commits: set[tuple[str, int]] | None = None
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -176,6 +179,8 @@ class OffsetManager:
                 offset = first
             self._first_pull.pop((key, queue_id), None)
             self._apply(key, queue_id, offset, now_ms, acked)
+            if self.local_commits is not None:
+                self.local_commits.add((key, queue_id))
             self._seq += 1
             if self._wake is not None:
                 ranges = None if acked is None else tuple(acked)
@@ -197,6 +202,28 @@ class OffsetManager:
             else:
                 progress.acked = [(a, b) for a, b in progress.acked if b > offset]
         self._dirty = True
+
+    def adopt(self, table: dict[str, dict[int, int]]) -> list[tuple[str, int, int]]:
+        """A slave takes its master's offsets, except where a consumer committed further here;
+        returns those (key, queue, offset) the master is behind on."""
+        ahead: list[tuple[str, int, int]] = []
+        local = self.local_commits or set()
+        with self._lock:
+            for key, queues in table.items():
+                for qid, offset in queues.items():
+                    mine = self.table.get(key, {}).get(qid)
+                    if (key, qid) in local and mine is not None and mine.offset > offset:
+                        ahead.append((key, qid, mine.offset))
+                        continue
+                    local.discard((key, qid))
+                    if mine is None or mine.offset != offset:
+                        self._apply(key, qid, offset, 0, None)
+            for key, qid in list(local):
+                if qid not in table.get(key, {}):
+                    mine = self.table.get(key, {}).get(qid)
+                    if mine is not None:
+                        ahead.append((key, qid, mine.offset))
+        return ahead
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group has never committed on this queue."""

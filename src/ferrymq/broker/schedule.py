@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..common import props as P
 from ..common.names import SCHEDULE_TOPIC
 from ..common.record import MessageDecodeError, decode_record, properties_map
-from ..store import PutStatus, StoreMessage
+from ..store import StoreMessage
 
 if TYPE_CHECKING:
     from .controller import Broker
@@ -148,7 +148,7 @@ class ScheduleService:
             prepared_transaction_offset=msg.prepared_transaction_offset,
         )
         result = await self.broker.put([inner], allow_delay=False)
-        if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+        if not result.status.stored:
             log.warning("delayed delivery to %s failed (%s); will retry", real_topic, result.status.name)
             return False
         return True

@@ -121,6 +121,22 @@ class TopicManager:
             self._changed()
             return True
 
+    def adopt(self, table: dict[str, Any]) -> int:
+        """Make this table the master's (a slave's copy); returns how many topics changed."""
+        wanted = {str(name): TopicConfig.from_json(cfg) for name, cfg in table.items()}
+        changed = 0
+        with self._lock:
+            for name in [n for n in self.topics if n not in wanted]:
+                del self.topics[name]
+                changed += 1
+            for name, cfg in wanted.items():
+                if self.topics.get(name) != cfg:
+                    self.topics[name] = cfg
+                    changed += 1
+            if changed:
+                self._changed()
+        return changed
+
     def create_in_send(self, topic: str, default_topic: str, requested_queue_nums: int) -> TopicConfig | None:
         """Auto-create `topic` from `default_topic` (TBW102) when that topic allows inheriting."""
         with self._lock:

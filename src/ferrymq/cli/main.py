@@ -36,11 +36,21 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
     p.add_argument("--message-delay-level", help='delay levels, e.g. "1s 5s 10s 30s 1m"')
     p.add_argument("--max-reconsume-times", type=int, help="sends back before a message is dead-lettered")
     p.add_argument("--broker-name", help="broker name (default broker-a)")
+    p.add_argument("--ha-port", type=int,
+                   help="replication port, 0 picks a free one (default: broker port + 1)")
     if standalone:
         p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
     else:
         p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
                        help="name server address(es), ';'-separated")
+        p.add_argument("--role", choices=["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"],
+                       help="replication role (default ASYNC_MASTER); see docs/replication.md")
+        p.add_argument("--broker-id", type=int,
+                       help="0 for a master, 1.. for slaves; replica id >= 1 with --controller")
+        p.add_argument("--master-ha-addr", help="a slave's master replication address "
+                       "(default: learnt from the name server)")
+        p.add_argument("--controller", help="controller mode: the controller's address "
+                       "(a name server run with --enable-controller)")
 
 
 def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfig:
@@ -53,9 +63,11 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
         "message_delay_level": args.message_delay_level,
         "max_reconsume_times": args.max_reconsume_times,
         "broker_name": args.broker_name,
+        "ha_listen_port": args.ha_port,
     }
     if not standalone:
-        overrides["namesrv_addr"] = args.namesrv
+        overrides.update(namesrv_addr=args.namesrv, broker_role=args.role, broker_id=args.broker_id,
+                         ha_master_address=args.master_ha_addr, controller_addr=args.controller)
     return load_config(args.config, **overrides)
 
 

@@ -33,6 +33,18 @@ class PutStatus(enum.Enum):
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     DISK_FULL = "DISK_FULL"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # Stored on the master, not confirmed by a slave (SYNC_MASTER).
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+    @property
+    def stored(self) -> bool:
+        """The message is in this broker's log (the answer carries its offsets)."""
+        return self in _STORED
+
+
+_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                     PutStatus.SLAVE_NOT_AVAILABLE})
 
 
 class AppendedMessage(NamedTuple):

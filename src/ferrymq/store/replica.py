@@ -183,3 +183,9 @@ class ReplicaLog:
                     raise ReplicaError(pos, f"the log is not empty (it ends at {clog.write_pos})")
                 return
             clog.write_pos = clog.flushed = pos
+
+    def record_store_time(self, phys: int) -> int:
+        """STORETIMESTAMP of the record at `phys`; -1 when none starts there."""
+        from .reads import store_time_at
+
+        return store_time_at(self._log, phys)

@@ -154,6 +154,7 @@ async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCom
         "runtime": f"python {platform.python_version()} pid {os.getpid()}",
         **broker.stats.runtime_table(),
         **broker.connection_table(),
+        **broker.ha_table(),
     }
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
 

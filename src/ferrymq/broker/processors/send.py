@@ -48,6 +48,8 @@ _PUT_CODES = {
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 
 
@@ -125,7 +127,7 @@ def _retry_to_dlq(broker: BrokerContext, topic: str, ext: dict[str, str], recons
 
 def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: BrokerContext) -> RemotingCommand:
     code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-    if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+    if not result.status.stored:
         return reply(req, code, result.reason or f"store refused the message: {result.status.name}")
     first = result.messages[0]
     msg_id = ",".join(m.offset_msg_id for m in result.messages)
@@ -236,7 +238,7 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
     if broker.topics.version != topics_version:
         await broker.persist_topics()
     result = await broker.put([inner])
-    if result.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+    if not result.status.stored:
         return reply(req, _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
                      result.reason or result.status.name)
     if broker.events.active:

@@ -1,0 +1,223 @@
+"""A broker's part in replication: its role, the HA port (every broker listens: in controller
+mode any replica may become the master), the stream from its master when it is a slave, the
+periodic copy of its master's metadata, and SYNC_MASTER's wait for slaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from ..common import jsonx
+from ..common.codes import RequestCode, ResponseCode
+from ..common.headers import fields
+from ..ha import HaMaster, HaMasterConfig, HaSlave, HaSlaveConfig, ReplicaAck
+from ..remoting import RemotingCommand, RemotingError
+from ..store import PutResult, PutStatus
+from .offsets import TOPIC_GROUP_SEPARATOR
+
+if TYPE_CHECKING:
+    from .controller import Broker
+
+log = logging.getLogger("ferrymq.broker.ha")
+
+MASTER = "master"
+SLAVE = "slave"
+UNDECIDED = "undecided"  # controller mode, before the controller has answered
+
+
+class Replication:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.role = UNDECIDED
+        self.epoch = 0
+        self.master: HaMaster | None = None
+        self.slave: HaSlave | None = None
+        self.ha_addr = ""
+        # A slave's master: remoting address (metadata copies, offset pushes) and HA address.
+        self.master_addr = ""
+        self.master_ha_addr = broker.config.ha_master_address
+        self.fenced_reason = ""  # set when a controller-mode master lost its lease
+        self._sync_task: asyncio.Task[None] | None = None
+        self.synced_ms = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> str:
+        broker, cfg = self.broker, self.broker.config
+        store = broker.store
+        assert store is not None
+        self.master = HaMaster(store, HaMasterConfig(
+            host=cfg.host, port=cfg.ha_port,
+            heartbeat_interval_ms=cfg.ha_heartbeat_interval_ms,
+            max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup_ms,
+            max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+        ), master_addr=lambda: broker.addr, clock=broker.now_ms)
+        self.ha_addr = await self.master.start()
+        if cfg.controller_addr:
+            pass  # the controller agent decides
+        elif cfg.broker_role == "SLAVE":
+            self.become_slave(cfg.ha_master_address, "")
+        else:
+            self.become_master(max(1, store.epochs.last_epoch))
+        return self.ha_addr
+
+    async def stop(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sync_task
+        if self.slave is not None:
+            await self.slave.stop()
+        if self.master is not None:
+            await self.master.stop()
+
+    # --- roles -----------------------------------------------------------------------------
+    def become_master(self, epoch: int) -> None:
+        store = self.broker.store
+        assert store is not None
+        if self.slave is not None:
+            slave, self.slave = self.slave, None
+            asyncio.get_running_loop().create_task(slave.stop())
+        store.epochs.begin(epoch, store.max_phy_offset)
+        self.epoch = epoch
+        self.role = MASTER
+        self.fenced_reason = ""
+        self.master_addr = ""
+        self.broker.offsets.local_commits = None
+        self.broker.start_master_services()
+        log.info("%s is the master (epoch %d) from offset %d", self.broker.config.broker_name,
+                 epoch, store.max_phy_offset)
+
+    def become_slave(self, master_ha_addr: str, master_addr: str) -> None:
+        store = self.broker.store
+        assert store is not None
+        was = self.role
+        self.role = SLAVE
+        self.master_ha_addr = master_ha_addr or self.master_ha_addr
+        self.master_addr = master_addr or self.master_addr
+        if self.broker.offsets.local_commits is None:
+            self.broker.offsets.local_commits = set()
+        if was == MASTER:
+            self.broker.stop_master_services()
+            self.drop_slaves()
+        if self.slave is None:
+            cfg = self.broker.config
+            self.slave = HaSlave(store, HaSlaveConfig(cfg.broker_name, cfg.broker_id, self.broker.addr),
+                                 lambda: self.master_ha_addr)
+            self.slave.start()
+        else:
+            self.slave.drop_connection()  # follow the new master now
+        if self._sync_task is None:
+            self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop(),
+                                                                     name="ferrymq-slave-sync")
+
+    def drop_slaves(self) -> None:
+        m = self.master
+        if m is not None:
+            for link in list(m.links.values()):
+                if link.writer is not None:
+                    link.writer.close()
+            m.wait_set.clear()
+            m.in_sync.clear()
+            m.set_changed()
+
+    def on_registered(self, master_addr: str, master_ha_addr: str) -> None:
+        """A static slave learns its master's addresses from the name server's answer."""
+        if self.role != SLAVE or self.broker.config.controller_addr:
+            return
+        if master_addr:
+            self.master_addr = master_addr
+        if master_ha_addr and not self.broker.config.ha_master_address:
+            self.master_ha_addr = master_ha_addr
+
+    # --- writes ----------------------------------------------------------------------------
+    def refuse_reason(self) -> str:
+        if self.role == SLAVE:
+            return (f"the broker {self.broker.addr} is a slave of {self.broker.config.broker_name}; "
+                    "send to its master")
+        if self.role == UNDECIDED:
+            return "the broker is waiting for the controller to name its group's master"
+        return self.fenced_reason
+
+    async def after_put(self, result: PutResult) -> PutResult:
+        """SYNC_MASTER: answer once the slaves waited for have the batch."""
+        if (self.broker.config.broker_role != "SYNC_MASTER" or result.status is not PutStatus.PUT_OK
+                or self.master is None):
+            return result
+        ack = await self.master.wait_replicated(result.end_offset,
+                                                self.broker.config.sync_flush_timeout_ms / 1000)
+        if ack is ReplicaAck.TIMEOUT:
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            result.reason = (f"no in-sync slave confirmed the message within "
+                             f"{self.broker.config.sync_flush_timeout_ms} ms")
+        elif ack is ReplicaAck.NO_SLAVE:
+            result.status = PutStatus.SLAVE_NOT_AVAILABLE
+            result.reason = "no slave is connected and in sync"
+        return result
+
+    # --- the slave's copy of its master's metadata -----------------------------------------
+    async def _sync_loop(self) -> None:
+        interval = self.broker.config.ha_slave_sync_interval_ms / 1000
+        while True:
+            if self.role == SLAVE and self.master_addr:
+                try:
+                    await self.sync_once()
+                except (RemotingError, ValueError, KeyError, TypeError) as exc:
+                    log.info("copying metadata from %s failed: %s", self.master_addr, exc)
+            await asyncio.sleep(interval)
+
+    async def _ask(self, code: RequestCode) -> object:
+        client = self.broker.namesrv_client
+        resp = await client.invoke(self.master_addr, RemotingCommand.request(code), timeout=5.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ValueError(f"{code.name} answered {resp.code}: {resp.remark}")
+        return jsonx.loads(resp.body or b"{}")
+
+    async def sync_once(self) -> None:
+        broker = self.broker
+        topics = await self._ask(RequestCode.GET_ALL_TOPIC_CONFIG)
+        assert isinstance(topics, dict)
+        broker.topics.adopt(topics.get("topicConfigTable") or {})
+        offsets = await self._ask(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        assert isinstance(offsets, dict)
+        table = {str(k): {int(q): int(o) for q, o in v.items()}
+                 for k, v in (offsets.get("offsetTable") or {}).items()}
+        for key, qid, offset in broker.offsets.adopt(table):
+            await self._push_offset(key, qid, offset)
+        delays = await self._ask(RequestCode.GET_ALL_DELAY_OFFSET)
+        assert isinstance(delays, dict)
+        for level, offset in (delays.get("offsetTable") or {}).items():
+            broker.delay_offsets.set(int(level), int(offset))
+        self.synced_ms = broker.now_ms()
+
+    async def _push_offset(self, key: str, queue_id: int, offset: int) -> None:
+        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields(
+            consumerGroup=group, topic=topic, queueId=queue_id, commitOffset=offset))
+        resp = await self.broker.namesrv_client.invoke(self.master_addr, req, timeout=5.0)
+        if resp.code == ResponseCode.SUCCESS:
+            log.info("offset %s/%d=%d committed here while the master was away: sent to it",
+                     key, queue_id, offset)
+
+    # --- figures ---------------------------------------------------------------------------
+    def runtime_table(self) -> dict[str, str]:
+        cfg = self.broker.config
+        role = cfg.broker_role if self.role == MASTER else ("SLAVE" if self.role == SLAVE else "UNDECIDED")
+        table = {"brokerRole": role, "brokerId": str(cfg.broker_id), "haListenAddr": self.ha_addr,
+                 "epoch": str(self.epoch)}
+        if self.fenced_reason:
+            table["fenced"] = self.fenced_reason
+        if self.role == MASTER and self.master is not None:
+            table["haSlaves"] = jsonx.dumps(self.master.slaves_table())
+            table["inSyncSlaves"] = ",".join(str(i) for i in sorted(self.master.in_sync))
+        if self.role == SLAVE:
+            s = self.slave
+            table.update({
+                "masterAddr": self.master_addr, "masterHaAddr": self.master_ha_addr,
+                "haConnected": "true" if s is not None and s.connected else "false",
+                "slaveLagBytes": str(s.lag_bytes if s is not None else -1),
+                "slaveLagMs": str(s.lag_ms if s is not None and s.connected else -1),
+                "slaveSyncTimestamp": str(self.synced_ms),
+            })
+        return table

@@ -1,0 +1,318 @@
+"""The master's end of replication: one link per connected slave, shipping the commit log
+from where the slave's log agrees with this one, reading its reports, and keeping the set of
+slaves a SYNC_MASTER waits for (docs/replication.md, "Acknowledgements")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..store import MessageStore
+from ..store.epochs import agreed_end
+from ..store.replica import ReplicaError
+from .protocol import (
+    Beat,
+    Data,
+    FrameReader,
+    HaProtocolError,
+    Hello,
+    Welcome,
+    encode_beat,
+    encode_data_head,
+    encode_welcome,
+)
+from .waiters import ReplicaAck, ReplicationWaiters
+
+log = logging.getLogger("ferrymq.ha")
+
+SPAN_BYTES = 256 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class HaMasterConfig:
+    host: str = "127.0.0.1"
+    port: int = 10912
+    heartbeat_interval_ms: int = 1000
+    max_time_slave_not_catchup_ms: int = 15_000
+    max_gap_not_in_sync: int = 256 << 20
+    hello_timeout_s: float = 10.0
+
+
+class SyncSetPolicy(Protocol):
+    """How the in-sync set changes: at once (static roles) or through the controller."""
+
+    def join(self, slave_id: int) -> None: ...
+
+    def leave(self, slave_id: int) -> None: ...
+
+
+@dataclass
+class SlaveLink:
+    slave_id: int
+    addr: str
+    peer: str
+    ack: int
+    grew: asyncio.Event = field(default_factory=asyncio.Event)
+    # The master's end when the slave was last checked; reaching it counts as keeping up.
+    target: int = 0
+    caught_up_ms: int = 0
+    join_end: int = -1  # waited for since this end; in sync once acked past it
+    in_sync: bool = False
+    writer: asyncio.StreamWriter | None = None
+
+
+class HaMaster:
+    def __init__(self, store: MessageStore, config: HaMasterConfig, master_addr: Callable[[], str],
+                 clock: Callable[[], int] | None = None) -> None:
+        self.store = store
+        self.config = config
+        self._master_addr = master_addr
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self.links: dict[int, SlaveLink] = {}
+        self.wait_set: set[int] = set()
+        self.in_sync: set[int] = set()
+        self.policy: SyncSetPolicy = StaticPolicy(self)
+        self._server: asyncio.base_events.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.waiters: ReplicationWaiters | None = None
+        self.address = ""
+        self.rejected = 0  # connections closed for bad input
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> str:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self.waiters = ReplicationWaiters(loop, self._acked)
+        self.store.add_arrival_listener(self._on_arrival)
+        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self.address = f"{host}:{port}"
+        self._spawn(self._housekeep())
+        log.info("replication port listening on %s", self.address)
+        return self.address
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self.links.values()):
+            if link.writer is not None:
+                link.writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        if self.waiters is not None:
+            self.waiters.fail_all(ReplicaAck.NO_SLAVE)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- sends waiting for slaves ----------------------------------------------------------
+    def _acked(self) -> int | None:
+        if not self.wait_set:
+            return None
+        return min((self.links[i].ack if i in self.links else -1) for i in self.wait_set)
+
+    async def wait_replicated(self, end: int, timeout: float) -> ReplicaAck:
+        assert self.waiters is not None
+        return await self.waiters.wait(end, timeout)
+
+    def set_changed(self) -> None:
+        if self.waiters is not None:
+            self.waiters.release()
+
+    # --- links -----------------------------------------------------------------------------
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if threading.get_ident() != self._thread:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._wake_all)
+            return
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        for link in self.links.values():
+            link.grew.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = writer.get_extra_info("peername")[:2]
+        peer = f"{host}:{port}"
+        frames = FrameReader()
+        link: SlaveLink | None = None
+        try:
+            hello = await asyncio.wait_for(self._read_hello(reader, frames), self.config.hello_timeout_s)
+            link = self._admit(hello, peer, writer)
+            self._spawn(self._ship(link, writer))
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                for frame in frames.feed(data):
+                    if not isinstance(frame, int):
+                        raise HaProtocolError(f"a slave sent {type(frame).__name__}")
+                    self._report(link, frame)
+        except (HaProtocolError, TimeoutError) as exc:
+            self.rejected += 1
+            log.warning("replication connection from %s closed: %s", peer, exc)
+        except (ConnectionError, OSError, ReplicaError) as exc:
+            log.info("replication connection from %s ended: %s", peer, exc)
+        finally:
+            writer.close()
+            if link is not None and self.links.get(link.slave_id) is link:
+                del self.links[link.slave_id]
+                link.grew.set()
+                self._lost(link)
+
+    async def _read_hello(self, reader: asyncio.StreamReader, frames: FrameReader) -> Hello:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError("closed before HELLO")
+            got = frames.feed(data)
+            if got:
+                if not isinstance(got[0], Hello) or len(got) > 1:
+                    raise HaProtocolError("the first frame must be HELLO, alone")
+                return got[0]
+
+    def _admit(self, hello: Hello, peer: str, writer: asyncio.StreamWriter) -> SlaveLink:
+        store = self.store
+        mine, my_end = store.epochs.entries(), store.max_phy_offset
+        if hello.epochs and mine:
+            cut = agreed_end(mine, my_end, hello.epochs, hello.max_offset)
+        else:  # a slave that never heard of an epoch has only ever copied from us
+            cut = min(hello.max_offset, my_end)
+        start = cut
+        if start < store.min_phy_offset:
+            cut, start = 0, store.min_phy_offset
+        old = self.links.pop(hello.broker_id, None)
+        if old is not None and old.writer is not None:
+            old.writer.close()  # a reconnect replaces the stale link
+        link = SlaveLink(hello.broker_id, hello.addr, peer, ack=start, writer=writer,
+                         target=my_end, caught_up_ms=self._clock())
+        self.links[hello.broker_id] = link
+        writer.write(encode_welcome(Welcome(cut, mine, self._master_addr(), start)))
+        log.info("slave %d (%s) connected from %s at %d (its end %d)", hello.broker_id, hello.addr,
+                 peer, start, hello.max_offset)
+        return link
+
+    async def _ship(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+        pos = link.ack
+        interval = self.config.heartbeat_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        next_beat = loop.time() + interval
+        try:
+            while self.links.get(link.slave_id) is link:
+                link.grew.clear()
+                span = self.store.read_span(pos, SPAN_BYTES)
+                if span is not None:
+                    writer.write(encode_data_head(span.pos, span.next_pos, len(span.data)))
+                    writer.write(span.data)
+                    await writer.drain()
+                    pos = span.next_pos
+                if loop.time() >= next_beat:
+                    writer.write(encode_beat(Beat(self.store.max_phy_offset, self.lag_ms(link))))
+                    await writer.drain()
+                    next_beat = loop.time() + interval
+                if span is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(link.grew.wait(), max(0.0, next_beat - loop.time()))
+        except (ConnectionError, OSError):
+            pass
+        except ReplicaError as exc:
+            log.error("cannot ship the log to slave %d: %s", link.slave_id, exc)
+        finally:
+            writer.close()
+
+    def _report(self, link: SlaveLink, offset: int) -> None:
+        if offset < link.ack:
+            raise HaProtocolError(f"report {offset} goes back from {link.ack}")
+        link.ack = offset
+        self._check(link)
+        if self.waiters is not None and link.slave_id in self.wait_set:
+            self.waiters.release()
+
+    def _check(self, link: SlaveLink) -> None:
+        end = self.store.max_phy_offset
+        now = self._clock()
+        kept_up = link.ack >= link.target
+        if kept_up:
+            link.caught_up_ms = now
+            link.target = end
+            if link.slave_id not in self.wait_set:
+                # Waited for from now on, so everything acknowledged later is on it; in sync
+                # once it also has everything acknowledged before (join_end).
+                self.wait_set.add(link.slave_id)
+                link.join_end = end
+        if not link.in_sync and link.slave_id in self.wait_set and 0 <= link.join_end <= link.ack:
+            link.in_sync = True
+            self.policy.join(link.slave_id)
+        elif link.slave_id in self.wait_set and (
+                now - link.caught_up_ms > self.config.max_time_slave_not_catchup_ms
+                or end - link.ack > self.config.max_gap_not_in_sync):
+            link.in_sync = False
+            link.join_end = -1
+            log.warning("slave %d is %d bytes behind and has not caught up for %d ms: out of sync",
+                        link.slave_id, end - link.ack, now - link.caught_up_ms)
+            self.policy.leave(link.slave_id)
+
+    def _lost(self, link: SlaveLink) -> None:
+        log.warning("slave %d (%s) disconnected", link.slave_id, link.addr)
+        link.in_sync = False
+        if link.slave_id in self.wait_set or link.slave_id in self.in_sync:
+            self.policy.leave(link.slave_id)
+
+    async def _housekeep(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for link in list(self.links.values()):
+                self._check(link)
+
+    # --- figures ---------------------------------------------------------------------------
+    def lag_ms(self, link: SlaveLink) -> int:
+        if link.ack >= self.store.max_phy_offset:
+            return 0
+        ts = self.store.record_store_time(link.ack)
+        return max(0, self._clock() - ts) if ts > 0 else 0
+
+    def slaves_table(self) -> list[dict[str, object]]:
+        end = self.store.max_phy_offset
+        return [
+            {"brokerId": link.slave_id, "addr": link.addr, "ackOffset": link.ack,
+             "lagBytes": max(0, end - link.ack), "lagMs": self.lag_ms(link),
+             "inSync": link.in_sync}
+            for link in sorted(self.links.values(), key=lambda lk: lk.slave_id)
+        ]
+
+
+class StaticPolicy:
+    """Static roles: the set changes at once."""
+
+    def __init__(self, master: HaMaster) -> None:
+        self.master = master
+
+    def join(self, slave_id: int) -> None:
+        self.master.in_sync.add(slave_id)
+        log.info("slave %d is in sync", slave_id)
+
+    def leave(self, slave_id: int) -> None:
+        self.master.in_sync.discard(slave_id)
+        self.master.wait_set.discard(slave_id)
+        self.master.set_changed()
+
+
+__all__ = ["Data", "HaMaster", "HaMasterConfig", "SlaveLink", "SyncSetPolicy"]

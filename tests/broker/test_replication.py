@@ -1,0 +1,178 @@
+"""Master/slave replication with in-process brokers over real sockets and files: the slave's
+log is the master's, it serves pulls and refuses writes, SYNC_MASTER answers only once a
+slave has the message, and a slave's metadata follows its master's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wire_util import Wire, eventually
+
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.controller import Broker
+from ferrymq.common import jsonx
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.common.record import decode_records
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+
+
+class Group:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.namesrv = NameServer(NamesrvConfig(port=0))
+        self.brokers: list[Broker] = []
+        self.wires: list[Wire] = []
+
+    async def broker(self, name: str, **config: Any) -> Broker:
+        cfg = BrokerConfig(store_dir=self.tmp / name, listen_port=0, namesrv_addr=self.namesrv.address,
+                           ha_heartbeat_interval_ms=100, ha_slave_sync_interval_ms=200,
+                           sync_flush_timeout_ms=1000, **config)
+        b = Broker(cfg)
+        await b.start()
+        await b.register_once()
+        self.brokers.append(b)
+        return b
+
+    def wire(self, broker: Broker) -> Wire:
+        w = Wire(self.namesrv.address, broker.addr)
+        self.wires.append(w)
+        return w
+
+    async def close(self) -> None:
+        for w in self.wires:
+            await w.close()
+        for b in reversed(self.brokers):
+            await b.stop()
+        await self.namesrv.stop()
+
+
+@pytest.fixture
+async def group(tmp_path: Path) -> AsyncIterator[Group]:
+    g = Group(tmp_path)
+    await g.namesrv.start()
+    yield g
+    await g.close()
+
+
+async def runtime(w: Wire, addr: str) -> dict[str, str]:
+    resp = await w.call(RequestCode.GET_BROKER_RUNTIME_INFO, addr=addr)
+    table: dict[str, str] = jsonx.loads(resp.body or b"{}")["table"]
+    return table
+
+
+async def test_slave_copies_the_log_serves_pulls_and_refuses_writes(group: Group) -> None:
+    master = await group.broker("m")
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    wm, ws = group.wire(master), group.wire(slave)
+    await wm.create_topic("R", 2)
+    for i in range(50):
+        resp = await wm.send("R", f"m{i}".encode(), queue_id=i % 2, keys=f"k{i}")
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert master.store is not None and slave.store is not None
+    await eventually(lambda: _true(slave.store.max_phy_offset == master.store.max_phy_offset),
+                     what="the slave to catch up")
+    got = await ws.pull_all("R", 0) + await ws.pull_all("R", 1)
+    assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(50))
+    refused = await ws.send("R", b"no")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (refused.remark or "")
+    # The route lists both; the slave learnt its master from the name server.
+    route = await wm.route("R")
+    assert route is not None
+    addrs = route["brokerDatas"][0]["brokerAddrs"]  # type: ignore[index]
+    assert addrs == {"0": master.addr, "1": slave.addr}
+    table = await runtime(ws, slave.addr)
+    assert table["brokerRole"] == "SLAVE" and table["masterAddr"] == master.addr
+    assert table["haConnected"] == "true" and table["slaveLagBytes"] == "0"
+    mt = await runtime(wm, master.addr)
+    slaves = jsonx.loads(mt["haSlaves"])
+    assert [s["brokerId"] for s in slaves] == [1] and slaves[0]["lagBytes"] == 0
+    # Topic config and consumer offsets follow the master.
+    await wm.pull("R", 0, 0, group="g1", commit_offset=7)
+    await eventually(lambda: _true(slave.offsets.query("g1", "R", 0) == 7 and slave.topics.get("R") is not None),
+                     what="the slave's metadata copy")
+
+
+async def test_sync_master_answers_after_the_slave_has_the_message(group: Group) -> None:
+    master = await group.broker("m", broker_role="SYNC_MASTER")
+    wm = group.wire(master)
+    await wm.create_topic("S", 1)
+    lonely = await wm.send("S", b"before any slave")
+    assert lonely.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert lonely.ext_fields.get("queueOffset") == "0"  # stored, only not replicated
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    assert master.store is not None and slave.store is not None
+    await eventually(lambda: _true(1 in master.replication.master.in_sync),  # type: ignore[union-attr]
+                     what="the slave to be in sync")
+    for i in range(20):
+        resp = await wm.send("S", f"s{i}".encode())
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        # Answered, so the slave has it already.
+        assert slave.store.max_phy_offset >= master.store.max_phy_offset
+    await slave.replication.slave.stop()  # type: ignore[union-attr]
+    gone = await wm.send("S", b"after the slave left")
+    assert gone.code in (ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.FLUSH_SLAVE_TIMEOUT)
+
+
+async def test_returning_master_data_beyond_the_agreed_epoch_is_cut(group: Group, tmp_path: Path) -> None:
+    """A slave holding bytes of a later epoch its new master never had cuts them."""
+    master = await group.broker("m")
+    wm = group.wire(master)
+    await wm.create_topic("E", 1)
+    for i in range(5):
+        await wm.send("E", f"a{i}".encode())
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    assert master.store is not None and slave.store is not None
+    await eventually(lambda: _true(slave.store.max_phy_offset == master.store.max_phy_offset),
+                     what="catch-up")
+    agreed = slave.store.max_phy_offset
+    await slave.stop()
+    group.brokers.remove(slave)
+    # The slave's store gains records of an epoch the master never wrote (as an old master's
+    # would after a failover).
+    from ferrymq.store import MessageStore, StoreConfig, StoreMessage
+    st = MessageStore(StoreConfig(tmp_path / "s", store_host="127.0.0.1:1"))
+    st.start()
+    st.epochs.begin(7, st.max_phy_offset)
+    st.put_messages([StoreMessage("E", 0, b"never replicated", {})])
+    assert st.max_phy_offset > agreed
+    st.shutdown()
+    again = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    assert again.store is not None
+    await eventually(lambda: _true(again.replication.slave is not None and again.replication.slave.connected),
+                     what="reconnect")
+    await wm.send("E", b"a5")
+    await eventually(lambda: _true(again.store.max_phy_offset == master.store.max_phy_offset),
+                     what="catch-up after the cut")
+    ws = group.wire(again)
+    bodies = [m.body for m in await ws.pull_all("E", 0)]
+    assert bodies == [f"a{i}".encode() for i in range(6)]
+    assert again.replication.slave.truncated_bytes > 0  # type: ignore[union-attr]
+
+
+async def test_bad_input_on_the_ha_port_closes_only_that_connection(group: Group) -> None:
+    master = await group.broker("m")
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    wm = group.wire(master)
+    await wm.create_topic("B", 1)
+    host, port = master.replication.ha_addr.rsplit(":", 1)
+    for garbage in (b"GET / HTTP/1.1\r\n\r\n", b"\xff\xff\xff\xff\x01", b"\x00\x00\x00\x05\x01{]]]"):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(garbage)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the master
+        writer.close()
+    assert master.replication.master is not None and master.replication.master.rejected == 3
+    await wm.send("B", b"still replicating")
+    assert master.store is not None and slave.store is not None
+    await eventually(lambda: _true(slave.store.max_phy_offset == master.store.max_phy_offset),
+                     what="the real slave to keep replicating")
+    msgs = decode_records((await group.wire(slave).pull("B", 0, 0)).body or b"")
+    assert [m.body for m in msgs] == [b"still replicating"]
+
+
+async def _true(value: bool) -> bool:
+    return value
