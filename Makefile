@@ -8,7 +8,7 @@ NODE_STAMP := $(COMPAT)/node_modules/.installed
 CPP_VENV := $(COMPAT)/cpp/.venv
 CPP_STAMP := $(CPP_VENV)/.installed
 
-.PHONY: all venv node compat-cpp demo test test-fast test-pure lint bench clean
+.PHONY: all venv node compat-cpp demo test test-fast test-pure chaos lint bench clean
 
 all: test
 
@@ -49,6 +49,11 @@ test-fast: venv
 # compiled one.
 test-pure: venv
 	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q tests -m "not spark and not compat and not slow"
+
+# Every replication mode under every fault schedule, several rounds each (tests/chaos); `make
+# test` runs a short set of the same.
+chaos: venv
+	FERRYMQ_CHAOS_LONG=1 $(PY) -m pytest -q tests/chaos -m chaos
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples

@@ -1,0 +1,110 @@
+"""Fault schedules over a LocalCluster: each fault is injected, held, then repaired, for a
+number of rounds, while the workload runs; the timeline goes into the workload's ledger."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy import TcpProxy
+from workload import Workload
+
+from ferrymq.embedded import BrokerProcess, LocalCluster
+
+Repair = Callable[[], object]
+
+
+@dataclass
+class Target:
+    cluster: LocalCluster
+    proxy: TcpProxy | None  # between the (static) slave and the master's HA port
+    lease_s: float  # the controller's lease; also how long a freeze must last to matter
+
+    def master(self) -> BrokerProcess:
+        if self.cluster.controller:
+            return self.cluster.wait_master(30.0)
+        return self.cluster.static_master()
+
+    def slave(self) -> BrokerProcess:
+        if not self.cluster.controller:
+            return self.cluster.slaves()[0]
+        master = self.master()
+        return next(b for b in self.cluster.brokers if b is not master and b.running)
+
+
+def kill_master(t: Target) -> Repair:
+    m = t.master()
+    m.kill()
+    return m.start
+
+
+def kill_slave(t: Target) -> Repair:
+    s = t.slave()
+    s.kill()
+    return s.start
+
+
+def pause_master(t: Target) -> Repair:
+    m = t.master()
+    m.pause()
+    return m.resume
+
+
+def restart_all(t: Target) -> Repair:
+    t.cluster.crash_all()
+    return t.cluster.heal
+
+
+def partition_ha(t: Target) -> Repair:
+    if t.proxy is None:
+        raise ValueError("partition_ha needs the slave started behind a proxy")
+    t.proxy.cut()
+    return t.proxy.heal
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    name: str
+    inject: Callable[[Target], Repair]
+    # How long the fault is held: seconds plus a multiple of the controller lease.
+    hold_s: float
+    hold_leases: float = 0.0
+    static_only: bool = False  # the proxy can only sit in front of a static slave
+
+    def hold(self, lease_s: float, scale: float) -> float:
+        return (self.hold_s + self.hold_leases * lease_s) * scale
+
+
+SCHEDULES = {
+    s.name: s
+    for s in (
+        Schedule("kill-master", kill_master, 1.0, hold_leases=1.5),
+        Schedule("kill-slave", kill_slave, 1.5),
+        Schedule("pause-master", pause_master, 0.5, hold_leases=2.0),
+        Schedule("restart-all", restart_all, 0.2),
+        Schedule("partition-ha", partition_ha, 2.0, static_only=True),
+    )
+}
+
+
+def run_schedule(target: Target, workload: Workload, schedule: Schedule, *, rounds: int, gap_s: float,
+                 scale: float = 1.0, recover_timeout: float = 30.0) -> list[str]:
+    """Inject, hold, repair `rounds` times with `gap_s` of normal running before each; after
+    each repair, wait until sends are acknowledged again. Returns what did not recover (a
+    round whose cluster took no send within `recover_timeout`)."""
+    problems: list[str] = []
+    for i in range(rounds):
+        time.sleep(gap_s)  # normal running between faults: a duration, not a wait for a state
+        workload.mark(f"{schedule.name} #{i}: inject")
+        repair = schedule.inject(target)
+        time.sleep(schedule.hold(target.lease_s, scale))
+        repair()
+        workload.mark(f"{schedule.name} #{i}: repaired")
+        before = workload.acked_count()
+        if not workload.wait_acked(before, recover_timeout):
+            problems.append(f"round {i}: no send acknowledged within {recover_timeout}s after the repair")
+            workload.mark(f"{schedule.name} #{i}: not recovered")
+        else:
+            workload.mark(f"{schedule.name} #{i}: sends acknowledged again")
+    return problems

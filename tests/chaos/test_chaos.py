@@ -1,0 +1,125 @@
+"""Fault runs against a real broker group (name server, master, slaves: separate processes):
+producers and a push consumer work while a schedule kills, freezes, restarts or partitions;
+then everything is healed, the consumer drained, and the checker run.
+
+Oracles: SYNC_MASTER (static roles or controller) loses no acknowledged message in any
+schedule; ASYNC_MASTER may, and its loss window is reported. Nothing may arrive that was never
+sent, and the cluster must take sends again after every repair.
+
+`make test` runs a short set; `make chaos` (FERRYMQ_CHAOS_LONG=1) every mode and schedule,
+more rounds, longer faults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from faults import SCHEDULES, Target, run_schedule
+from proxy import TcpProxy
+from workload import Workload
+
+from ferrymq.embedded import LocalCluster, start_cluster
+
+LONG = os.environ.get("FERRYMQ_CHAOS_LONG") == "1"
+ROUNDS = 4 if LONG else 1
+GAP_S = 3.0 if LONG else 1.0
+SCALE = 2.0 if LONG else 1.0
+LEASE_MS = 1000
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(900 if LONG else 120)]
+
+# Short intervals everywhere a failover waits, so a round takes seconds.
+BROKER_CONFIG: dict[str, str | int | float | bool] = {
+    "register_broker_interval_ms": 500,
+    "ha_slave_sync_interval_ms": 300,
+    "ha_heartbeat_interval_ms": 200,
+    "controller_heartbeat_interval_ms": 200,
+    "sync_flush_timeout_ms": 1500,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    role: str
+    controller: bool
+    zero_loss: bool
+
+
+MODES = {
+    "sync-static": Mode("SYNC_MASTER", False, True),
+    "sync-controller": Mode("SYNC_MASTER", True, True),
+    "async-static": Mode("ASYNC_MASTER", False, False),
+    "async-controller": Mode("ASYNC_MASTER", True, False),
+}
+SHORT = [
+    ("sync-static", "kill-master"),
+    ("sync-static", "kill-slave"),
+    ("sync-static", "partition-ha"),
+    ("sync-controller", "kill-master"),
+    ("sync-controller", "pause-master"),
+    ("sync-controller", "restart-all"),
+    ("async-controller", "kill-master"),
+]
+EVERY = [
+    (m, s) for m in MODES for s, sched in SCHEDULES.items() if not (sched.static_only and MODES[m].controller)
+]
+
+
+def diagnostics(cluster: LocalCluster, workload: Workload, base: Path) -> str:
+    lines = [f"processes' logs under {base / 'logs'}", "timeline (ms since start):"]
+    lines += [f"  {t:8.0f} {what}" for t, what in workload.timeline()]
+    lines.append(f"send errors: {dict(workload.ledger.send_errors)}")
+    for p in cluster.processes:
+        lines.append(f"--- {p!r} log tail:\n{p.log_tail(25)}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("mode_name", "schedule_name"), EVERY if LONG else SHORT,
+                         ids=[f"{m}-{s}" for m, s in (EVERY if LONG else SHORT)])
+def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, chaos_report: list[str]) -> None:
+    mode, schedule = MODES[mode_name], SCHEDULES[schedule_name]
+    base = tmp_path / "cluster"
+    proxy: TcpProxy | None = None
+    holder: list[LocalCluster] = []
+    if schedule.static_only:
+        proxy = TcpProxy(lambda: holder[0].static_master().ha_addr).start()
+    cluster = start_cluster(base, slaves=1, role=mode.role, controller=mode.controller,
+                            controller_lease_ms=LEASE_MS, broker_config=BROKER_CONFIG,
+                            master_ha_addr=(lambda _b: proxy.addr) if proxy is not None else None)
+    holder.append(cluster)
+    workload = Workload(cluster.namesrv.addr)
+    try:
+        workload.create_topic()
+        workload.start_consumer()
+        workload.start_producers()
+        assert workload.wait_acked(50, 30), "no load before the faults\n" + diagnostics(cluster, workload, base)
+        target = Target(cluster, proxy, LEASE_MS / 1000)
+        problems = run_schedule(target, workload, schedule, rounds=ROUNDS, gap_s=GAP_S, scale=SCALE)
+
+        cluster.heal()
+        if proxy is not None:
+            proxy.heal()
+        workload.mark("healed")
+        if not workload.wait_acked(workload.acked_count(), 30):
+            problems.append("no send acknowledged within 30s after healing everything")
+        workload.stop_producers()
+        workload.mark("producers stopped")
+        drained = workload.drain(30)
+        workload.mark("drained" if drained else "drain deadline passed")
+        result = workload.result()
+    finally:
+        workload.close()
+        cluster.close()
+        if proxy is not None:
+            proxy.close()
+
+    oracle = "lost must be 0" if mode.zero_loss else "loss reported"
+    chaos_report.append(f"{mode_name:17} {schedule_name:13} [{oracle}] {result.summary()}")
+    diag = f"{result.summary()}\n{diagnostics(cluster, workload, base)}"
+    assert not problems, f"{problems}\n{diag}"
+    assert not result.unexpected, f"messages never sent were received\n{diag}"
+    assert result.acked > 0
+    if mode.zero_loss:
+        assert not result.lost, f"{mode.role} lost acknowledged messages\n{diag}"
