@@ -30,10 +30,10 @@ def _reset(sock: socket.socket) -> None:
 
 class TcpProxy:
     """Forwards connections on `addr` to `target` (an address, or a function asked at every
-    connection, so the target may move)."""
+    connection, so the target may move; it may also be set at any time)."""
 
     def __init__(self, target: str | Callable[[], str], host: str = "127.0.0.1", port: int = 0) -> None:
-        self._target = target
+        self.target = target
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -82,10 +82,10 @@ class TcpProxy:
             self._open(client)
 
     def _open(self, client: socket.socket) -> None:
-        target = self._target() if callable(self._target) else self._target
         try:
+            target = self.target() if callable(self.target) else self.target
             upstream = socket.create_connection(_split(target), timeout=2.0)
-        except OSError:
+        except Exception:  # no target yet, or it refuses: the client sees a closed connection
             _reset(client)
             return
         upstream.settimeout(None)
@@ -121,10 +121,13 @@ class TcpProxy:
 
     def cut(self) -> None:
         """Partition: reset every open connection and refuse new ones until heal()."""
+        self.cuts += 1
+        self._drop()
+
+    def _drop(self) -> None:
         with self._lock:
             listener, self._listener = self._listener, None
             conns, self._conns = set(self._conns), set()
-            self.cuts += 1
         self._stop.set()
         if self._accept_thread is not None:
             self._accept_thread.join(5)
@@ -142,7 +145,7 @@ class TcpProxy:
             return len(self._conns) // 2
 
     def close(self) -> None:
-        self.cut()
+        self._drop()
 
     def __enter__(self) -> TcpProxy:
         return self.start()

@@ -20,7 +20,7 @@ from faults import SCHEDULES, Target, run_schedule
 from proxy import TcpProxy
 from workload import Workload
 
-from ferrymq.embedded import LocalCluster, start_cluster
+from ferrymq.embedded import BrokerProcess, LocalCluster, start_cluster
 
 LONG = os.environ.get("FERRYMQ_CHAOS_LONG") == "1"
 ROUNDS = 4 if LONG else 1
@@ -81,14 +81,16 @@ def diagnostics(cluster: LocalCluster, workload: Workload, base: Path) -> str:
 def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, chaos_report: list[str]) -> None:
     mode, schedule = MODES[mode_name], SCHEDULES[schedule_name]
     base = tmp_path / "cluster"
-    proxy: TcpProxy | None = None
-    holder: list[LocalCluster] = []
-    if schedule.static_only:
-        proxy = TcpProxy(lambda: holder[0].static_master().ha_addr).start()
+    proxy = TcpProxy("").start() if schedule.static_only else None
+
+    def through_proxy(slave: BrokerProcess) -> str:
+        assert proxy is not None
+        proxy.target = slave.cluster.static_master().ha_addr
+        return proxy.addr
+
     cluster = start_cluster(base, slaves=1, role=mode.role, controller=mode.controller,
                             controller_lease_ms=LEASE_MS, broker_config=BROKER_CONFIG,
-                            master_ha_addr=(lambda _b: proxy.addr) if proxy is not None else None)
-    holder.append(cluster)
+                            master_ha_addr=through_proxy if proxy is not None else None)
     workload = Workload(cluster.namesrv.addr)
     try:
         workload.create_topic()
@@ -116,10 +118,14 @@ def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, chaos_report:
             proxy.close()
 
     oracle = "lost must be 0" if mode.zero_loss else "loss reported"
-    chaos_report.append(f"{mode_name:17} {schedule_name:13} [{oracle}] {result.summary()}")
+    chaos_report.append(f"{mode_name:17} {schedule_name:13} [{oracle}] {result.summary()} "
+                        f"send_errors={dict(workload.ledger.send_errors)}")
     diag = f"{result.summary()}\n{diagnostics(cluster, workload, base)}"
     assert not problems, f"{problems}\n{diag}"
     assert not result.unexpected, f"messages never sent were received\n{diag}"
     assert result.acked > 0
+    if proxy is not None:
+        # The slave did copy through the proxy, and came back through it after every cut.
+        assert proxy.cuts == ROUNDS and proxy.accepted >= ROUNDS + 1, (proxy.cuts, proxy.accepted)
     if mode.zero_loss:
         assert not result.lost, f"{mode.role} lost acknowledged messages\n{diag}"

@@ -80,14 +80,18 @@ def test_forwards_cuts_refuses_and_heals_on_the_same_port(echo: str) -> None:
 
 
 def test_a_target_that_refuses_closes_the_client(echo: str) -> None:
+    # Bound but not listening: connections to it are refused, and no other process can take
+    # the port meanwhile.
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     port = dead.getsockname()[1]
-    dead.close()  # nothing listens there now
-    with TcpProxy(f"127.0.0.1:{port}") as proxy:
-        s = connect(proxy.addr)
-        assert broken(s)
-        assert proxy.accepted == 0
+    try:
+        with TcpProxy(f"127.0.0.1:{port}") as proxy:
+            s = connect(proxy.addr)
+            assert broken(s)
+            assert proxy.accepted == 0
+    finally:
+        dead.close()
 
 
 def test_the_target_is_asked_at_every_connection(echo: str) -> None:
