@@ -48,6 +48,25 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message
         time.sleep(interval)
 
 
+_REPORT = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def run_report(request: pytest.FixtureRequest) -> list[str]:
+    """Lines a test wants read whether it passes or not (the chaos runs' checker results),
+    printed at the end of the run."""
+    return request.config.stash.setdefault(_REPORT, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    lines = config.stash.get(_REPORT, [])
+    if lines:
+        terminalreporter.section("reported by the tests")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Any] | None:
     """Transport tests run on both loops (the servers use uvloop, tools may not); the rest on
     the default loop."""
