@@ -12,13 +12,16 @@ from typing import TYPE_CHECKING
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
+from ..common.names import SCHEDULE_TOPIC
 from ..ha import HaMaster, HaMasterConfig, HaSlave, HaSlaveConfig, ReplicaAck
 from ..remoting import RemotingCommand, RemotingError
 from ..store import PutResult, PutStatus
 from .offsets import TOPIC_GROUP_SEPARATOR
+from .topics import TopicConfig
 
 if TYPE_CHECKING:
     from .controller import Broker
+    from .failover import ControllerAgent
 
 log = logging.getLogger("ferrymq.broker.ha")
 
@@ -38,9 +41,9 @@ class Replication:
         # A slave's master: remoting address (metadata copies, offset pushes) and HA address.
         self.master_addr = ""
         self.master_ha_addr = broker.config.ha_master_address
-        self.fenced_reason = ""  # set when a controller-mode master lost its lease
         self._sync_task: asyncio.Task[None] | None = None
         self.synced_ms = 0
+        self.agent: ControllerAgent | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> str:
@@ -55,7 +58,11 @@ class Replication:
         ), master_addr=lambda: broker.addr, clock=broker.now_ms)
         self.ha_addr = await self.master.start()
         if cfg.controller_addr:
-            pass  # the controller agent decides
+            from .failover import ControllerAgent
+
+            self.agent = ControllerAgent(broker, self)
+            self.master.policy = self.agent
+            self.agent.start()
         elif cfg.broker_role == "SLAVE":
             self.become_slave(cfg.ha_master_address, "")
         else:
@@ -63,6 +70,8 @@ class Replication:
         return self.ha_addr
 
     async def stop(self) -> None:
+        if self.agent is not None:
+            await self.agent.stop()
         if self._sync_task is not None:
             self._sync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -80,14 +89,25 @@ class Replication:
             slave, self.slave = self.slave, None
             asyncio.get_running_loop().create_task(slave.stop())
         store.epochs.begin(epoch, store.max_phy_offset)
+        self._topics_for_queues()
         self.epoch = epoch
         self.role = MASTER
-        self.fenced_reason = ""
         self.master_addr = ""
         self.broker.offsets.local_commits = None
         self.broker.start_master_services()
         log.info("%s is the master (epoch %d) from offset %d", self.broker.config.broker_name,
                  epoch, store.max_phy_offset)
+
+    def _topics_for_queues(self) -> None:
+        """A slave's topic copy can lag its log by a sync interval: a new master serves every
+        topic it holds messages of, or clients could not find them in its route."""
+        store = self.broker.store
+        assert store is not None
+        for topic, qids in store.queues().items():
+            if topic != SCHEDULE_TOPIC and self.broker.topics.get(topic) is None:
+                n = max(qids) + 1
+                self.broker.topics.upsert(TopicConfig(topic, read_queue_nums=n, write_queue_nums=n))
+                log.info("topic %s (%d queues) known from the log only: configured", topic, n)
 
     def become_slave(self, master_ha_addr: str, master_addr: str) -> None:
         store = self.broker.store
@@ -138,7 +158,9 @@ class Replication:
                     "send to its master")
         if self.role == UNDECIDED:
             return "the broker is waiting for the controller to name its group's master"
-        return self.fenced_reason
+        if self.agent is not None:
+            return self.agent.fenced()
+        return ""
 
     async def after_put(self, result: PutResult) -> PutResult:
         """SYNC_MASTER: answer once the slaves waited for have the batch."""
@@ -206,8 +228,12 @@ class Replication:
         role = cfg.broker_role if self.role == MASTER else ("SLAVE" if self.role == SLAVE else "UNDECIDED")
         table = {"brokerRole": role, "brokerId": str(cfg.broker_id), "haListenAddr": self.ha_addr,
                  "epoch": str(self.epoch)}
-        if self.fenced_reason:
-            table["fenced"] = self.fenced_reason
+        fenced = self.agent.fenced() if self.agent is not None else ""
+        if fenced:
+            table["fenced"] = fenced
+        if self.agent is not None:
+            table["controllerMasterId"] = str(self.agent.master_id)
+            table["syncStateSet"] = ",".join(str(i) for i in sorted(self.agent.sync_state_set))
         if self.role == MASTER and self.master is not None:
             table["haSlaves"] = jsonx.dumps(self.master.slaves_table())
             table["inSyncSlaves"] = ",".join(str(i) for i in sorted(self.master.in_sync))

@@ -277,10 +277,21 @@ class HaMaster:
 
     async def _housekeep(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
+        absent: dict[int, int] = {}
         while True:
             await asyncio.sleep(interval)
             for link in list(self.links.values()):
                 self._check(link)
+            # Waited for but not connected (in the controller's set from before): given up on
+            # after the catch-up time, as a slave that stopped reporting would be.
+            now = self._clock()
+            for sid in list(absent):
+                if sid in self.links or sid not in self.wait_set:
+                    del absent[sid]
+            for sid in self.wait_set - set(self.links):
+                since = absent.setdefault(sid, now)
+                if now - since > self.config.max_time_slave_not_catchup_ms:
+                    self.policy.leave(sid)
 
     # --- figures ---------------------------------------------------------------------------
     def lag_ms(self, link: SlaveLink) -> int:

@@ -1,0 +1,110 @@
+"""Controller mode with in-process brokers and a name server running the controller: the first
+replica becomes master, the other its slave; when the master stops heartbeating the slave is
+elected, takes writes and the route; the old master returns as a slave of the new one."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wire_util import Wire, eventually
+
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.controller import Broker
+from ferrymq.broker.replication import MASTER, SLAVE
+from ferrymq.common.codes import ResponseCode
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
+
+
+class Setup:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.namesrv = NameServer(NamesrvConfig(port=0, enable_controller=True,
+                                                controller_dir=tmp / "ctl", controller_lease_ms=800,
+                                                controller_scan_interval_ms=100))
+        self.brokers: dict[int, Broker] = {}
+        self.wires: list[Wire] = []
+
+    async def broker(self, bid: int, **config: Any) -> Broker:
+        cfg = BrokerConfig(store_dir=self.tmp / f"b{bid}", listen_port=0, namesrv_addr=self.namesrv.address,
+                           controller_addr=self.namesrv.address, broker_id=bid,
+                           broker_role="SYNC_MASTER", controller_heartbeat_interval_ms=100,
+                           controller_lease_ms=800, ha_heartbeat_interval_ms=100,
+                           ha_slave_sync_interval_ms=200, sync_flush_timeout_ms=2000,
+                           ha_max_time_slave_not_catchup_ms=1000, **config)
+        b = Broker(cfg)
+        await b.start()
+        self.brokers[bid] = b
+        return b
+
+    def wire(self, broker: Broker) -> Wire:
+        w = Wire(self.namesrv.address, broker.addr)
+        self.wires.append(w)
+        return w
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    s = Setup(tmp_path)
+    await s.namesrv.start()
+    yield s
+    for w in s.wires:
+        await w.close()
+    for b in s.brokers.values():
+        await b.stop()
+    await s.namesrv.stop()
+
+
+async def _true(v: bool) -> bool:
+    return v
+
+
+async def test_failover_elects_the_in_sync_slave_and_the_old_master_rejoins(setup: Setup) -> None:
+    b1 = await setup.broker(1)
+    await eventually(lambda: _true(b1.replication.role == MASTER), what="b1 to be master")
+    b2 = await setup.broker(2)
+    await eventually(lambda: _true(b2.replication.role == SLAVE), what="b2 to be slave")
+    await eventually(lambda: _true(b1.replication.agent is not None
+                                   and b1.replication.agent.sync_state_set == {1, 2}),
+                     what="b2 in the controller's in-sync set")
+    w1 = setup.wire(b1)
+    await w1.create_topic("F", 1)
+    for i in range(30):
+        resp = await w1.send("F", f"f{i}".encode())
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    route = await w1.route("F")
+    assert route is not None
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": b1.addr, "2": b2.addr}  # type: ignore[index]
+
+    # The master goes away without a word (its heartbeats stop with it).
+    await b1.stop()
+    del setup.brokers[1]
+    await eventually(lambda: _true(b2.replication.role == MASTER), timeout=10, what="b2 elected")
+    assert b2.replication.epoch == 2
+    w2 = setup.wire(b2)
+
+    async def routed() -> bool:
+        r = await w2.route("F")
+        return r is not None and r["brokerDatas"][0]["brokerAddrs"] == {"0": b2.addr}  # type: ignore[index]
+
+    await eventually(routed, what="the route to name b2 as master")
+    alone = await w2.send("F", b"while alone")
+    assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE  # stored, not replicated: no in-sync slave
+    assert [m.body for m in await w2.pull_all("F", 0)] == [f"f{i}".encode() for i in range(30)] + [b"while alone"]
+
+    # The old master returns on its store: a slave of b2 now, in sync again, so b2's
+    # SYNC_MASTER sends succeed.
+    b1 = await setup.broker(1)
+    await eventually(lambda: _true(b1.replication.role == SLAVE and b1.replication.slave is not None
+                                   and b1.replication.slave.connected), what="b1 to rejoin as slave")
+    await eventually(lambda: _true(b2.replication.agent is not None
+                                   and b2.replication.agent.sync_state_set == {1, 2}), what="b1 in sync")
+    ok = await w2.send("F", b"replicated again")
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+    assert b1.store is not None and b2.store is not None
+    assert b1.store.max_phy_offset == b2.store.max_phy_offset
+    assert b1.store.epochs.entries() == b2.store.epochs.entries()
+    refused = await setup.wire(b1).send("F", b"to the old master")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
