@@ -176,3 +176,18 @@ async def test_bad_input_on_the_ha_port_closes_only_that_connection(group: Group
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_master_suggests_the_slave_to_a_consumer_far_behind(group: Group) -> None:
+    master = await group.broker("m", slave_read_enable=True, access_message_in_memory_max_ratio=0)
+    await group.broker("s", broker_role="SLAVE", broker_id=1)
+    wm = group.wire(master)
+    await wm.create_topic("L", 1)
+    for i in range(5):
+        await wm.send("L", f"l{i}".encode())
+    await eventually(lambda: _true(1 in master.replication.master.in_sync),  # type: ignore[union-attr]
+                     what="the slave in sync")
+    behind = await wm.pull("L", 0, 0, max_nums=2)
+    assert behind.ext_fields["suggestWhichBrokerId"] == "1"
+    caught_up = await wm.pull("L", 0, 0, max_nums=5)  # nothing left after these
+    assert caught_up.ext_fields["suggestWhichBrokerId"] == "0"

@@ -88,6 +88,9 @@ class BrokerConfig:
     # taking writes (a new master may have been elected meanwhile).
     controller_lease_ms: int = 3000
     slave_read_enable: bool = False
+    # With slave_read_enable, a consumer whose next message lies further behind the log's end
+    # than this share of physical memory (likely no longer cached) is sent to a slave.
+    access_message_in_memory_max_ratio: int = 40
 
     @property
     def broker_addr(self) -> str:
@@ -175,6 +178,7 @@ _CAMEL_ALIASES = {
     "haMaxTimeSlaveNotCatchup": "ha_max_time_slave_not_catchup_ms",
     "haMaxGapNotInSync": "ha_max_gap_not_in_sync",
     "slaveReadEnable": "slave_read_enable",
+    "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
 }
 
 

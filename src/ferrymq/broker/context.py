@@ -61,6 +61,10 @@ class BrokerContext(Protocol):
 
     def now_ms(self) -> int: ...
 
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
+        """Which broker of the group the consumer should pull this queue from next."""
+        ...
+
     def ha_table(self) -> dict[str, str]:
         """The replication keys of the runtime table (docs/replication.md)."""
         ...

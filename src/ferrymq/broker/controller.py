@@ -176,6 +176,9 @@ class Broker:
     def ha_table(self) -> dict[str, str]:
         return self.replication.runtime_table()
 
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
+        return self.replication.suggest_broker_id(topic, queue_id, next_offset)
+
     async def stop(self) -> None:
         if self._stopping:
             return

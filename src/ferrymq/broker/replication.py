@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from ..common import jsonx
@@ -28,6 +29,13 @@ log = logging.getLogger("ferrymq.broker.ha")
 MASTER = "master"
 SLAVE = "slave"
 UNDECIDED = "undecided"  # controller mode, before the controller has answered
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 1 << 33
 
 
 class Replication:
@@ -177,6 +185,22 @@ class Replication:
             result.status = PutStatus.SLAVE_NOT_AVAILABLE
             result.reason = "no slave is connected and in sync"
         return result
+
+    # --- reads --------------------------------------------------------------------------------
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
+        """suggestWhichBrokerId of a pull answer: the master, or (slave_read_enable) an in-sync
+        slave when the consumer's next message is far enough behind to have left the cache."""
+        cfg, m, store = self.broker.config, self.master, self.broker.store
+        if self.role != MASTER or not cfg.slave_read_enable or m is None or not m.in_sync:
+            return 0
+        assert store is not None
+        entries = store.read_queue_entries(topic, queue_id, next_offset, 1)
+        if not entries:
+            return 0
+        behind = store.max_phy_offset - entries[0].phys_offset
+        if behind > _physical_memory() * cfg.access_message_in_memory_max_ratio // 100:
+            return min(m.in_sync)
+        return 0
 
     # --- the slave's copy of its master's metadata -----------------------------------------
     async def _sync_loop(self) -> None:

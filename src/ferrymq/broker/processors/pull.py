@@ -113,7 +113,7 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         nextBeginOffset=result.next_begin_offset,
         minOffset=result.min_offset,
         maxOffset=result.max_offset,
-        suggestWhichBrokerId=0,
+        suggestWhichBrokerId=broker.suggest_broker_id(topic, queue_id, result.next_begin_offset),
     )
     if code == ResponseCode.SUCCESS:
         broker.stats.add_got(result.count)
