@@ -191,3 +191,12 @@ async def test_master_suggests_the_slave_to_a_consumer_far_behind(group: Group) 
     assert behind.ext_fields["suggestWhichBrokerId"] == "1"
     caught_up = await wm.pull("L", 0, 0, max_nums=5)  # nothing left after these
     assert caught_up.ext_fields["suggestWhichBrokerId"] == "0"
+
+
+async def test_slave_started_first_finds_its_master_when_it_registers(group: Group) -> None:
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    assert slave.replication.master_ha_addr == ""
+    master = await group.broker("m")
+    await eventually(lambda: _true(slave.replication.slave is not None and slave.replication.slave.connected),
+                     timeout=10, what="the slave to find and reach its master")
+    assert slave.replication.master_ha_addr == master.replication.ha_addr

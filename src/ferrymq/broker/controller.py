@@ -258,6 +258,9 @@ class Broker:
     def _topics_changed(self) -> None:
         self._register_soon.set()
 
+    def request_registration(self) -> None:
+        self._register_soon.set()
+
     def _topics_dirty(self) -> None:
         try:
             self._topics_writer.ask_nowait()

@@ -132,13 +132,20 @@ class Replication:
         if self.slave is None:
             cfg = self.broker.config
             self.slave = HaSlave(store, HaSlaveConfig(cfg.broker_name, cfg.broker_id, self.broker.addr),
-                                 lambda: self.master_ha_addr)
+                                 self._master_ha)
             self.slave.start()
         else:
             self.slave.drop_connection()  # follow the new master now
         if self._sync_task is None:
             self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop(),
                                                                      name="ferrymq-slave-sync")
+
+    def _master_ha(self) -> str:
+        """Asked before every connection attempt. A static slave that is not connected asks the
+        name server again: its master may have registered since, or restarted elsewhere."""
+        if not self.broker.config.controller_addr and not self.broker.config.ha_master_address:
+            self.broker.request_registration()
+        return self.master_ha_addr
 
     def drop_slaves(self) -> None:
         m = self.master
