@@ -296,6 +296,7 @@ class MQClientAPI:
             min_offset=int(e.get("minOffset", 0)),
             max_offset=int(e.get("maxOffset", 0)),
             broker=broker,
+            suggest_which_broker_id=int(e.get("suggestWhichBrokerId", 0)),
         )
 
     async def consumer_send_back(

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,11 +22,20 @@ from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
+from ..common.names import MASTER_ID
 from ..common.record import MessageDecodeError, decode_records
-from ..remoting import ClientConfig, Connection, RemotingClient, RemotingCommand, RemotingError
+from ..remoting import (
+    ClientConfig,
+    Connection,
+    RemotingClient,
+    RemotingClosedError,
+    RemotingCommand,
+    RemotingConnectError,
+    RemotingError,
+)
 from .api import MQClientAPI, mq_from_key, split_addrs
 from .loop import LoopThread
-from .route import TopicRoute
+from .route import TopicRoute, read_addr
 
 log = logging.getLogger("ferrymq.client")
 
@@ -36,6 +46,9 @@ class InstanceConfig:
     route_refresh_interval: float = 30.0
     heartbeat_interval: float = 30.0
     request_timeout: float = 3.0
+    # While a broker group's master is missing from a route (it died; reads go to a slave), the
+    # route is fetched again at most this often, so reads move back soon after it returns.
+    master_recheck_interval: float = 1.0
 
 
 class ProducerMember(Protocol):
@@ -79,6 +92,7 @@ class ClientInstance:
         self.api = MQClientAPI(self.remoting, config.namesrv, timeout=config.request_timeout)
         self.routes: dict[str, TopicRoute] = {}
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}
+        self._master_rechecked: dict[str, float] = {}  # topic -> monotonic time of the fetch
         # Why the last route lookup reached no name server (None once one answers): a missing
         # route is then reported as what it is, an unreachable name server.
         self.namesrv_failure: BaseException | None = None
@@ -192,15 +206,31 @@ class ClientInstance:
         return self.broker_addrs.get(broker_name, {}).get(0)
 
     async def find_broker_addr(self, broker_name: str, topic: str | None = None) -> str | None:
-        addr = self.master_addr(broker_name)
-        if addr is None and topic is not None:
-            await self.update_route(topic)
-            addr = self.master_addr(broker_name)
-        if addr is None:
-            # Slaves serve reads while the master is away.
-            addrs = self.broker_addrs.get(broker_name) or {}
-            addr = next((a for _, a in sorted(addrs.items())), None)
-        return addr
+        """The group's master, else (it is away) a slave: slaves serve reads and take commits."""
+        return await self.find_read_addr(broker_name, topic, MASTER_ID)
+
+    async def find_read_addr(
+        self, broker_name: str, topic: str | None, suggested: int
+    ) -> str | None:
+        """Where to read `broker_name`: the suggested broker id when the route lists it, else
+        the master, else any slave. A route without the master is fetched again (at most every
+        master_recheck_interval), so reads go back to the master once it is listed again."""
+        if self.master_addr(broker_name) is None and topic is not None:
+            now = time.monotonic()
+            if now - self._master_rechecked.get(topic, -1e9) >= self.config.master_recheck_interval:
+                self._master_rechecked[topic] = now
+                await self.update_route(topic)
+        return read_addr(self.broker_addrs.get(broker_name) or {}, suggested)
+
+    async def after_failure(self, topic: str, exc: BaseException) -> bool:
+        """A request to a broker failed. When the broker is gone (connection refused or closed
+        under the request) the name server has likely dropped it already: fetch the route now
+        rather than at the next periodic refresh. True when the route was fetched."""
+        if not isinstance(exc, RemotingConnectError | RemotingClosedError) or self.closed:
+            return False
+        self._master_rechecked[topic] = time.monotonic()
+        await self.update_route(topic)
+        return True
 
     def all_broker_addrs(self) -> list[str]:
         return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})

@@ -377,10 +377,13 @@ class AsyncProducer(Lifecycle):
             resp = await inst.api.send(
                 addr, self._header(out, mq), out.body, batch=out.batch, timeout=timeout
             )
-        except RemotingError:
+        except RemotingError as exc:
             self.fault.update(
                 mq.broker_name, int((time.monotonic() - began) * 1000), isolation=True
             )
+            # A dead master leaves the route at once: the next sends see that without waiting
+            # for the periodic refresh.
+            await inst.after_failure(out.topic, exc)
             raise
         self.fault.update(mq.broker_name, int((time.monotonic() - began) * 1000), isolation=False)
         return self._result(resp, addr, mq, out)

@@ -51,6 +51,8 @@ class RawPullResult:
     min_offset: int
     max_offset: int
     broker: str
+    # The broker id to pull this queue from next (a slave names its master, 0).
+    suggest_which_broker_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)

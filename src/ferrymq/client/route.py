@@ -29,6 +29,16 @@ class QueueData:
         return bool(self.perm & PERM_WRITE)
 
 
+def read_addr(addrs: Mapping[int, str], suggested: int) -> str | None:
+    """Where to pull a broker group from (RocketMQ's PullAPIWrapper): the broker id the last
+    pull answer suggested when the route lists it, else the master, else any slave."""
+    return (
+        addrs.get(suggested)
+        or addrs.get(MASTER_ID)
+        or next((a for _, a in sorted(addrs.items())), None)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerData:
     cluster: str
@@ -41,9 +51,7 @@ class BrokerData:
 
     def any_addr(self) -> str | None:
         """The master, else any slave (reads are served by slaves when the master is down)."""
-        if MASTER_ID in self.broker_addrs:
-            return self.broker_addrs[MASTER_ID]
-        return next(iter(sorted(self.broker_addrs.items())), (0, None))[1]
+        return read_addr(self.broker_addrs, MASTER_ID)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ class ConsumerBase(Lifecycle):
         self.subscriptions: dict[str, Subscription] = {}
         self._retry_sub: Subscription | None = None
         self.table: dict[MessageQueue, ProcessQueue] = {}
+        self.read_from: dict[MessageQueue, int] = {}
         self.pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._inst: ClientInstance | None = None
         self._store: OffsetStore | None = None
@@ -131,7 +132,9 @@ class ConsumerBase(Lifecycle):
         self._inst = inst
         self.start_timestamp_ms = self.options.start_timestamp_ms()
         if self.clustering:
-            self._store = RemoteOffsetStore(inst, self.group, precise_ack=self.options.precise_ack)
+            self._store = RemoteOffsetStore(
+                inst, self.group, precise_ack=self.options.precise_ack, read_from=self.read_from
+            )
         else:
             self._store = LocalOffsetStore(self.options.offsets_dir() / f"{self.group}.json")
         await self._store.load()

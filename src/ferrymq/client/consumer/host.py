@@ -50,6 +50,8 @@ class QueueHost(Protocol):
     options: ConsumerOptions
     state: State
     table: dict[MessageQueue, ProcessQueue]
+    # The broker id each queue's last pull answer suggested reading from next.
+    read_from: dict[MessageQueue, int]
 
     @property
     def inst(self) -> ClientInstance: ...

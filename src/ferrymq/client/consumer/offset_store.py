@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +23,7 @@ from ...common.errors import FerryMQError
 from ...common.headers import fields
 from ...common.jsonx import FrozenKey
 from ...common.message import MessageQueue
+from ...common.names import MASTER_ID
 from ...common.progress import (
     WITH_ACK_RANGES,
     ProgressDecodeError,
@@ -115,18 +116,30 @@ class RemoteOffsetStore(_MemoryTable):
     (offsets and ranges, answered once durable); an Apache RocketMQ broker gets
     UPDATE_CONSUMER_OFFSET per queue."""
 
-    def __init__(self, inst: ClientInstance, group: str, *, precise_ack: bool = True) -> None:
+    def __init__(
+        self,
+        inst: ClientInstance,
+        group: str,
+        *,
+        precise_ack: bool = True,
+        read_from: Mapping[MessageQueue, int] | None = None,
+    ) -> None:
         super().__init__()
         self.inst = inst
         self.group = group
         self.precise_ack = precise_ack
+        # Offsets go where the queue is pulled from: the suggested broker, else the master,
+        # else (the master is away) a slave, which hands them to the master once it is back.
+        self.read_from: Mapping[MessageQueue, int] = read_from if read_from is not None else {}
         self._extension: dict[str, bool] = {}  # broker address -> knows the extension
 
     async def load(self) -> None:
         return None
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self.inst.find_broker_addr(mq.broker_name, mq.topic)
+        addr = await self.inst.find_read_addr(
+            mq.broker_name, mq.topic, self.read_from.get(mq, MASTER_ID)
+        )
         if addr is None:
             raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
         return addr
@@ -157,6 +170,28 @@ class RemoteOffsetStore(_MemoryTable):
         return offset
 
     async def persist(self, mqs: set[MessageQueue]) -> None:
+        failed = await self._persist_once(mqs)
+        # A broker that is gone makes its queues' route be fetched again; where that names
+        # another broker (a slave while the master is away), the offsets go there now.
+        retry: set[MessageQueue] = set()
+        for addr, qs, exc in failed:
+            topics = {mq.topic for mq in qs}
+            refreshed = [await self.inst.after_failure(t, exc) for t in sorted(topics)]
+            if any(refreshed):
+                for mq in qs:
+                    try:
+                        if await self._addr(mq) != addr:
+                            retry.add(mq)
+                    except FerryMQError:
+                        pass
+            else:
+                log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, exc)
+        for addr, _, exc in await self._persist_once(retry) if retry else []:
+            log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, exc)
+
+    async def _persist_once(
+        self, mqs: set[MessageQueue]
+    ) -> list[tuple[str, list[MessageQueue], FerryMQError]]:
         by_addr: dict[str, list[MessageQueue]] = defaultdict(list)
         for mq in mqs:
             if self.offsets.get(mq, -1) < 0:
@@ -169,11 +204,13 @@ class RemoteOffsetStore(_MemoryTable):
             *(self._persist_broker(addr, qs) for addr, qs in by_addr.items()),
             return_exceptions=True,
         )
-        for (addr, _), result in zip(by_addr.items(), results, strict=True):
+        failed: list[tuple[str, list[MessageQueue], FerryMQError]] = []
+        for (addr, qs), result in zip(by_addr.items(), results, strict=True):
             if isinstance(result, FerryMQError):
-                log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, result)
+                failed.append((addr, qs, result))
             elif isinstance(result, BaseException):
                 raise result
+        return failed
 
     async def _persist_broker(self, addr: str, mqs: list[MessageQueue]) -> None:
         api = self.inst.api

@@ -9,6 +9,7 @@ import logging
 import time
 
 from ...common.errors import FerryMQError
+from ...common.names import MASTER_ID
 from ...common.record import MessageDecodeError, decode_records
 from ..api import pull_sys_flag
 from ..errors import BrokerError, ClientError
@@ -43,8 +44,11 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
             continue
         commit_offset = c.offset_store.read_memory(mq) if c.clustering else -1
         suspend_ms = int(opts.pull_suspend_timeout * 1000)
+        addr = None
         try:
-            addr = await c.inst.find_broker_addr(mq.broker_name, mq.topic)
+            addr = await c.inst.find_read_addr(
+                mq.broker_name, mq.topic, c.read_from.get(mq, MASTER_ID)
+            )
             if addr is None:
                 raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
             result = await c.inst.api.pull(
@@ -66,11 +70,19 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
                 return
             level = logging.DEBUG if isinstance(exc, BrokerError) else logging.WARNING
             log.log(level, "%s: pull of %s at %d failed: %s", c.group, mq, next_offset, exc)
+            if await c.inst.after_failure(mq.topic, exc):
+                # The broker is gone; when the fresh route names another one (a slave while
+                # the master is away), pull there at once.
+                c.read_from.pop(mq, None)
+                again = await c.inst.find_read_addr(mq.broker_name, mq.topic, MASTER_ID)
+                if again is not None and again != addr:
+                    continue
             await asyncio.sleep(opts.pull_delay_on_error)
             continue
         if pq.dropped:
             return
         pq.last_pull_time = time.monotonic()
+        c.read_from[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
             try:
                 msgs = drop_corrupt(decode_records(result.body, broker=mq.broker_name),

@@ -66,7 +66,8 @@ class Rebalancer:
 
     async def _member_ids(self, route: TopicRoute) -> list[str]:
         c = self.consumer
-        addrs = list(route.brokers.values())
+        # Every group's master, or a slave while it is away: each knows the members.
+        addrs = [a for a in (b.any_addr() for b in route.broker_datas) if a is not None]
         random.shuffle(addrs)
         for addr in addrs:
             try:
