@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..client.admin import AdminClient
+from ..client.admin_results import BrokerStatus
 from .failures import CommandFailed
 from .render import fmt_time, print_json, print_table, stdout
 
@@ -27,6 +28,17 @@ def _today(runtime: dict[str, str], kind: str) -> str:
     return str(int(now) - int(morning))
 
 
+def _replication(b: BrokerStatus) -> list[str]:
+    """ha addr, in sync, lag, ha conn: a master's side or a slave's, "-" where it has none."""
+    r = b.replication
+    if b.broker_role == "SLAVE" or r.connected is not None:
+        lag = "-" if r.lag_bytes is None else f"{r.lag_bytes} B / {r.lag_ms if r.lag_ms is not None else '-'} ms"
+        conn = "-" if r.connected is None else ("yes" if r.connected else "no")
+        return ["-", "-", lag, conn]
+    in_sync = "-" if r.in_sync_slaves is None else (",".join(map(str, r.in_sync_slaves)) or "none")
+    return [r.ha_addr or "-", in_sync, "-", "-"]
+
+
 def cmd_cluster_list(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv) as admin:
         brokers = admin.cluster_list()
@@ -39,13 +51,14 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
     print_table(
         None,
         ["cluster", "broker", "bid", "role", "addr", "version", "in tps", "out tps",
-         "in today", "out today", "disk ratio", "booted", "error"],
+         "in today", "out today", "disk ratio", "booted", "ha addr", "in sync", "lag", "ha conn",
+         "error"],
         (
             [
                 b.cluster,
                 b.broker,
                 b.broker_id,
-                b.role,
+                b.broker_role or b.role,
                 b.addr,
                 b.runtime.get("brokerVersionDesc", "-"),
                 _first(b.runtime.get("putTps")),
@@ -54,11 +67,12 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
                 _today(b.runtime, "Get"),
                 b.runtime.get("commitLogDiskRatio", "-"),
                 _ms(b.runtime.get("bootTimestamp", "")),
+                *_replication(b),
                 b.error or "",
             ]
             for b in brokers
         ),
-        right=["bid", "in tps", "out tps", "in today", "out today", "disk ratio"],
+        right=["bid", "in tps", "out tps", "in today", "out today", "disk ratio", "lag"],
     )
     return 0
 
