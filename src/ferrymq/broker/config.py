@@ -87,6 +87,11 @@ class BrokerConfig:
     # A controller-mode master that has not heard from the controller for this long stops
     # taking writes (a new master may have been elected meanwhile).
     controller_lease_ms: int = 3000
+    # Controller mode, SYNC_MASTER: replicas (the master included) that must have a message
+    # before it is answered. 1 (RocketMQ 5's default) lets a master whose slaves are gone keep
+    # taking writes: it is then the only replica that can be elected, so nothing acknowledged
+    # is lost; 2 refuses writes (SLAVE_NOT_AVAILABLE) without an in-sync slave.
+    min_in_sync_replicas: int = 1
     slave_read_enable: bool = False
     # With slave_read_enable, a consumer whose next message lies further behind the log's end
     # than this share of physical memory (likely no longer cached) is sent to a slave.
@@ -126,6 +131,8 @@ class BrokerConfig:
             raise ConfigError("broker_id", "a slave's broker id is 1 or more (0 is the master)")
         elif self.broker_role != "SLAVE" and self.broker_id != 0:
             raise ConfigError("broker_id", f"a master's broker id is 0, not {self.broker_id}")
+        if self.min_in_sync_replicas < 1:
+            raise ConfigError("min_in_sync_replicas", "must be >= 1 (the master counts)")
         if self.ha_listen_port < -1 or self.ha_listen_port > 65535:
             raise ConfigError("ha_listen_port", "must be a port number (0 picks a free one)")
         parse_delay_levels(self.message_delay_level)
@@ -178,6 +185,7 @@ _CAMEL_ALIASES = {
     "haMaxTimeSlaveNotCatchup": "ha_max_time_slave_not_catchup_ms",
     "haMaxGapNotInSync": "ha_max_gap_not_in_sync",
     "slaveReadEnable": "slave_read_enable",
+    "minInSyncReplicas": "min_in_sync_replicas",
     "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
 }
 

@@ -70,6 +70,7 @@ class Replication:
 
             self.agent = ControllerAgent(broker, self)
             self.master.policy = self.agent
+            self.master.min_slaves = cfg.min_in_sync_replicas - 1
             self.agent.start()
         elif cfg.broker_role == "SLAVE":
             self.become_slave(cfg.ha_master_address, "")
@@ -190,7 +191,8 @@ class Replication:
                              f"{self.broker.config.sync_flush_timeout_ms} ms")
         elif ack is ReplicaAck.NO_SLAVE:
             result.status = PutStatus.SLAVE_NOT_AVAILABLE
-            result.reason = "no slave is connected and in sync"
+            result.reason = ("no slave is connected and in sync" if self.agent is None else
+                             f"fewer than {self.broker.config.min_in_sync_replicas} replicas are in sync")
         return result
 
     # --- reads --------------------------------------------------------------------------------

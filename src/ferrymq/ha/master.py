@@ -78,6 +78,10 @@ class HaMaster:
         self.wait_set: set[int] = set()
         self.in_sync: set[int] = set()
         self.policy: SyncSetPolicy = StaticPolicy(self)
+        # Slaves that must be waited for before a send is answered: 1 with static roles
+        # (RocketMQ 4's SYNC_MASTER); in controller mode min_in_sync_replicas - 1, since the
+        # in-sync set alone decides who may be elected.
+        self.min_slaves = 1
         self._server: asyncio.base_events.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -124,8 +128,10 @@ class HaMaster:
 
     # --- sends waiting for slaves ----------------------------------------------------------
     def _acked(self) -> int | None:
-        if not self.wait_set:
+        if len(self.wait_set) < self.min_slaves:
             return None
+        if not self.wait_set:
+            return 1 << 62  # the set is this master alone, and that is allowed
         return min((self.links[i].ack if i in self.links else -1) for i in self.wait_set)
 
     async def wait_replicated(self, end: int, timeout: float) -> ReplicaAck:
