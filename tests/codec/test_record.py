@@ -4,11 +4,13 @@ both implementations give the same bytes, objects and errors for the same input.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import string
 import subprocess
 import sys
+from array import array
 from types import ModuleType
 from typing import Any
 
@@ -327,3 +329,20 @@ def test_batch_to_messages_fails_on_malformed_bodies_like_split_batch(impl: Modu
     for other in OTHERS[impl]:
         assert _to_messages(other, data) == got
     assert _to_messages(impl, data, "bad\x01value")[0] == "PropertyError"
+
+
+@params
+@given(data=st.binary(max_size=300), cut=st.integers(0, 400), flip=st.integers(0, 400),
+       byte=st.integers(0, 255))
+@settings(max_examples=300, deadline=None)
+def test_record_starts_agree_and_match_the_records(impl: ModuleType, data: bytes, cut: int, flip: int,
+                                                   byte: int) -> None:
+    good = _sample_records()
+    starts = impl.record_starts(good)
+    assert array("i", starts).tolist() == [0, *itertools.accumulate(
+        m.store_size for m in impl.decode_records(good))][:-1]
+    for buf in (data, _damaged(good, cut, flip, byte)):
+        got = outcome(impl.record_starts, buf)
+        assert got[0] in ("ok", "MessageDecodeError")
+        for other in OTHERS[impl]:
+            assert outcome(other.record_starts, buf) == got

@@ -27,11 +27,9 @@ from ..common.props import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
-from ..common.record import MessageDecodeError, decode_records
+from ..common.record import decode_records, record_starts
 from ..common.record.layout import (
-    I32,
     MESSAGE_MAGIC_CODE,
-    MIN_RECORD_SIZE,
     POS_BODY_V4,
     POS_BODYLEN_V4,
     POS_BORNTIMESTAMP,
@@ -76,40 +74,21 @@ def empty_batch() -> pa.RecordBatch:
     )
 
 
-def record_starts(buf: bytes) -> list[int]:
-    """Where each record starts, checking that the sizes chain exactly to the buffer's end.
-    The one per-record Python loop of the fast path, so it does as little as possible."""
-    starts: list[int] = []
-    append = starts.append
-    unpack = I32.unpack_from
-    pos = 0
-    n = len(buf) - MIN_RECORD_SIZE
-    while pos <= n:
-        append(pos)
-        (size,) = unpack(buf, pos)
-        if size < MIN_RECORD_SIZE:
-            raise MessageDecodeError(pos, f"total size {size} is below the minimum")
-        pos += size
-    if pos != len(buf):
-        raise MessageDecodeError(pos, "the last record does not end where the buffer ends")
-    return starts
-
-
 def decode_to_batch(buf: bytes, broker: str) -> pa.RecordBatch:
     """All records of `buf` as one batch with schema ARROW_SCHEMA."""
     if not buf:
         return empty_batch()
-    starts = record_starts(buf)
+    starts = record_starts(buf)  # compiled: the one per-record loop of the fast path
     try:
         return _fast(buf, broker, starts)
     except _Slow:
         return messages_to_batch(decode_records(buf, broker=broker), broker)
 
 
-def _fast(buf: bytes, broker: str, starts_list: list[int]) -> pa.RecordBatch:
-    n = len(starts_list)
+def _fast(buf: bytes, broker: str, starts_bytes: bytes) -> pa.RecordBatch:
+    n = len(starts_bytes) // 4
     raw = pa.Array.from_buffers(pa.uint8(), len(buf), [None, pa.py_buffer(buf)])
-    starts = pa.array(starts_list, pa.int32())
+    starts = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(starts_bytes)])
     record_end = pa.concat_arrays([starts[1:], pa.array([len(buf)], pa.int32())])
     flags = pc.take(raw, pc.add(starts, _i32(_SYSFLAG_LOW_BYTE)))
     if pc.any(pc.not_equal(pc.bit_wise_and(flags, _u8(_SLOW_FLAGS)), _u8(0))).as_py():

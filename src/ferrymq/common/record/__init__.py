@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         properties_decode,
         properties_encode,
         properties_scan,
+        record_starts,
         split_batch,
     )
 else:
@@ -109,6 +110,7 @@ __all__ = [
     "properties_scan",
     "property_value",
     "record_size",
+    "record_starts",
     "split_batch",
     "store_timestamp_position",
     "unpack_host",

@@ -325,6 +325,37 @@ def decode_records(buf, *, broker="", bint decompress=True):
     return out
 
 
+def record_starts(buf):
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, n, count = 0, cap
+    cdef int32_t size
+    cdef const unsigned char* p
+    cdef bytearray out
+    cdef int32_t* dst
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char*>view.buf
+        n = view.len
+        if n > 0x7FFFFFFF:
+            raise _MessageDecodeError(0, "a run of records over 2 GiB")
+        # At most one record per MIN_RECORD bytes: one allocation, trimmed at the end.
+        cap = n // MIN_RECORD + 1
+        out = bytearray(cap * 4)
+        dst = <int32_t*>PyByteArray_AS_STRING(out)
+        while pos <= n - MIN_RECORD:
+            dst[count] = <int32_t>pos
+            count += 1
+            size = <int32_t>rd32(p + pos)
+            if size < MIN_RECORD:
+                raise _MessageDecodeError(pos, f"total size {size} is below the minimum")
+            pos += size
+        if pos != n:
+            raise _MessageDecodeError(pos, "the last record does not end where the buffer ends")
+    finally:
+        PyBuffer_Release(&view)
+    return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(out), count * 4)
+
+
 cdef Py_ssize_t write_record(unsigned char* o, const unsigned char* topic, Py_ssize_t topic_len,
                              int64_t queue_id, int64_t flag, const unsigned char* body,
                              Py_ssize_t body_len, const unsigned char* props, Py_ssize_t props_len,

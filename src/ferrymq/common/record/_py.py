@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,7 +45,7 @@ IMPLEMENTATION = "python"
 # What the compiled twin provides too.
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
-             "batch_to_messages", "encode_messages", "place_messages")
+             "batch_to_messages", "encode_messages", "place_messages", "record_starts")
 
 _new_tuple = tuple.__new__
 
@@ -208,6 +209,26 @@ def decode_records(buf: Buffer, *, broker: str = "", decompress: bool = True) ->
         out.append(msg)
         pos += msg.store_size
     return out
+
+
+def record_starts(buf: Buffer) -> bytes:
+    """Where each record of a run starts, as native int32s (an Arrow int32 buffer as is),
+    checking that the sizes chain exactly to the buffer's end."""
+    starts = array("i")
+    append = starts.append
+    unpack = I32.unpack_from
+    pos = 0
+    n = len(buf)
+    last = n - MIN_RECORD_SIZE
+    while pos <= last:
+        append(pos)
+        (size,) = unpack(buf, pos)
+        if size < MIN_RECORD_SIZE:
+            raise MessageDecodeError(pos, f"total size {size} is below the minimum")
+        pos += size
+    if pos != n:
+        raise MessageDecodeError(pos, "the last record does not end where the buffer ends")
+    return starts.tobytes()
 
 
 def encode_record(*, topic: bytes, queue_id: int, flag: int, body: bytes, properties: bytes,
