@@ -190,3 +190,32 @@ def test_sends_move_to_the_other_group_when_a_master_dies(cluster: LocalCluster,
         assert set(after) == {"broker-b"}
     finally:
         other.close()
+
+
+def test_sends_resume_on_the_master_the_controller_elects(tmp_path: Path) -> None:
+    with start_cluster(tmp_path, slaves=1, role="ASYNC_MASTER", controller=True, controller_lease_ms=1000,
+                       broker_config={"controller_heartbeat_interval_ms": 200, **BROKER_CONFIG}) as cluster:
+        old = cluster.wait_master()
+        replica = next(b for b in cluster.brokers if b is not old)
+        ns = cluster.namesrv.addr
+        with Producer("p-elect", ns, **{**FAST_PRODUCER, **SLOW_ROUTES}, send_timeout=1.0,
+                      retry_times_when_send_failed=0) as producer:
+            with AdminClient(ns, timeout=2.0) as admin:
+                admin.create_topic(TOPIC, 2)
+                producer.send(Message(TOPIC, b"before"))
+                # The replica has the message and the topic (else the new master has no route).
+                wait_for(lambda: caught_up(admin, old, replica)
+                         and runtime(admin, replica.addr)["topicCount"] == runtime(admin, old.addr)["topicCount"],
+                         what="the replica to have the message and the topic")
+            old.kill()
+            assert cluster.wait_master(30, not_addr=old.addr) is replica
+
+            def sent() -> bool:
+                try:
+                    producer.send(Message(TOPIC, b"after"))
+                except Exception:
+                    return False
+                return True
+
+            # Routes would refresh in 30 s; the producer must look again by itself.
+            wait_for(sent, timeout=10, interval=0.1, what="a send to the new master")

@@ -52,7 +52,7 @@ _STATUS: dict[int, SendStatus] = {
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
-# How often a topic that has no route yet is looked up again while borrowing TBW102's.
+# How often a topic without a route, or without a writable queue, is looked up again.
 NO_ROUTE_RECHECK = 1.0
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
@@ -218,7 +218,13 @@ class AsyncProducer(Lifecycle):
         inst = self.instance
         self._topics.add(topic)
         route = inst.routes.get(topic)
-        if route is None:
+        if route is not None:
+            cached = self._queue_cache.get(topic)
+            if cached is not None and cached[0] is route:
+                return cached[1]
+        if route is None or not route.write_queues():
+            # No route yet, or one whose groups all lost their master: a new master (a
+            # controller's election, a restart) shows up in the next lookup.
             now = time.monotonic()
             # A lookup already under way is awaited, never skipped: skipping it would send a
             # burst of first sends to TBW102's queues, which the topic may not have.
@@ -227,9 +233,6 @@ class AsyncProducer(Lifecycle):
                 self._no_route_checked[topic] = now
                 route = await inst.update_route(topic)
         if route is not None:
-            cached = self._queue_cache.get(topic)
-            if cached is not None and cached[0] is route:
-                return cached[1]
             queues = route.write_queues()
             if queues:
                 # Routes are replaced, never mutated, so identity tells when to recompute.
