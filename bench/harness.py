@@ -24,6 +24,7 @@ REGISTRY: list[str] = [
     "broker_bench",
     "e2e_bench",
     "spark_bench",
+    "ha_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
