@@ -44,6 +44,8 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8
     max_reconsume_times: int = 16
     long_polling_enable: bool = True
+    # Pop consumption: messages of one queue a group may hold invisible at once; more wait.
+    pop_max_inflight_per_queue: int = 1024
     short_polling_time_ms: int = 1000
     register_broker_interval_ms: int = 30_000
     flush_consumer_offset_interval_ms: int = 5_000
@@ -148,6 +150,8 @@ class BrokerConfig:
             raise ConfigError("notify_consumer_ids_changed_delay_ms", "must be >= 0")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
+        if self.pop_max_inflight_per_queue < 1:
+            raise ConfigError("pop_max_inflight_per_queue", "must be >= 1")
         return self
 
 
