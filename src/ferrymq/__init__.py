@@ -14,6 +14,9 @@ _EXPORTS = {
     "Producer": "ferrymq.client.producer",
     "PushConsumer": "ferrymq.client.consumers",
     "LitePullConsumer": "ferrymq.client.consumers",
+    "SimpleConsumer": "ferrymq.client.consumers",
+    "MessageView": "ferrymq.client.consumer.simple",
+    "ReceiptHandleError": "ferrymq.client.consumer.simple",
     "AdminClient": "ferrymq.client.admin",
     "Message": "ferrymq.common.message",
     "MessageExt": "ferrymq.common.message",
@@ -55,6 +58,8 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
     from .client.admin import AdminClient as AdminClient
+    from .client.consumer.simple import MessageView as MessageView
+    from .client.consumer.simple import ReceiptHandleError as ReceiptHandleError
     from .client.consumer.types import ConsumeConcurrentlyContext as ConsumeConcurrentlyContext
     from .client.consumer.types import ConsumeFromWhere as ConsumeFromWhere
     from .client.consumer.types import ConsumeOrderlyContext as ConsumeOrderlyContext
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
     from .client.consumer.types import MessageModel as MessageModel
     from .client.consumers import LitePullConsumer as LitePullConsumer
     from .client.consumers import PushConsumer as PushConsumer
+    from .client.consumers import SimpleConsumer as SimpleConsumer
     from .client.errors import BrokerBusyError as BrokerBusyError
     from .client.errors import BrokerError as BrokerError
     from .client.errors import BrokerSystemError as BrokerSystemError

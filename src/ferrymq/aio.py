@@ -1,12 +1,15 @@
 """ferrymq's clients for asyncio programs: the same names as the blocking API, with async
 methods (`await producer.send(msg)`, `async with PushConsumer(...)`), running on the
-caller's event loop. Push consumer listeners may be coroutine functions."""
+caller's event loop. Push consumer listeners may be coroutine functions;
+`SimpleConsumer` receives and acknowledges message by message (pop)."""
 
 from __future__ import annotations
 
 from .client.admin_async import AsyncAdminClient as AdminClient
 from .client.consumer.lite import AsyncLitePullConsumer as LitePullConsumer
 from .client.consumer.push import AsyncPushConsumer as PushConsumer
+from .client.consumer.simple import AsyncSimpleConsumer as SimpleConsumer
+from .client.consumer.simple import MessageView, ReceiptHandleError
 from .client.consumer.types import (
     ConsumeConcurrentlyContext,
     ConsumeFromWhere,
@@ -31,10 +34,13 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageView",
     "Producer",
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "ReceiptHandleError",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
 ]

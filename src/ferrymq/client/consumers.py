@@ -1,4 +1,4 @@
-"""The blocking push and lite pull consumers: their async cores on the client instance's
+"""The blocking push, lite pull and simple consumers: their async cores on the client instance's
 event-loop thread, with methods generated from the cores' (see blocking.py). Listeners of a
 blocking PushConsumer run on its consume thread pool."""
 
@@ -11,6 +11,7 @@ from ..common.message import MessageExt, MessageQueue
 from .blocking import Facade, blocking, on_loop, run_coro, run_sync, shutdown_blocking, start_blocking
 from .consumer.lite import AsyncLitePullConsumer
 from .consumer.push import AsyncPushConsumer
+from .consumer.simple import AsyncSimpleConsumer, MessageView
 from .loop import LoopThread
 
 T = TypeVar("T")
@@ -121,3 +122,45 @@ class LitePullConsumer(Facade[AsyncLitePullConsumer]):
     pause = on_loop(AsyncLitePullConsumer.pause)
     resume = on_loop(AsyncLitePullConsumer.resume)
     assignment = on_loop(AsyncLitePullConsumer.assignment)
+
+
+class SimpleConsumer(Facade[AsyncSimpleConsumer]):
+    """Pop consumption with per-message acknowledgement (see AsyncSimpleConsumer)."""
+
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
+        self._impl = AsyncSimpleConsumer(group, namesrv, **options)
+        self._loop: LoopThread | None = None
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    def _run_blocking(self, coro: Coroutine[Any, Any, T], action: str) -> T:
+        return run_coro(self._loop, coro, 60, lambda: self._impl.require_running(action))
+
+    subscribe = on_loop(AsyncSimpleConsumer.subscribe)
+    unsubscribe = on_loop(AsyncSimpleConsumer.unsubscribe)
+
+    def start(self) -> SimpleConsumer:
+        self._loop = start_blocking(self._impl, "C")
+        return self
+
+    def shutdown(self) -> None:
+        shutdown_blocking(self._impl, self._loop, SHUTDOWN_MARGIN)
+
+    def __enter__(self) -> SimpleConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def receive(self, max_messages: int = 16, invisible_duration: float = 30.0, *,
+                await_duration: float | None = None) -> list[MessageView]:
+        wait = self._impl.await_duration if await_duration is None else await_duration
+        return run_coro(self._loop,
+                        self._impl.receive(max_messages, invisible_duration,
+                                           await_duration=await_duration),
+                        wait + 60, lambda: self._impl.require_running("receive"))
+
+    ack = blocking(AsyncSimpleConsumer.ack)
+    change_invisible_duration = blocking(AsyncSimpleConsumer.change_invisible_duration)

@@ -111,7 +111,9 @@ class PopWaiters:
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters[topic].add(fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+            async with asyncio.timeout(timeout_s):
+                await fut
         except TimeoutError:
             pass
         finally:
