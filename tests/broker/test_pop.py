@@ -19,6 +19,7 @@ from wire_util import Wire
 from ferrymq.aio import ReceiptHandleError, SimpleConsumer
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
+from ferrymq.broker.pop import pop_service
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.popinfo import parse_msg_offset_info, parse_start_offset_info
@@ -188,7 +189,7 @@ async def test_inflight_bound(tmp_path: Path) -> None:
         assert await c.receive(10, 30) == []
         await c.ack(got[1])
         assert _bodies(await c.receive(10, 30)) == ["m3"]
-        assert env.broker.pop.inflight(GROUP, TOPIC, 0) == 3
+        assert pop_service(env.broker).inflight(GROUP, TOPIC, 0) == 3
 
 
 async def test_tag_filter_acknowledges_what_the_group_does_not_take(env: Env) -> None:

@@ -7,7 +7,7 @@ broker state is listed in one place."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..store import MessageStore, PutResult, StoreMessage
 from .clients import ClientRegistry, QueueLocks
@@ -17,9 +17,6 @@ from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
 from .stats import TrafficStats
 from .topics import TopicManager
-
-if TYPE_CHECKING:
-    from .pop import PopService
 
 
 class BrokerContext(Protocol):
@@ -50,10 +47,6 @@ class BrokerContext(Protocol):
 
     @property
     def waiters(self) -> PullWaiters | None: ...
-
-    @property
-    def pop(self) -> PopService:
-        """Pop consumption (pop/service.py), for every front end that serves it."""
 
     @property
     def stats(self) -> TrafficStats: ...

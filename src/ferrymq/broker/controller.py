@@ -32,7 +32,6 @@ from .events import MessageEvent, MessageEventKind, MessageEvents
 from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
-from .pop import PopService
 from .processors import register_all
 from .replication import MASTER, Replication
 from .schedule import ScheduleService, to_scheduled
@@ -84,7 +83,6 @@ class Broker:
         self._stopping = False
         self.replication = Replication(self)
         self._master_services = False
-        self.pop = PopService(self)
         register_all(self, self.server)
 
     # --- lifecycle -------------------------------------------------------------------------

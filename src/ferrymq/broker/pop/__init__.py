@@ -3,7 +3,16 @@ queue (RocketMQ 5's POP_MESSAGE / ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME). s
 state machine, service.py the broker-side service any front end calls, processors.py the
 remoting requests."""
 
-from .service import INIT_MAX, INIT_MIN, ChangeResult, PoppedMessage, PopRefused, PopResult, PopService
+from .service import (
+    INIT_MAX,
+    INIT_MIN,
+    ChangeResult,
+    PoppedMessage,
+    PopRefused,
+    PopResult,
+    PopService,
+    pop_service,
+)
 from .state import AckOutcome, ChangeOutcome, QueuePop
 
 __all__ = [
@@ -17,4 +26,5 @@ __all__ = [
     "PopService",
     "PoppedMessage",
     "QueuePop",
+    "pop_service",
 ]

@@ -21,7 +21,7 @@ from ...remoting import Connection, RemotingCommand
 from ..clients import parse_subscription
 from ..context import BrokerContext
 from ..processors import reply
-from .service import INIT_MAX, MAX_POP_BATCH, PopRefused, PopResult
+from .service import INIT_MAX, MAX_POP_BATCH, PopRefused, PopResult, pop_service
 from .state import ChangeOutcome
 
 # Held pops are answered inside the time after which clients give up on a request.
@@ -68,7 +68,7 @@ async def pop_message(broker: BrokerContext, conn: Connection, req: RemotingComm
     if not broker.config.long_polling_enable:
         poll_ms = 0
     try:
-        result = await broker.pop.pop(group, topic, queue_id, max_nums, invisible,
+        result = await pop_service(broker).pop(group, topic, queue_id, max_nums, invisible,
                                       None if sub.matches_all else sub, order=order,
                                       init_mode=init_mode, poll_ms=poll_ms)
     except PopRefused as exc:
@@ -114,7 +114,7 @@ async def ack_message(broker: BrokerContext, conn: Connection, req: RemotingComm
     refused = _check_queue(broker, req, topic, queue_id, offset)
     if refused is not None:
         return refused
-    await broker.pop.ack(group, topic, queue_id, [offset])
+    await pop_service(broker).ack(group, topic, queue_id, [offset])
     return reply(req, ResponseCode.SUCCESS)
 
 
@@ -146,7 +146,7 @@ async def batch_ack_message(broker: BrokerContext, conn: Connection,
             continue  # RocketMQ skips an entry for a queue it does not have
         lo, hi = store.get_min_offset(topic, queue_id), store.get_max_offset(topic, queue_id)
         offsets = [start + i for i in bits if lo <= start + i < hi]
-        await broker.pop.ack(group, topic, queue_id, offsets)
+        await pop_service(broker).ack(group, topic, queue_id, offsets)
     return reply(req, ResponseCode.SUCCESS)
 
 
@@ -165,7 +165,7 @@ async def change_invisible_time(broker: BrokerContext, conn: Connection,
     refused = _check_queue(broker, req, topic, queue_id, offset)
     if refused is not None:
         return refused
-    result = await broker.pop.change_invisible(group, topic, queue_id, offset, info.pop_time, invisible)
+    result = await pop_service(broker).change_invisible(group, topic, queue_id, offset, info.pop_time, invisible)
     if result.outcome is not ChangeOutcome.CHANGED:
         why = ("it was handed out again since this receipt handle was issued"
                if result.outcome is ChangeOutcome.STALE else "it is acknowledged or not in flight")

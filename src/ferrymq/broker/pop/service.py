@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -358,3 +359,15 @@ class PopService:
         if outcome is ChangeOutcome.CHANGED:
             self.waiters.notify(topic)
         return ChangeResult(outcome, now, invisible_ms)
+
+
+_SERVICES: weakref.WeakKeyDictionary[BrokerContext, PopService] = weakref.WeakKeyDictionary()
+
+
+def pop_service(broker: BrokerContext) -> PopService:
+    """The broker's pop service, made on first use: every front end (remoting processors, a
+    gRPC endpoint) reaches the same state through it."""
+    service = _SERVICES.get(broker)
+    if service is None:
+        service = _SERVICES[broker] = PopService(broker)
+    return service
