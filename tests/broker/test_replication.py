@@ -28,9 +28,11 @@ class Group:
         self.wires: list[Wire] = []
 
     async def broker(self, name: str, **config: Any) -> Broker:
+        values: dict[str, Any] = dict(ha_heartbeat_interval_ms=100, ha_slave_sync_interval_ms=200,
+                                      sync_flush_timeout_ms=1000)
+        values.update(config)
         cfg = BrokerConfig(store_dir=self.tmp / name, listen_port=0, namesrv_addr=self.namesrv.address,
-                           ha_heartbeat_interval_ms=100, ha_slave_sync_interval_ms=200,
-                           sync_flush_timeout_ms=1000, **config)
+                           **values)
         b = Broker(cfg)
         await b.start()
         await b.register_once()
@@ -200,3 +202,16 @@ async def test_slave_started_first_finds_its_master_when_it_registers(group: Gro
     await eventually(lambda: _true(slave.replication.slave is not None and slave.replication.slave.connected),
                      timeout=10, what="the slave to find and reach its master")
     assert slave.replication.master_ha_addr == master.replication.ha_addr
+
+
+async def test_a_new_topic_reaches_the_slave_at_once_not_at_the_next_copy(group: Group) -> None:
+    master = await group.broker("m")
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1, ha_slave_sync_interval_ms=600_000)
+    await eventually(lambda: _true(slave.replication.synced_ms > 0), what="the first copy")
+    await eventually(lambda: _true(slave.replication.slave is not None and slave.replication.slave.connected),
+                     what="the replication link")
+    await group.wire(master).create_topic("NEW", 3)
+    await eventually(lambda: _true(slave.topics.get("NEW") is not None), timeout=5,
+                     what="the topic on the slave long before the next periodic copy")
+    cfg = slave.topics.get("NEW")
+    assert cfg is not None and cfg.write_queue_nums == 3

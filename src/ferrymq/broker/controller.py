@@ -257,6 +257,7 @@ class Broker:
     # --- name server registration ----------------------------------------------------------
     def _topics_changed(self) -> None:
         self._register_soon.set()
+        self.replication.metadata_changed()
 
     def request_registration(self) -> None:
         self._register_soon.set()

@@ -52,6 +52,7 @@ class Replication:
         self._sync_task: asyncio.Task[None] | None = None
         self.synced_ms = 0
         self.agent: ControllerAgent | None = None
+        self._sync_now = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> str:
@@ -133,7 +134,7 @@ class Replication:
         if self.slave is None:
             cfg = self.broker.config
             self.slave = HaSlave(store, HaSlaveConfig(cfg.broker_name, cfg.broker_id, self.broker.addr),
-                                 self._master_ha)
+                                 self._master_ha, on_metadata=self._sync_now.set)
             self.slave.start()
         else:
             self.slave.drop_connection()  # follow the new master now
@@ -157,6 +158,10 @@ class Replication:
             m.wait_set.clear()
             m.in_sync.clear()
             m.set_changed()
+
+    def metadata_changed(self) -> None:
+        if self.role == MASTER and self.master is not None:
+            self.master.notify_metadata()
 
     def on_registered(self, master_addr: str, master_ha_addr: str) -> None:
         """A static slave learns its master's addresses from the name server's answer."""
@@ -215,12 +220,16 @@ class Replication:
     async def _sync_loop(self) -> None:
         interval = self.broker.config.ha_slave_sync_interval_ms / 1000
         while True:
+            if self.role == SLAVE and self.slave is not None and self.slave.master_addr:
+                self.master_addr = self.slave.master_addr  # what the master calls itself
             if self.role == SLAVE and self.master_addr:
                 try:
                     await self.sync_once()
                 except (RemotingError, ValueError, KeyError, TypeError) as exc:
                     log.info("copying metadata from %s failed: %s", self.master_addr, exc)
-            await asyncio.sleep(interval)
+            self._sync_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sync_now.wait(), interval)
 
     async def _ask(self, code: RequestCode) -> object:
         client = self.broker.namesrv_client

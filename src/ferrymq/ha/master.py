@@ -25,6 +25,7 @@ from .protocol import (
     Welcome,
     encode_beat,
     encode_data_head,
+    encode_meta,
     encode_welcome,
 )
 from .waiters import ReplicaAck, ReplicationWaiters
@@ -298,6 +299,13 @@ class HaMaster:
                 since = absent.setdefault(sid, now)
                 if now - since > self.config.max_time_slave_not_catchup_ms:
                     self.policy.leave(sid)
+
+    def notify_metadata(self) -> None:
+        """Tell every slave to copy the metadata now (a topic was created or changed)."""
+        frame = encode_meta()
+        for link in self.links.values():
+            if link.writer is not None and not link.writer.is_closing():
+                link.writer.write(frame)
 
     # --- figures ---------------------------------------------------------------------------
     def lag_ms(self, link: SlaveLink) -> int:

@@ -27,6 +27,7 @@ class FrameType(enum.IntEnum):
     WELCOME = 16
     DATA = 17
     BEAT = 18
+    META = 19  # the master's topic config changed: copy it now, not at the next interval
 
 
 class HaProtocolError(FerryMQError):
@@ -67,7 +68,12 @@ class Beat:
     lag_ms: int  # how old the oldest record this slave lacks is, as the master sees it
 
 
-Frame = Hello | int | Welcome | Data | Beat  # int: a REPORT's offset
+@dataclass(frozen=True, slots=True)
+class Meta:
+    pass
+
+
+Frame = Hello | int | Welcome | Data | Beat | Meta  # int: a REPORT's offset
 
 
 def _frame(kind: FrameType, payload: bytes) -> bytes:
@@ -101,6 +107,10 @@ def encode_data_head(pos: int, next_pos: int, size: int) -> bytes:
 
 def encode_beat(b: Beat) -> bytes:
     return _frame(FrameType.BEAT, _U64x2.pack(b.master_end, b.lag_ms))
+
+
+def encode_meta() -> bytes:
+    return _frame(FrameType.META, b"")
 
 
 def _epochs(raw: Any) -> list[tuple[int, int]]:
@@ -147,6 +157,10 @@ def decode_payload(kind: int, payload: bytes) -> Frame:
             return int(_U64.unpack(payload)[0])
         end, lag = _U64x2.unpack(payload)
         return Beat(end, lag)
+    if kind == FrameType.META:
+        if payload:
+            raise HaProtocolError("META carries no payload")
+        return Meta()
     if kind == FrameType.DATA:
         if len(payload) < 16:
             raise HaProtocolError("DATA payload shorter than its positions")

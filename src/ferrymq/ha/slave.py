@@ -19,6 +19,7 @@ from .protocol import (
     FrameReader,
     HaProtocolError,
     Hello,
+    Meta,
     Welcome,
     encode_hello,
     encode_report,
@@ -40,8 +41,10 @@ class HaSlaveConfig:
 
 class HaSlave:
     def __init__(self, store: MessageStore, config: HaSlaveConfig,
-                 master_ha_addr: Callable[[], str]) -> None:
+                 master_ha_addr: Callable[[], str],
+                 on_metadata: Callable[[], None] | None = None) -> None:
         self.store = store
+        self._on_metadata = on_metadata
         self.config = config
         self._master_ha_addr = master_ha_addr
         self.connected = False
@@ -121,6 +124,9 @@ class HaSlave:
                         raise HaProtocolError("the first frame must be WELCOME")
                     elif isinstance(frame, Data):
                         store.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
+                    elif isinstance(frame, Meta):
+                        if self._on_metadata is not None:
+                            self._on_metadata()
                     elif isinstance(frame, Beat):
                         self.master_end = frame.master_end
                         self.lag_ms = frame.lag_ms
@@ -150,4 +156,6 @@ class HaSlave:
         self.master_end = max(self.master_end, w.start_at)
         self.connected = True
         self.connected_event.set()
+        if self._on_metadata is not None:  # a (re)connected slave copies the metadata at once
+            self._on_metadata()
         log.info("replicating from %s (%s) at %d", w.master_addr, addr, w.start_at)
