@@ -12,6 +12,10 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Producer": "ferrymq.client.producer",
+    "TransactionProducer": "ferrymq.client.transaction",
+    "TransactionListener": "ferrymq.client.transaction_async",
+    "TransactionSendResult": "ferrymq.client.transaction_async",
+    "LocalTransactionState": "ferrymq.client.transaction_async",
     "PushConsumer": "ferrymq.client.consumers",
     "LitePullConsumer": "ferrymq.client.consumers",
     "SimpleConsumer": "ferrymq.client.consumers",
@@ -93,6 +97,10 @@ if TYPE_CHECKING:
     from .client.results import PullStatus as PullStatus
     from .client.results import SendResult as SendResult
     from .client.results import SendStatus as SendStatus
+    from .client.transaction import TransactionProducer as TransactionProducer
+    from .client.transaction_async import LocalTransactionState as LocalTransactionState
+    from .client.transaction_async import TransactionListener as TransactionListener
+    from .client.transaction_async import TransactionSendResult as TransactionSendResult
     from .common.errors import FerryMQError as FerryMQError
     from .common.message import Message as Message
     from .common.message import MessageExt as MessageExt

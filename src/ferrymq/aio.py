@@ -20,6 +20,8 @@ from .client.consumer.types import (
 )
 from .client.producer_async import AsyncProducer as Producer
 from .client.results import PullResult, PullStatus, SendResult, SendStatus
+from .client.transaction_async import AsyncTransactionProducer as TransactionProducer
+from .client.transaction_async import LocalTransactionState, TransactionListener, TransactionSendResult
 from .common.message import Message, MessageExt, MessageQueue
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "LitePullConsumer",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -43,4 +46,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SimpleConsumer",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

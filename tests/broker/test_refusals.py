@@ -1,6 +1,7 @@
 """Requests the broker refuses with a clear answer instead of doing something harmful or
-silently wrong: changing system topics, transactional half messages (not supported yet), and
-SQL92 subscriptions (not supported). Raw requests against a real `ferrymq standalone`."""
+silently wrong: changing system topics, transactional half messages in a batch or straight to
+the transaction system topics, and SQL92 subscriptions (not supported). Raw requests against
+a real `ferrymq standalone`."""
 
 from __future__ import annotations
 
@@ -62,30 +63,47 @@ def _send_ext(topic: str, props: dict[str, str], sys_flag: int, *, batch: bool =
                 properties=properties_to_string(props), reconsumeTimes=0, unitMode=False, batch=batch)
 
 
-@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-                                  RequestCode.SEND_BATCH_MESSAGE])
-@pytest.mark.parametrize(("props", "sys_flag"), [
+HALF_FORMS = [
     ({"TRAN_MSG": "true", "PGROUP": "tx-producer"}, 0x4),   # as a Java TransactionMQProducer sends it
     ({"TRAN_MSG": "true"}, 0),                              # the property alone
     ({}, 0x4),                                              # the sysFlag alone
-])
-async def test_transactional_half_messages_are_refused_and_not_stored(
+]
+
+
+@pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
+@pytest.mark.parametrize(("props", "sys_flag"), HALF_FORMS)
+async def test_half_messages_are_kept_out_of_their_topic(
         wire: Wire, code: int, props: dict[str, str], sys_flag: int) -> None:
     await wire.create_topic("tx-topic", queues=1)
-    batch = code == RequestCode.SEND_BATCH_MESSAGE
-    if batch:
-        body = encode_batch([MessageBatchItem(0, b"ok", {}), MessageBatchItem(0, b"half", dict(props))])
-    else:
-        body = b"half"
-    ext = _send_ext("tx-topic", props, sys_flag, batch=batch)
+    ext = _send_ext("tx-topic", props, sys_flag)
     if code == RequestCode.SEND_MESSAGE_V2:
         ext = dict(send_header_to_v2({k: str(v) for k, v in ext.items()}))
-    resp = await wire.call(code, body, **ext)
-    assert resp.code == ResponseCode.NO_PERMISSION
-    assert resp.remark is not None and "transactional messages are not supported" in resp.remark
+    resp = await wire.call(code, b"half", **ext)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert resp.ext_fields["queueId"] == "0" and resp.ext_fields["queueOffset"] == "0"
+    assert await _max_offset(wire, "tx-topic") == 0
+    assert await _max_offset(wire, "RMQ_SYS_TRANS_HALF_TOPIC") == 1
+
+
+@pytest.mark.parametrize(("props", "sys_flag"), HALF_FORMS)
+async def test_half_messages_in_a_batch_are_refused_and_not_stored(
+        wire: Wire, props: dict[str, str], sys_flag: int) -> None:
+    await wire.create_topic("tx-topic", queues=1)
+    body = encode_batch([MessageBatchItem(0, b"ok", {}), MessageBatchItem(0, b"half", dict(props))])
+    resp = await wire.call(RequestCode.SEND_BATCH_MESSAGE, body, **_send_ext("tx-topic", props, sys_flag, batch=True))
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+    assert resp.remark is not None and "transactional" in resp.remark
     assert await _max_offset(wire, "tx-topic") == 0
     ok = await wire.send("tx-topic", b"plain")
     assert ok.code == ResponseCode.SUCCESS and await _max_offset(wire, "tx-topic") == 1
+
+
+@pytest.mark.parametrize("topic", ["RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                   "TRANS_CHECK_MAX_TIME_TOPIC"])
+async def test_nobody_sends_to_the_transaction_system_topics(wire: Wire, topic: str) -> None:
+    resp = await wire.send(topic, b"forged", props={"REAL_TOPIC": "victim", "REAL_QID": "0"})
+    assert resp.code == ResponseCode.NO_PERMISSION
+    assert resp.remark == f"Sending message to topic[{topic}] is forbidden."
 
 
 def _heartbeat(group: str, topic: str, expression: str, expression_type: str) -> bytes:

@@ -182,6 +182,14 @@ class ClientRegistry:
             info = self.consumers.get(group)
             return [c.conn for c in info.channels.values()] if info is not None else []
 
+    def producer_connection(self, group: str, turn: int = 0) -> Any | None:
+        """One open connection of a producer of `group`, taking turns (ProducerManager's
+        getAvailableChannel): where the broker asks about a transaction."""
+        with self._lock:
+            conns = [c.conn for _, c in sorted(self.producers.get(group, {}).items())
+                     if not getattr(c.conn, "closed", False)]
+        return conns[turn % len(conns)] if conns else None
+
     def groups_subscribed_to(self, topic: str) -> list[str]:
         with self._lock:
             return [g for g, info in self.consumers.items() if topic in info.subscriptions]

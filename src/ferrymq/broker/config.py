@@ -98,6 +98,13 @@ class BrokerConfig:
     # With slave_read_enable, a consumer whose next message lies further behind the log's end
     # than this share of physical memory (likely no longer cached) is sent to a slave.
     access_message_in_memory_max_ratio: int = 40
+    # Transactional messages (docs/transactions.md): a half message nobody ended is checked
+    # with its producer group once it is older than the timeout, on each pass of the interval,
+    # at most transaction_check_max times; then it is discarded to TRANS_CHECK_MAX_TIME_TOPIC.
+    transaction_check_interval_ms: int = 60_000
+    transaction_timeout_ms: int = 6_000
+    transaction_check_max: int = 15
+    reject_transaction_message: bool = False
 
     @property
     def broker_addr(self) -> str:
@@ -148,6 +155,12 @@ class BrokerConfig:
             raise ConfigError("on_corrupt_record", "must be skip or stop")
         if self.notify_consumer_ids_changed_delay_ms < 0:
             raise ConfigError("notify_consumer_ids_changed_delay_ms", "must be >= 0")
+        if self.transaction_check_interval_ms <= 0:
+            raise ConfigError("transaction_check_interval_ms", "must be > 0")
+        if self.transaction_timeout_ms < 0:
+            raise ConfigError("transaction_timeout_ms", "must be >= 0")
+        if self.transaction_check_max < 0:
+            raise ConfigError("transaction_check_max", "must be >= 0")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
         if self.pop_max_inflight_per_queue < 1:
@@ -191,6 +204,10 @@ _CAMEL_ALIASES = {
     "slaveReadEnable": "slave_read_enable",
     "minInSyncReplicas": "min_in_sync_replicas",
     "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
+    "transactionCheckInterval": "transaction_check_interval_ms",
+    "transactionTimeOut": "transaction_timeout_ms",
+    "transactionCheckMax": "transaction_check_max",
+    "rejectTransactionMessage": "reject_transaction_message",
 }
 
 

@@ -7,7 +7,7 @@ broker state is listed in one place."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..store import MessageStore, PutResult, StoreMessage
 from .clients import ClientRegistry, QueueLocks
@@ -17,6 +17,9 @@ from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
 from .stats import TrafficStats
 from .topics import TopicManager
+
+if TYPE_CHECKING:
+    from .transaction import TransactionService
 
 
 class BrokerContext(Protocol):
@@ -53,6 +56,10 @@ class BrokerContext(Protocol):
 
     @property
     def started_ms(self) -> int: ...
+
+    @property
+    def transactions(self) -> TransactionService:
+        """Half messages and END_TRANSACTION; running only while the broker is a master."""
 
     def reconfigure(self, config: BrokerConfig) -> None:
         """Replace the configuration while running (UPDATE_BROKER_CONFIG): only keys read on

@@ -37,6 +37,7 @@ from .replication import MASTER, Replication
 from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
 from .topics import TopicManager
+from .transaction import TransactionService
 
 log = logging.getLogger("ferrymq.broker")
 
@@ -83,6 +84,7 @@ class Broker:
         self._stopping = False
         self.replication = Replication(self)
         self._master_services = False
+        self.transactions = TransactionService(self)
         register_all(self, self.server)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -156,15 +158,17 @@ class Broker:
         return self.addr
 
     def start_master_services(self) -> None:
-        """What only a master runs: delayed delivery (it writes)."""
+        """What only a master runs: delayed delivery and the transaction check (they write)."""
         if not self._master_services and self.schedule is not None:
             self._master_services = True
             self.schedule.start()
+            self.transactions.start()
 
     def stop_master_services(self) -> None:
         if self._master_services and self.schedule is not None:
             self._master_services = False
             asyncio.get_running_loop().create_task(self.schedule.stop())
+            asyncio.get_running_loop().create_task(self.transactions.stop())
 
     @property
     def route_broker_id(self) -> int:
@@ -190,6 +194,7 @@ class Broker:
                 await task
         if self.schedule is not None and self._master_services:
             await self.schedule.stop()
+        await self.transactions.stop()
         await self.replication.stop()
         if self.waiters is not None:
             self.waiters.wake_all()

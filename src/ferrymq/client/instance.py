@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..common import jsonx
+from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
@@ -108,6 +109,7 @@ class ClientInstance:
             (RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset),
             (RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info),
             (RequestCode.CONSUME_MESSAGE_DIRECTLY, self._on_consume_directly),
+            (RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction),
         ):
             self.remoting.register(code, handler)
 
@@ -317,6 +319,28 @@ class ClientInstance:
             )
         body = jsonx.dumps_bytes(consumer.running_info())
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
+
+    async def _on_check_transaction(
+        self, conn: Connection, req: RemotingCommand
+    ) -> RemotingCommand | None:
+        """One-way from a broker (ClientRemotingProcessor.checkTransactionState): the producer
+        of the half message's group answers later with END_TRANSACTION."""
+        try:
+            msgs = decode_records(req.body or b"", broker=req.ext_fields.get("brokerName", ""))
+        except MessageDecodeError as exc:
+            log.warning("bad CHECK_TRANSACTION_STATE body from %s: %s", conn.remote_addr, exc)
+            return None
+        if not msgs:
+            return None
+        msg = msgs[0]
+        group = msg.properties.get(P.PROPERTY_PRODUCER_GROUP, "")
+        check = getattr(self.producers.get(group), "check_transaction_state", None)
+        if check is None:
+            log.warning("%s: transaction check for group %r, which has no transaction producer here",
+                        self.client_id, group)
+            return None
+        check(conn.remote_addr, msg, req.ext_fields)
+        return None
 
     async def _on_consume_directly(
         self, conn: Connection, req: RemotingCommand

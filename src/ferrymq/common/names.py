@@ -20,12 +20,20 @@ TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
+# Transactional messages (RocketMQ's TopicValidator and MixAll names): half messages, the
+# operations that end them, half messages checked too often, and the group whose offsets on
+# the first two hold the check's progress.
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+CID_SYS_RMQ_TRANS = "CID_RMQ_SYS_TRANS"
+TRANSACTION_TOPICS = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC})
 # Names a client may not create, change or delete on a broker (RocketMQ's TopicValidator set).
 RESERVED_TOPICS = SYSTEM_TOPICS | frozenset({
-    "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
+    "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+}) | TRANSACTION_TOPICS
 RESERVED_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 
 

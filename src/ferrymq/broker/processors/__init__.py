@@ -45,8 +45,8 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
 
 def register_all(broker: BrokerContext, server: RemotingServer) -> None:
     from ..pop import processors as pop
-    from . import admin, consumer, pull, send, store_admin
+    from . import admin, consumer, pull, send, store_admin, transaction
 
-    for module in (send, pull, consumer, admin, store_admin, pop):
+    for module in (send, pull, consumer, admin, store_admin, pop, transaction):
         for code, handler in module.HANDLERS.items():
             server.register(code, _guard(broker, handler))

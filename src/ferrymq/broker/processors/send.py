@@ -18,6 +18,7 @@ from ...common.headers import (
 )
 from ...common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
+    TRANSACTION_TOPICS,
     dlq_topic,
     is_retry_topic,
     retry_topic,
@@ -26,11 +27,9 @@ from ...common.names import (
 )
 from ...common.record import (
     MessageDecodeError,
-    Properties,
     RecordEncodeError,
     batch_to_messages,
     decode_record,
-    property_value,
     with_property,
 )
 from ...remoting import Connection, RemotingCommand
@@ -38,6 +37,7 @@ from ...store import PutResult, PutStatus, StoreMessage
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..topics import TopicConfig
+from ..transaction import is_half_message
 from . import reply
 
 _PUT_CODES = {
@@ -62,6 +62,10 @@ class SendRejected(Exception):
 
 def _resolve_topic(broker: BrokerContext, topic: str, default_topic: str | None, queue_nums: int) -> TopicConfig:
     validate_topic(topic)
+    if topic in TRANSACTION_TOPICS:
+        # Only the broker writes there: a message sent straight to the half queue would be
+        # taken for a producer's open transaction.
+        raise SendRejected(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
     cfg = broker.topics.get(topic)
     if cfg is None and is_retry_topic(topic):
         cfg = broker.topics.create_group_topic(topic)
@@ -75,30 +79,11 @@ def _resolve_topic(broker: BrokerContext, topic: str, default_topic: str | None,
     return cfg
 
 
-# MessageSysFlag's transaction type bits: prepared (a half message) and rollback are stored by
-# RocketMQ but never delivered; commit and "not a transaction" are delivered.
-_TRANSACTION_TYPE_MASK = 0xC
-_UNDELIVERABLE_TRANSACTION_TYPES = (0x4, 0xC)
-NO_TRANSACTIONS = "transactional messages are not supported yet"
-
-
-def _half_message(sys_flag: int, props: Properties, reconsume: int) -> bool:
-    """A transactional half message, which must not be stored until transactions exist: stored,
-    it would be delivered at once, and a rollback could not take it back. A consumer's retry
-    of a message (reconsumed, with a delay level) is not one, as in RocketMQ."""
-    prepared = (sys_flag & _TRANSACTION_TYPE_MASK) in _UNDELIVERABLE_TRANSACTION_TYPES
-    if not prepared:
-        value = property_value(props, P.PROPERTY_TRANSACTION_PREPARED)
-        prepared = value is not None and value.strip().lower() == "true"
-    return prepared and not (reconsume > 0 and bool(property_value(props, P.PROPERTY_DELAY_TIME_LEVEL)))
-
-
 def _refuse_half(broker: BrokerContext, req: RemotingCommand) -> RemotingCommand:
-    # NO_PERMISSION with RocketMQ's remark (rejectTransactionMessage): clients show it and do
+    # NO_PERMISSION with RocketMQ's remark (reject_transaction_message): clients show it and do
     # not retry it.
     return reply(req, ResponseCode.NO_PERMISSION,
-                 f"the broker[{broker.config.broker_name}] sending transaction message is forbidden: "
-                 f"{NO_TRANSACTIONS}")
+                 f"the broker[{broker.config.broker_name}] sending transaction message is forbidden")
 
 
 def _pick_queue(cfg: TopicConfig, queue_id: int) -> int:
@@ -168,12 +153,13 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
-        if any(_half_message(sys_flag, m.properties, reconsume) for m in msgs):
-            return _refuse_half(broker, req)
+        if any(is_half_message(sys_flag, m.properties, reconsume) for m in msgs):
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL,
+                         "a batch cannot carry transactional (half) messages; send them one by one")
     else:
         text = opt_str(ext, "properties", "") or ""
-        if _half_message(sys_flag, text.encode(), reconsume):
-            return _refuse_half(broker, req)
+        if is_half_message(sys_flag, text.encode(), reconsume):
+            return await _send_half(broker, req, cfg, queue_id, text, body, ext, born_host, topics_version)
         dlq = None
         props: dict[str, str] | bytes
         if is_retry_topic(topic):
@@ -192,6 +178,24 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         # is answered: after a crash the message must not sit in a topic the broker forgot.
         await broker.persist_topics()
     result = await broker.put(msgs)
+    return _response(req, result, queue_id, broker)
+
+
+async def _send_half(broker: BrokerContext, req: RemotingCommand, cfg: TopicConfig, queue_id: int,
+                     text: str, body: bytes, ext: dict[str, str], born_host: str,
+                     topics_version: int) -> RemotingCommand:
+    """A transactional prepare: stored as a half message, answered with its half-queue offset
+    (the tranStateTableOffset its END_TRANSACTION names) and the queue it will go to."""
+    if broker.config.reject_transaction_message:
+        return _refuse_half(broker, req)
+    msg = StoreMessage(topic=cfg.topic_name, queue_id=queue_id, body=body,
+                       properties=with_property(text.encode(), P.PROPERTY_CLUSTER, broker.config.broker_cluster_name),
+                       flag=opt_int(ext, "flag", 0), sys_flag=opt_int(ext, "sysFlag", 0),
+                       born_timestamp=opt_int(ext, "bornTimestamp", broker.now_ms()), born_host=born_host,
+                       reconsume_times=opt_int(ext, "reconsumeTimes", 0))
+    if broker.topics.version != topics_version:
+        await broker.persist_topics()
+    result = await broker.transactions.prepare(msg)
     return _response(req, result, queue_id, broker)
 
 
