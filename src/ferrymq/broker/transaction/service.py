@@ -333,7 +333,8 @@ class TransactionService:
                 return _Step.NEXT, 0
             if info.check_times >= cfg.transaction_check_max or age > cfg.file_reserved_time * 3600_000:
                 return await self._discard(msg, info), 0
-            result = await self.broker.put([R.check_copy(msg, info)], allow_delay=False)
+            copy = R.check_copy(msg, info)
+            result = await self.broker.put([copy], allow_delay=False)
             if not result.status.stored:
                 log.warning("check copy of half offset %d not written (%s); retried next pass",
                             info.queue_offset, result.reason or result.status.name)
@@ -343,6 +344,8 @@ class TransactionService:
                                           phys_offset=appended.phys_offset, check_times=info.check_times + 1,
                                           store_timestamp=appended.store_timestamp)
             self._live[info.origin] = renewed
+        assert isinstance(copy.properties, dict)
+        msg.properties = copy.properties  # the checker sees the copy it is asked about
         sent = await self._ask_producer(msg, renewed, appended.offset_msg_id)
         return _Step.NEXT, int(sent)
 
