@@ -162,10 +162,7 @@ def test_a_new_producer_of_the_group_answers_for_one_killed_with_its_transaction
     listener = Listener(check_answer=COMMIT)
     consumer, rec = _consumer(server.namesrv, "tx-c", "tx-c-consumers")
     try:
-        with TransactionProducer("tx-c-producer", server.namesrv, listener=listener, **FAST_PRODUCER) as p:
-            # A producer announces its group to the brokers it knows of: this one knows of the
-            # broker once it has sent, as a restarted application does.
-            p.send_message_in_transaction(Message("tx-c", b"warm-up"), ROLLBACK)
+        with TransactionProducer("tx-c-producer", server.namesrv, listener=listener, **FAST_PRODUCER):
             wait_for(lambda: b"orphan" in rec.bodies(), 15, "the orphan committed by the new producer")
             assert {m.msg_id for m in listener.checked} == {sent[1]}
             _fence(server.namesrv, "tx-c")
@@ -188,8 +185,7 @@ def test_a_restarted_broker_checks_the_transactions_left_open(tmp_path: Path) ->
     listener = Listener(check_answer=COMMIT)
     consumer, rec = _consumer(server.namesrv, "tx-d", "tx-d-consumers")
     try:
-        with TransactionProducer("tx-d-producer", server.namesrv, listener=listener, **FAST_PRODUCER) as p:
-            p.send_message_in_transaction(Message("tx-d", b"warm-up"), ROLLBACK)
+        with TransactionProducer("tx-d-producer", server.namesrv, listener=listener, **FAST_PRODUCER):
             wait_for(lambda: b"open" in rec.bodies(), 15, "the open transaction committed after the restart")
             assert {m.msg_id for m in listener.checked} == {open_one.msg_id}
             _fence(server.namesrv, "tx-d")

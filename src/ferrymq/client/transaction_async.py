@@ -21,6 +21,7 @@ from ..common.ids import MessageIdError, decode_offset_msg_id
 from ..common.message import Message, MessageExt
 from ..common.record.layout import SYSFLAG_TRANSACTION_PREPARED
 from ..remoting import RemotingError
+from .instance import ClientInstance
 from .producer_async import AsyncProducer
 from .results import SendResult, SendStatus
 
@@ -92,6 +93,13 @@ class AsyncTransactionProducer(AsyncProducer):
         self.run_checker: Checker = self._check_on_loop
         self._checks: set[asyncio.Task[None]] = set()
         self._announced: set[str] = set()  # brokers told of this group since it started
+
+    async def attach(self, inst: ClientInstance) -> None:
+        await super().attach(inst)
+        # The start-up heartbeat went out before any route was known; the brokers found since
+        # (those serving the create-topic key's route) hear of this group now, so a producer
+        # that replaces a dead one is asked about its open transactions at once.
+        await inst.heartbeat_now()
 
     async def shutdown(self) -> bool:
         for task in list(self._checks):
