@@ -1,5 +1,5 @@
 """Transactional messages on the broker, request by request: half messages, END_TRANSACTION,
-the check of open transactions and its limits, and a restart in the middle. An in-process
+the check of open transactions and its limits, a restart in the middle, and a failover. An in-process
 broker over real sockets and files, with an injected clock and the check pass run by the test,
 so "older than the transaction timeout" is exact and nothing waits on wall time."""
 
@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wire_util import Wire
+from test_failover import Setup, _true
+from wire_util import Wire, eventually
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
+from ferrymq.broker.replication import MASTER, SLAVE
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import decode_offset_msg_id
@@ -267,3 +269,48 @@ async def test_a_restarted_broker_checks_the_transactions_still_open(env: Env) -
     await env.start_broker(transaction_check_max=2)
     assert await env.check() == 0
     assert sorted(await env.delivered()) == [b"committed", b"open"]
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[Setup]:
+    s = Setup(tmp_path)
+    await s.namesrv.start()
+    yield s
+    for w in s.wires:
+        await w.close()
+    for b in s.brokers.values():
+        await b.stop()
+    await s.namesrv.stop()
+
+
+async def test_only_the_master_ends_transactions_and_a_new_master_checks_the_open_ones(replicas: Setup) -> None:
+    _NOW[:] = [Clock()]
+    b1 = await replicas.broker(1, transaction_timeout_ms=0)
+    await eventually(lambda: _true(b1.replication.role == MASTER), what="b1 to be master")
+    b2 = await replicas.broker(2, transaction_timeout_ms=0)
+    await eventually(lambda: _true(b2.replication.role == SLAVE), what="b2 to be slave")
+    await eventually(lambda: _true(b1.replication.agent is not None
+                                   and b1.replication.agent.sync_state_set == {1, 2}),
+                     what="b2 in the controller's in-sync set")
+    await replicas.wire(b1).create_topic(TOPIC, 4)
+    on_b1, on_b2 = TxProducer(b1.addr), TxProducer(b2.addr)
+    try:
+        sent = await on_b1.send_half(b"failover", uniq="F1")  # SYNC_MASTER: on b2 once answered
+        offset = decode_offset_msg_id(sent.ext_fields["msgId"]).offset
+        refused = await on_b2.end(sent.ext_fields["queueOffset"], offset, COMMIT)
+        assert refused is not None and refused.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert await b2.transactions.check_once() == 0
+        await b1.stop()
+        await eventually(lambda: _true(b2.replication.role == MASTER), what="b2 elected")
+        await on_b2.heartbeat()
+        await eventually(lambda: b2.transactions.check_once(), what="b2 to ask about the open transaction")
+        header, msg = await on_b2.next_check()
+        assert msg.body == b"failover" and header["brokerName"] == b2.config.broker_name
+        resp = await on_b2.end(header["tranStateTableOffset"], header["commitLogOffset"], COMMIT, from_check=True)
+        assert resp is not None and resp.code == ResponseCode.SUCCESS, resp.remark
+        w2 = replicas.wire(b2)
+        bodies = [m.body for qid in range(4) for m in await w2.pull_all(TOPIC, qid)]
+        assert bodies == [b"failover"]
+    finally:
+        await on_b1.client.close()
+        await on_b2.client.close()
