@@ -19,13 +19,14 @@ import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..common.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MessageDecodeError,
     locate,
-    properties_decode,
+    properties_scan,
     store_timestamp_position,
 )
 from ..common.record.layout import HEAD, I32, I64, SIZE_AND_MAGIC
@@ -34,15 +35,20 @@ from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 _MAGIC_BYTES = I32.pack(MESSAGE_MAGIC_CODE)
 
 
-@dataclass(slots=True)
-class RecordInfo:
+class RecordInfo(NamedTuple):
+    """What dispatching a record into its consume queue and the key index needs: the four
+    properties that matter are scanned for, the rest are not decoded."""
+
     pos: int
     size: int
     topic: str
     queue_id: int
     queue_offset: int
     store_ts: int
-    properties: dict[str, str]
+    tags: str | None
+    keys: str | None
+    uniq: str | None
+    delay: str | None
 
 
 @dataclass(slots=True)
@@ -69,8 +75,8 @@ def check_record(mm: mmap.mmap | bytes, o: int, pos: int, seg_end_o: int,
         return total, None
     (store_ts,) = I64.unpack_from(mm, o + store_timestamp_position(sys_flag))
     topic = bytes(mm[topic_at : props_at - 2]).decode("utf-8", "replace")
-    props = properties_decode(memoryview(mm)[props_at : o + total])
-    return total, RecordInfo(pos, total, topic, qid, qo, store_ts, props)
+    tags, keys, uniq, delay = properties_scan(memoryview(mm)[props_at : o + total])
+    return total, RecordInfo(pos, total, topic, qid, qo, store_ts, tags, keys, uniq, delay)
 
 
 class Scanner:

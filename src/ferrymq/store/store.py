@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from ..common.names import SCHEDULE_TOPIC
 from ..common.props import (
     KEY_SEPARATOR,
-    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
 from ..common.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
@@ -279,21 +277,17 @@ class MessageStore(Retention, ReplicaLog):
         if info.queue_offset > expected:
             log.warning("queue %s/%d: record at %d has queue offset %d, queue expected %d",
                         info.topic, info.queue_id, info.pos, info.queue_offset, expected)
-        props = info.properties
         if info.topic == SCHEDULE_TOPIC:
             levels = self.config.delay_levels_ms
-            raw_level = props.get(PROPERTY_DELAY_TIME_LEVEL, "1")
+            raw_level = info.delay or "1"
             level = int(raw_level) if raw_level.isdigit() else 1
             tag = info.store_ts + levels[min(max(level, 1), len(levels)) - 1]
         else:
-            tags = props.get(PROPERTY_TAGS)
-            tag = tag_code(tags) if tags else 0
+            tag = tag_code(info.tags) if info.tags else 0
         waiting.append(ENTRY.pack(info.pos, info.size, tag))
-        keys_text = props.get(PROPERTY_KEYS)
-        keys = [k for k in keys_text.split(KEY_SEPARATOR) if k] if keys_text else []
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if uniq:
-            keys.append(uniq)
+        keys = [k for k in info.keys.split(KEY_SEPARATOR) if k] if info.keys else []
+        if info.uniq:
+            keys.append(info.uniq)
         if keys and info.pos > self._index.end_phys:
             self._index.ensure_room(len(keys), info.pos, info.store_ts)
             self._index.put(info.topic, keys, info.pos, info.store_ts)
