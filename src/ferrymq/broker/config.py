@@ -105,6 +105,15 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_max: int = 15
     reject_transaction_message: bool = False
+    # Timer messages (docs/storage.md, "Timer wheel"): delivery at any time up to
+    # timer_max_delay_sec ahead, to within timer_precision_ms. The wheel has timer_wheel_slots
+    # slots of that precision (its horizon); later timers are rolled forward until in reach.
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 100
+    timer_wheel_slots: int = 7 * 24 * 3600
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    mapped_file_size_timer_log: int = 100 * 1024 * 1024
+    timer_flush_interval_ms: int = 1000
 
     @property
     def broker_addr(self) -> str:
@@ -165,6 +174,16 @@ class BrokerConfig:
             raise ConfigError("max_reconsume_times", "must be >= 0")
         if self.pop_max_inflight_per_queue < 1:
             raise ConfigError("pop_max_inflight_per_queue", "must be >= 1")
+        if not 1 <= self.timer_precision_ms <= 60_000:
+            raise ConfigError("timer_precision_ms", "must be 1..60000")
+        if self.timer_wheel_slots < 16:
+            raise ConfigError("timer_wheel_slots", "must be >= 16")
+        if self.timer_max_delay_sec < 1:
+            raise ConfigError("timer_max_delay_sec", "must be >= 1")
+        if self.mapped_file_size_timer_log < 4096:
+            raise ConfigError("mapped_file_size_timer_log", "must be >= 4096 bytes")
+        if self.timer_flush_interval_ms < 1:
+            raise ConfigError("timer_flush_interval_ms", "must be >= 1")
         return self
 
 
@@ -208,6 +227,11 @@ _CAMEL_ALIASES = {
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckMax": "transaction_check_max",
     "rejectTransactionMessage": "reject_transaction_message",
+    "timerWheelEnable": "timer_wheel_enable",
+    "timerPrecisionMs": "timer_precision_ms",
+    "timerMaxDelaySec": "timer_max_delay_sec",
+    "mappedFileSizeTimerLog": "mapped_file_size_timer_log",
+    "timerFlushIntervalMs": "timer_flush_interval_ms",
 }
 
 

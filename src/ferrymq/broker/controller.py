@@ -14,7 +14,7 @@ from ..common import jsonx
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
-from ..common.names import SCHEDULE_TOPIC
+from ..common.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from ..common.record import property_value
 from ..remoting import (
     ClientConfig,
@@ -36,6 +36,7 @@ from .processors import register_all
 from .replication import MASTER, Replication
 from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
+from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_timer, to_timer
 from .topics import TopicManager
 from .transaction import TransactionService
 
@@ -77,6 +78,7 @@ class Broker:
         self.store: MessageStore | None = None
         self.waiters: PullWaiters | None = None
         self.schedule: ScheduleService | None = None
+        self.timer: TimerService | None = None
         self.addr = config.broker_addr
         self.started_ms = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -143,6 +145,10 @@ class Broker:
         self.waiters = PullWaiters(asyncio.get_running_loop())
         store.add_arrival_listener(self._on_arrival)
         self.schedule = ScheduleService(self, self.levels_ms)
+        if cfg.timer_wheel_enable:
+            self.timer = TimerService(self, TimerStoreConfig(
+                cfg.store_dir, cfg.timer_precision_ms, cfg.timer_wheel_slots,
+                cfg.mapped_file_size_timer_log), flush_interval_ms=cfg.timer_flush_interval_ms)
         self.started_ms = self.now_ms()
         await self.replication.start()
         self._tasks = [
@@ -158,17 +164,22 @@ class Broker:
         return self.addr
 
     def start_master_services(self) -> None:
-        """What only a master runs: delayed delivery and the transaction check (they write)."""
+        """What only a master runs: delayed and timer delivery and the transaction check (they
+        write)."""
         if not self._master_services and self.schedule is not None:
             self._master_services = True
             self.schedule.start()
             self.transactions.start()
+            if self.timer is not None:
+                self.timer.start()
 
     def stop_master_services(self) -> None:
         if self._master_services and self.schedule is not None:
             self._master_services = False
             asyncio.get_running_loop().create_task(self.schedule.stop())
             asyncio.get_running_loop().create_task(self.transactions.stop())
+            if self.timer is not None:
+                asyncio.get_running_loop().create_task(self.timer.stop())
 
     @property
     def route_broker_id(self) -> int:
@@ -194,6 +205,8 @@ class Broker:
                 await task
         if self.schedule is not None and self._master_services:
             await self.schedule.stop()
+            if self.timer is not None:
+                await self.timer.stop()
         await self.transactions.stop()
         await self.replication.stop()
         if self.waiters is not None:
@@ -223,7 +236,10 @@ class Broker:
         if refused:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, [], store.max_phy_offset, refused)
         if allow_delay:
-            msgs = [self._maybe_schedule(m) for m in msgs]
+            try:
+                msgs = [self._maybe_schedule(m) for m in msgs]
+            except TimerMessageError as exc:
+                return PutResult(PutStatus.MESSAGE_ILLEGAL, [], store.max_phy_offset, str(exc))
         result = await self.replication.after_put(await store.put_messages_async(msgs))
         if result.status.stored:
             self.stats.add_put(len(msgs))
@@ -236,6 +252,11 @@ class Broker:
         return result
 
     def _maybe_schedule(self, msg: StoreMessage) -> StoreMessage:
+        if asks_for_timer(msg.properties):
+            if self.timer is None:
+                raise TimerMessageError("TIMER_*", "", "cannot be honoured: the broker's timer "
+                                        "wheel is off (timer_wheel_enable)")
+            msg = to_timer(msg, self.now_ms(), self.config.timer_max_delay_sec * 1000)
         level_text = property_value(msg.properties, P.PROPERTY_DELAY_TIME_LEVEL)
         if not level_text or msg.topic == SCHEDULE_TOPIC:
             return msg
@@ -254,6 +275,10 @@ class Broker:
             loop = self.waiters._loop if self.waiters is not None else None
             if loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(self.schedule.poke)
+        elif topic == TIMER_TOPIC and self.timer is not None:
+            loop = self.waiters._loop if self.waiters is not None else None
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self.timer.poke)
 
     # --- consumers -------------------------------------------------------------------------
     def _consumers_changed(self, group: str) -> None:

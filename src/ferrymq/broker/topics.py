@@ -14,6 +14,7 @@ from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     is_dlq_topic,
     is_retry_topic,
     validate_topic,
@@ -82,6 +83,7 @@ class TopicManager:
                         self.default_queue_nums, PERM_READ | PERM_WRITE | PERM_INHERIT),
         )
         self.topics.setdefault(SCHEDULE_TOPIC, TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE))
+        self.topics.setdefault(TIMER_TOPIC, TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
 
     @property
     def version(self) -> int:

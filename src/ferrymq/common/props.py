@@ -34,6 +34,14 @@ PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+# RocketMQ 5's timer messages: what a producer asks for (one of the first three), what the
+# broker stores (TIMER_OUT_MS, the delivery time it settled on) and the broker's bookkeeping.
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
 # Properties the system sets; a user property with one of these names would be silently
 # overwritten by the broker, so the producer refuses them.
@@ -55,6 +63,12 @@ SYSTEM_PROPERTIES = frozenset(
         PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
         PROPERTY_MAX_RECONSUME_TIMES,
         PROPERTY_CONSUME_START_TIMESTAMP,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_OUT_MS,
+        PROPERTY_TIMER_ROLL_TIMES,
+        PROPERTY_TIMER_DEL_UNIQKEY,
     }
 )
 

@@ -1,0 +1,133 @@
+"""The timer log: append-only fixed-size entries in segment files named by their first
+position (20 digits, as the commit log's), mapped in memory. Positions are global byte
+offsets. An entry is needed until the wheel's read time passes its slot; since an entry is
+always linked less than one wheel horizon after it was written, a whole segment is dropped once
+the read time is a horizon past the write time of its last entry."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .codec import ENTRY, LogEntry, TimerFileError, decode_entry, encode_entry
+
+log = logging.getLogger("ferrymq.broker.timer")
+
+
+class TimerLog:
+    def __init__(self, directory: Path, file_size: int) -> None:
+        self.dir = directory
+        self.file_size = file_size - file_size % ENTRY.size
+        directory.mkdir(parents=True, exist_ok=True)
+        self._segments: dict[int, mmap.mmap] = {}
+        for name in sorted(os.listdir(directory)):
+            if name.isdigit() and len(name) == 20:
+                start = int(name)
+                if start % self.file_size:
+                    raise TimerFileError("log", f"segment {name} does not start at a multiple of "
+                                         f"the segment size {self.file_size}")
+                self._segments[start] = self._map(start, create=False)
+        self.end = 0
+
+    @property
+    def min_pos(self) -> int:
+        return min(self._segments) if self._segments else self.end
+
+    def _path(self, start: int) -> Path:
+        return self.dir / f"{start:020d}"
+
+    def _map(self, start: int, *, create: bool) -> mmap.mmap:
+        path = self._path(start)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                os.ftruncate(fd, self.file_size)
+            return mmap.mmap(fd, self.file_size)
+        finally:
+            os.close(fd)
+
+    def _segment(self, pos: int, *, create: bool = False) -> tuple[mmap.mmap, int] | None:
+        start = pos - pos % self.file_size
+        seg = self._segments.get(start)
+        if seg is None:
+            if not create:
+                return None
+            seg = self._segments[start] = self._map(start, create=True)
+        return seg, pos - start
+
+    def append(self, prev_pos: int, deliver_ms: int, link_ms: int, phys_offset: int, size: int,
+               write_ms: int, roll: bool) -> int:
+        pos = self.end
+        found = self._segment(pos, create=True)
+        assert found is not None
+        seg, off = found
+        seg[off: off + ENTRY.size] = encode_entry(prev_pos, deliver_ms, link_ms, phys_offset, size,
+                                                  write_ms, roll)
+        self.end = pos + ENTRY.size
+        return pos
+
+    def read(self, pos: int) -> LogEntry | None:
+        """The entry at `pos`; None when its segment is gone or the space is unwritten."""
+        found = self._segment(pos)
+        if found is None:
+            return None
+        seg, off = found
+        return decode_entry(seg, off, pos)
+
+    def written_after(self, pos: int) -> Iterator[LogEntry]:
+        """Entries written at or after `pos` (up to the first unwritten space)."""
+        while True:
+            entry = self.read(pos)
+            if entry is None:
+                return
+            yield entry
+            pos += ENTRY.size
+
+    def truncate(self, end: int) -> None:
+        """Forget everything from `end` on (written after the last checkpoint): unwritten
+        space must read as zeros again, so the entries there are cleared one by one (a block
+        write would fill the sparse segment)."""
+        blank = bytes(ENTRY.size)
+        for entry in list(self.written_after(end)):
+            found = self._segment(entry.pos)
+            assert found is not None
+            seg, off = found
+            seg[off: off + ENTRY.size] = blank
+        for start in [s for s in self._segments if s >= end and s > 0]:
+            self._segments.pop(start).close()
+            self._path(start).unlink(missing_ok=True)
+        self.end = end
+
+    def drop_expired(self, read_time_ms: int, horizon_ms: int) -> int:
+        """Delete whole segments whose entries can no longer be needed; returns how many."""
+        dropped = 0
+        for start in sorted(self._segments):
+            if start + self.file_size > self.end:
+                break
+            last = self.read(start + self.file_size - ENTRY.size)
+            if last is not None and last.write_ms + horizon_ms >= read_time_ms:
+                break
+            seg = self._segments.pop(start)
+            seg.close()
+            self._path(start).unlink(missing_ok=True)
+            dropped += 1
+        if dropped:
+            log.info("timer log: dropped %d segment(s) no longer needed", dropped)
+        return dropped
+
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def flush(self) -> None:
+        for seg in self._segments.values():
+            seg.flush()
+
+    def close(self) -> None:
+        for seg in self._segments.values():
+            if not seg.closed:
+                seg.flush()
+                seg.close()
+        self._segments.clear()

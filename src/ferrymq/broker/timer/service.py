@@ -1,0 +1,280 @@
+"""The timer service (RocketMQ 5's TimerMessageStore enqueue / dequeue), on a master only.
+
+One task does both jobs, so the wheel never changes under a slot being delivered:
+- dequeue: when the clock reaches the read time, the slot there is read from the log, sorted by
+  time, and each timer is written to its real topic at its own time (a roll goes back into the
+  timer topic instead); the read time moves on when the slot is done.
+- enqueue: new entries of the timer topic's queue are linked into the wheel (or delivered at
+  once when already due).
+After each step the checkpoint records the read time, how much of the slot is delivered, the
+next queue offset and the log's end, so a restart neither loses nor repeats a delivery made
+before it; a killed process repeats at most what it did after its last checkpoint write."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ...common.message import MessageExt
+from ...common.names import TIMER_TOPIC
+from ...common.record import MessageDecodeError, decode_record
+from ...store import MessageStore, PutResult, StoreMessage
+from .codec import LogEntry
+from .message import TIMER_QUEUE_ID, deliver_ms_of, from_timer, rolled
+from .state import TimerStore, TimerStoreConfig
+
+if TYPE_CHECKING:
+    from ..controller import Broker
+
+log = logging.getLogger("ferrymq.broker.timer")
+
+ENQUEUE_BATCH = 256
+DELIVER_BATCH = 64
+# Empty slots stepped over in one go before the loop gives others a turn.
+MAX_EMPTY_STEPS = 4096
+# How far ahead an idle wheel looks for its next busy slot (in slots).
+LOOKAHEAD_SLOTS = 1024
+# After a failed write the service waits this long before trying again.
+RETRY_MS = 200
+
+
+class TimerService:
+    def __init__(self, broker: Broker, cfg: TimerStoreConfig, *, flush_interval_ms: int,
+                 clock: Callable[[], int] | None = None) -> None:
+        self.broker = broker
+        self.cfg = cfg
+        self.flush_interval_ms = flush_interval_ms
+        self.now_ms = clock or broker.now_ms
+        self.state: TimerStore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._open: list[LogEntry] | None = None
+        self._hold_until = 0
+        self._sweep_end = 0
+        self._last_flush = 0.0
+        self._retry_at = 0
+        self.delivered = 0
+        self.rolled = 0
+
+    @property
+    def store(self) -> MessageStore:
+        store = self.broker.store
+        assert store is not None
+        return store
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is not None:
+            return
+        first = self.store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
+        self.state = TimerStore(self.cfg, self.now_ms(), first)
+        self._open = None
+        self._task = asyncio.create_task(self._run(), name="ferrymq-timer")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        state, self.state = self.state, None
+        if state is not None:
+            state.close()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def caught_up(self, time_ms: int) -> bool:
+        """Every timer linked and due at or before `time_ms` has been delivered."""
+        state = self.state
+        if state is None:
+            return False
+        if self._open is not None:
+            done = state.slot_done
+            return done < len(self._open) and self._open[done].link_ms > time_ms
+        return state.read_time_ms > time_ms
+
+    def pending(self) -> int:
+        return self.state.pending() if self.state is not None else 0
+
+    # --- the loop --------------------------------------------------------------------------
+    async def _run(self) -> None:
+        state = self.state
+        assert state is not None
+        while True:
+            try:
+                progressed = await self._step(state)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("timer step failed; retrying")
+                self._retry_at = self.now_ms() + RETRY_MS
+                progressed = False
+            if time.monotonic() - self._last_flush >= self.flush_interval_ms / 1000:
+                self._last_flush = time.monotonic()
+                await asyncio.to_thread(state.sync)
+                state.drop_expired()
+            if progressed:
+                await asyncio.sleep(0)
+                continue
+            self._wake.clear()
+            delay = max(0, self._next_wake(state) - self.now_ms())
+            delay = min(delay, self.flush_interval_ms)
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay / 1000)
+                except TimeoutError:
+                    pass
+
+    def _next_wake(self, state: TimerStore) -> int:
+        now = self.now_ms()
+        if self._retry_at > now:
+            return self._retry_at
+        if self._open is not None:
+            due = self._open[state.slot_done].link_ms if state.slot_done < len(self._open) else now
+        else:
+            until = state.read_time_ms + LOOKAHEAD_SLOTS * state.precision_ms
+            busy = state.wheel.next_busy(state.read_time_ms, until)
+            due = busy if busy is not None else until
+        if self._hold_until:
+            due = min(due, self._hold_until)
+        return due
+
+    async def _step(self, state: TimerStore) -> bool:
+        now = self.now_ms()
+        if now < self._retry_at:
+            return False
+        if self._open is not None:
+            if await self._deliver_open(state, now):
+                return True
+        elif now >= state.read_time_ms and self._open_or_skip(state, now):
+            return True
+        if self._sweep_end:
+            return False
+        return await self._enqueue(state, now)
+
+    def _open_or_skip(self, state: TimerStore, now: int) -> bool:
+        """Open the slot at the read time, or step over empty ones; True if anything moved."""
+        if not self._sweep_end and now - state.read_time_ms >= state.horizon_ms:
+            # Far behind (the broker was down): every timer lies within one horizon of the
+            # read time, so after one sweep of the ring the read time can jump to now.
+            self._sweep_end = state.read_time_ms + state.horizon_ms
+        moved = False
+        for _ in range(MAX_EMPTY_STEPS):
+            if self._sweep_end and state.read_time_ms >= self._sweep_end:
+                self._sweep_end = 0
+                state.jump(now)
+                moved = True
+            if now < state.read_time_ms:
+                break
+            if state.slot_busy(state.read_time_ms):
+                entries = state.slot_entries(state.read_time_ms)
+                if state.slot_done >= len(entries):
+                    state.advance()
+                    moved = True
+                    continue
+                self._open = entries
+                return True
+            state.advance()
+            moved = True
+        if moved:
+            state.save()
+        return moved
+
+    async def _deliver_open(self, state: TimerStore, now: int) -> bool:
+        entries = self._open
+        assert entries is not None
+        start = state.slot_done
+        end = start
+        while end < len(entries) and end - start < DELIVER_BATCH and entries[end].link_ms <= now:
+            end += 1
+        if end > start:
+            if not await self._deliver(entries[start:end]):
+                return False
+            state.slot_done = end
+        if state.slot_done >= len(entries):
+            self._open = None
+            state.advance()
+        if end > start or self._open is None:
+            state.save()
+            return True
+        return False
+
+    async def _enqueue(self, state: TimerStore, now: int) -> bool:
+        store = self.store
+        self._hold_until = 0
+        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, ENQUEUE_BATCH)
+        if not entries:
+            if offset != state.enqueue_offset:
+                state.enqueue_offset = offset
+                state.save()
+            return False
+        done = 0
+        for qe in entries:
+            raw = store.read_record(qe.phys_offset, qe.size)
+            msg = _decode(raw, qe.phys_offset)
+            if msg is not None:
+                deliver = deliver_ms_of(msg.properties)
+                if deliver < state.read_time_ms:
+                    if not await self._put([_restored(msg, roll=False)]):
+                        break
+                elif self._open is not None and deliver < state.read_time_ms + state.precision_ms:
+                    # The slot being delivered is read already: this one waits its turn here.
+                    self._hold_until = deliver
+                    break
+                elif state.link(deliver, qe.phys_offset, qe.size):
+                    self.rolled += 1
+            state.enqueue_offset = qe.queue_offset + 1
+            done += 1
+        if done:
+            state.save()
+        return done > 0 and not self._hold_until
+
+    async def _deliver(self, entries: list[LogEntry]) -> bool:
+        out: list[StoreMessage] = []
+        for e in entries:
+            msg = _decode(self.store.read_record(e.phys_offset, e.size), e.phys_offset)
+            if msg is not None:
+                restored = _restored(msg, roll=e.roll)
+                if restored is not None:
+                    out.append(restored)
+        return await self._put(out)
+
+    async def _put(self, msgs: Sequence[StoreMessage | None]) -> bool:
+        batch = [m for m in msgs if m is not None]
+        if not batch:
+            return True
+        result: PutResult = await self.broker.put(batch, allow_delay=False)
+        if not result.status.stored:
+            log.warning("timer delivery of %d message(s) failed (%s); will retry", len(batch),
+                        result.status.name)
+            self._retry_at = self.now_ms() + RETRY_MS
+            return False
+        self.delivered += len(batch)
+        return True
+
+
+def _decode(raw: bytes | None, phys_offset: int) -> MessageExt | None:
+    if raw is None:
+        log.error("timer message at %d is no longer in the commit log; skipped", phys_offset)
+        return None
+    try:
+        return decode_record(raw, decompress=False)
+    except MessageDecodeError as exc:
+        log.error("timer message at %d is unreadable (%s); skipped", phys_offset, exc)
+        return None
+
+
+def _restored(msg: MessageExt, *, roll: bool) -> StoreMessage | None:
+    if roll:
+        return rolled(msg)
+    out = from_timer(msg)
+    if out is None:
+        log.error("timer message %s has no REAL_TOPIC; skipped", msg.offset_msg_id)
+    return out

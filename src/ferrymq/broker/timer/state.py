@@ -1,0 +1,167 @@
+"""The timer store: wheel, log and checkpoint together, driven with explicit times (the
+service supplies the clock). Timers live only in the files: linking one appends a log entry
+whose `prev` is the slot's last entry and points the slot at it, RocketMQ's TimerLog /
+TimerWheel layout.
+
+Recovery: the checkpoint names the log's end when it was written; entries written after it
+(by a process killed before its next checkpoint) are unlinked from their slots and cleared,
+and the timer queue is enqueued again from the checkpoint's offset, so nothing is linked
+twice."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import CheckpointFile
+from .codec import LogEntry, Slot, TimerCheckpoint
+from .log import TimerLog
+from .wheel import TimerWheel
+
+log = logging.getLogger("ferrymq.broker.timer")
+
+
+@dataclass(frozen=True, slots=True)
+class TimerStoreConfig:
+    root: Path  # the store directory: timerwheel, timerlog/ and config/timercheck go there
+    precision_ms: int = 100
+    slots: int = 7 * 24 * 3600
+    log_file_size: int = 100 * 1024 * 1024
+
+
+def wheel_path(root: Path) -> Path:
+    return root / "timerwheel"
+
+
+def log_dir(root: Path) -> Path:
+    return root / "timerlog"
+
+
+def checkpoint_path(root: Path) -> Path:
+    return root / "config" / "timercheck"
+
+
+class TimerStore:
+    def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0) -> None:
+        self.cfg = cfg
+        self._cp = CheckpointFile(checkpoint_path(cfg.root))
+        cp = self._cp.load()
+        if cp is None:
+            # Files without a checkpoint were never consistent with one: start empty.
+            wheel_path(cfg.root).unlink(missing_ok=True)
+            shutil.rmtree(log_dir(cfg.root), ignore_errors=True)
+            precision, slots = cfg.precision_ms, cfg.slots
+        else:
+            precision, slots = cp.precision_ms, cp.slots
+            if (precision, slots) != (cfg.precision_ms, cfg.slots):
+                log.warning("timer wheel keeps its geometry (%d ms x %d slots) over the configured "
+                            "%d ms x %d slots: its files hold pending timers", precision, slots,
+                            cfg.precision_ms, cfg.slots)
+        self.wheel = TimerWheel(wheel_path(cfg.root), slots, precision)
+        self.log = TimerLog(log_dir(cfg.root), cfg.log_file_size)
+        if cp is None:
+            self.read_time_ms = self.wheel.slot_time(now_ms)
+            self.slot_done = 0
+            self.enqueue_offset = first_enqueue_offset
+            self.log.truncate(0)
+        else:
+            self.read_time_ms = cp.read_time_ms
+            self.slot_done = cp.slot_done
+            self.enqueue_offset = cp.enqueue_offset
+            self._recover(cp.log_end)
+        self.save()
+
+    @property
+    def precision_ms(self) -> int:
+        return self.wheel.precision_ms
+
+    @property
+    def horizon_ms(self) -> int:
+        return self.wheel.horizon_ms
+
+    def _recover(self, log_end: int) -> None:
+        tail = list(self.log.written_after(log_end))
+        for entry in reversed(tail):
+            slot = self.wheel.get(entry.link_ms)
+            if slot.num > 0 and slot.last_pos == entry.pos:
+                if entry.prev_pos < 0 or slot.num == 1:
+                    self.wheel.clear(slot.time_ms)
+                else:
+                    self.wheel.put(slot._replace(last_pos=entry.prev_pos, num=slot.num - 1))
+        if tail:
+            log.warning("timer log: %d entries written after the last checkpoint are linked "
+                        "again from the timer queue", len(tail))
+        self.log.truncate(log_end)
+
+    # --- linking -------------------------------------------------------------------------
+    def link(self, deliver_ms: int, phys_offset: int, size: int) -> bool:
+        """Link a timer due at `deliver_ms` (not before the read time); True when it is beyond
+        the wheel's reach and was linked as a roll at the wheel's last slot instead."""
+        link_ms = max(deliver_ms, self.read_time_ms)
+        roll = deliver_ms >= self.read_time_ms + self.horizon_ms
+        if roll:
+            link_ms = self.read_time_ms + self.horizon_ms - self.precision_ms
+        slot = self.wheel.get(link_ms)
+        has = slot.num > 0
+        pos = self.log.append(slot.last_pos if has else -1, deliver_ms, link_ms, phys_offset, size,
+                              self.read_time_ms, roll)
+        self.wheel.put(Slot(slot.time_ms, slot.first_pos if has else pos, pos, slot.num + 1, 0))
+        return roll
+
+    def slot_entries(self, slot_ms: int) -> list[LogEntry]:
+        """The entries of a slot in firing order (link time, then position); the order is the
+        same every time, so `slot_done` counts a prefix of it."""
+        slot = self.wheel.get(slot_ms)
+        out: list[LogEntry] = []
+        pos = slot.last_pos if slot.num > 0 else -1
+        while pos >= 0 and len(out) < slot.num:
+            entry = self.log.read(pos)
+            if entry is None:
+                log.error("timer slot %d: entry at %d is gone; %d timer(s) of it lost", slot_ms,
+                          pos, slot.num - len(out))
+                break
+            out.append(entry)
+            pos = entry.prev_pos
+        out.sort(key=lambda e: (e.link_ms, e.pos))
+        return out
+
+    def slot_busy(self, slot_ms: int) -> bool:
+        return self.wheel.get(slot_ms).num > 0
+
+    def advance(self) -> None:
+        self.read_time_ms += self.precision_ms
+        self.slot_done = 0
+
+    def jump(self, time_ms: int) -> None:
+        self.read_time_ms = max(self.read_time_ms, self.wheel.slot_time(time_ms))
+        self.slot_done = 0
+
+    def pending(self) -> int:
+        """Timers linked and not yet delivered, counted in the wheel file."""
+        total = sum(s.num for s in self.wheel.live_slots(self.read_time_ms))
+        return max(0, total - self.slot_done)
+
+    # --- durability ----------------------------------------------------------------------
+    def checkpoint(self) -> TimerCheckpoint:
+        return TimerCheckpoint(self.precision_ms, self.wheel.slots, self.read_time_ms,
+                               self.slot_done, self.enqueue_offset, self.log.end)
+
+    def save(self) -> None:
+        self._cp.write(self.checkpoint())
+
+    def sync(self) -> None:
+        """Everything written so far to disk (may run in a worker thread)."""
+        self.log.flush()
+        self.wheel.flush()
+        self._cp.sync()
+
+    def drop_expired(self) -> int:
+        return self.log.drop_expired(self.read_time_ms, self.horizon_ms)
+
+    def close(self) -> None:
+        self.save()
+        self.log.close()
+        self.wheel.close()
+        self._cp.close()
