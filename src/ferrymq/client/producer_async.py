@@ -93,6 +93,18 @@ def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
         P.properties_to_string(msg.properties)
     except P.PropertyError as exc:
         raise MessageValidationError("properties", str(exc)) from exc
+    timer = [n for n in _TIMER_REQUESTS if n in msg.properties]
+    if timer:
+        if msg.delay_level:
+            raise MessageValidationError(
+                "delay_level", "a message takes a delay level or a delivery time, not both")
+        for name in timer:
+            if not msg.properties[name].isdigit():
+                raise MessageValidationError(name, f"is {msg.properties[name]!r}; it must be a "
+                                             "whole number >= 0")
+
+
+_TIMER_REQUESTS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC)
 
 
 def hash_queue_index(key: object, n: int) -> int:

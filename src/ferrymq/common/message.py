@@ -8,8 +8,14 @@ from . import props as P
 
 
 class Message:
-    """A message to send. Tags, keys and the delay level live in the property map, exactly as
-    RocketMQ carries them on the wire, so what a client sets is what every peer reads."""
+    """A message to send. Tags, keys, the delay level and the delivery time live in the
+    property map, exactly as RocketMQ carries them on the wire, so what a client sets is what
+    every peer reads.
+
+    Delivery at a time (RocketMQ 5's timer messages): `deliver_time_ms` (epoch milliseconds,
+    TIMER_DELIVER_MS), or `delay_time_ms` / `delay_time_sec` counted from the broker's receipt
+    (TIMER_DELAY_MS / TIMER_DELAY_SEC). A time not ahead is delivered at once; the broker
+    refuses one further than its timer_max_delay_sec (3 days by default)."""
 
     __slots__ = ("body", "flag", "properties", "topic")
 
@@ -23,6 +29,7 @@ class Message:
         delay_level: int = 0,
         properties: dict[str, str] | None = None,
         flag: int = 0,
+        deliver_time_ms: int | None = None,
     ) -> None:
         if not isinstance(body, bytes | bytearray | memoryview):
             raise TypeError(f"message body must be bytes, not {type(body).__name__}")
@@ -36,6 +43,8 @@ class Message:
             self.keys = keys if isinstance(keys, str) else P.KEY_SEPARATOR.join(keys)
         if delay_level:
             self.delay_level = delay_level
+        if deliver_time_ms is not None:
+            self.deliver_time_ms = deliver_time_ms
 
     @property
     def tags(self) -> str | None:
@@ -77,6 +86,51 @@ class Message:
             self.properties[P.PROPERTY_DELAY_TIME_LEVEL] = str(level)
         else:
             self.properties.pop(P.PROPERTY_DELAY_TIME_LEVEL, None)
+
+    def _timer(self, name: str) -> int | None:
+        text = self.properties.get(name)
+        try:
+            return int(text) if text is not None else None
+        except ValueError:
+            return None
+
+    def _set_timer(self, name: str, value: int | None) -> None:
+        if value is None:
+            self.properties.pop(name, None)
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+        self.properties[name] = str(value)
+
+    @property
+    def deliver_time_ms(self) -> int | None:
+        """When to deliver, in epoch milliseconds (None: at once)."""
+        return self._timer(P.PROPERTY_TIMER_DELIVER_MS)
+
+    @deliver_time_ms.setter
+    def deliver_time_ms(self, value: int | None) -> None:
+        self._set_timer(P.PROPERTY_TIMER_DELIVER_MS, value)
+
+    @property
+    def delay_time_ms(self) -> int | None:
+        return self._timer(P.PROPERTY_TIMER_DELAY_MS)
+
+    @delay_time_ms.setter
+    def delay_time_ms(self, value: int | None) -> None:
+        self._set_timer(P.PROPERTY_TIMER_DELAY_MS, value)
+
+    @property
+    def delay_time_sec(self) -> int | None:
+        return self._timer(P.PROPERTY_TIMER_DELAY_SEC)
+
+    @delay_time_sec.setter
+    def delay_time_sec(self, value: int | None) -> None:
+        self._set_timer(P.PROPERTY_TIMER_DELAY_SEC, value)
+
+    @property
+    def timer_out_ms(self) -> int | None:
+        """On a delivered timer message: the delivery time the broker settled on."""
+        return self._timer(P.PROPERTY_TIMER_OUT_MS)
 
     @property
     def uniq_key(self) -> str | None:
