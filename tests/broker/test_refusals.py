@@ -1,7 +1,7 @@
 """Requests the broker refuses with a clear answer instead of doing something harmful or
 silently wrong: changing system topics, transactional half messages in a batch or straight to
-the transaction system topics, and SQL92 subscriptions (not supported). Raw requests against
-a real `ferrymq standalone`."""
+the transaction system topics. Raw requests against a real `ferrymq standalone`. SQL92
+subscriptions: test_sql92_filter.py."""
 
 from __future__ import annotations
 
@@ -104,43 +104,6 @@ async def test_nobody_sends_to_the_transaction_system_topics(wire: Wire, topic: 
     resp = await wire.send(topic, b"forged", props={"REAL_TOPIC": "victim", "REAL_QID": "0"})
     assert resp.code == ResponseCode.NO_PERMISSION
     assert resp.remark == f"Sending message to topic[{topic}] is forbidden."
-
-
-def _heartbeat(group: str, topic: str, expression: str, expression_type: str) -> bytes:
-    return jsonx.dumps_bytes({
-        "clientID": "sql-client",
-        "consumerDataSet": [{
-            "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
-            "subscriptionDataSet": [{"topic": topic, "subString": expression, "expressionType": expression_type,
-                                     "subVersion": 1, "tagsSet": [], "codeSet": [],
-                                     "classFilterMode": False}],
-        }],
-        "producerDataSet": [],
-    })
-
-
-SQL92_REMARK = "The broker does not support consumer to filter message by SQL92"
-
-
-async def test_sql92_subscriptions_are_refused_at_heartbeat_check_and_pull(wire: Wire) -> None:
-    await wire.create_topic("sql-topic", queues=1)
-    resp = await wire.call(RequestCode.HEART_BEAT, _heartbeat("sql-group", "sql-topic", "amount > 5", "SQL92"))
-    assert resp.code == ResponseCode.SYSTEM_ERROR
-    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
-    check = jsonx.dumps_bytes({"clientId": "sql-client", "group": "sql-group", "subscriptionData": {
-        "topic": "sql-topic", "subString": "amount > 5", "expressionType": "SQL92", "subVersion": 1}})
-    resp = await wire.call(RequestCode.CHECK_CLIENT_CONFIG, check)
-    assert resp.code == ResponseCode.SYSTEM_ERROR
-    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
-    resp = await wire.call(RequestCode.PULL_MESSAGE, consumerGroup="sql-group", topic="sql-topic", queueId=0,
-                           queueOffset=0, maxMsgNums=32, sysFlag=0x4, commitOffset=0, suspendTimeoutMillis=0,
-                           subscription="amount > 5", subVersion=1, expressionType="SQL92")
-    assert resp.code == ResponseCode.SYSTEM_ERROR
-    assert resp.remark is not None and resp.remark.startswith(SQL92_REMARK)
-    # Tag subscriptions are unaffected.
-    resp = await wire.call(RequestCode.HEART_BEAT, _heartbeat("tag-group", "sql-topic", "TagA || TagB", "TAG"))
-    assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
 @pytest.mark.parametrize("expression", ["amount > 5", "a IS NOT NULL", "region = 'SH'", "(TagA)", "TagA || x<3"])

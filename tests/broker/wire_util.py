@@ -62,14 +62,15 @@ class Wire:
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, group: str = "wire-group",
                    max_nums: int = 32, expression: str = "*", suspend_ms: int = 0,
-                   commit_offset: int = -1, timeout: float = 5.0) -> RemotingCommand:
+                   commit_offset: int = -1, timeout: float = 5.0,
+                   expression_type: str = "TAG") -> RemotingCommand:
         flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms else 0)
         if commit_offset >= 0:
             flag |= PULL_FLAG_COMMIT
         return await self.call(RequestCode.PULL_MESSAGE, consumerGroup=group, topic=topic, queueId=queue_id,
                                queueOffset=offset, maxMsgNums=max_nums, sysFlag=flag, commitOffset=commit_offset,
                                suspendTimeoutMillis=suspend_ms, subscription=expression, subVersion=0,
-                               expressionType="TAG", timeout=timeout + suspend_ms / 1000)
+                               expressionType=expression_type, timeout=timeout + suspend_ms / 1000)
 
     async def pull_all(self, topic: str, queue_id: int, offset: int = 0, **kw: object) -> list[MessageExt]:
         out: list[MessageExt] = []

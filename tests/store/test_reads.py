@@ -9,8 +9,9 @@ import pytest
 from store_util import FakeClock, msg, open_store
 
 from ferrymq.common.names import java_string_hash
-from ferrymq.common.record import decode_records
+from ferrymq.common.record import decode_records, locate
 from ferrymq.store import GetStatus, MessageStore, PutStatus
+from ferrymq.store.reads import FILTER_SCAN_ENTRIES
 
 
 @pytest.fixture
@@ -63,6 +64,45 @@ def test_tag_filter(store: MessageStore) -> None:
     r = store.get_messages("T", 0, 0, 32, tag_filter=lambda code: False)
     # nothing matched: the offset still moves past what was scanned
     assert (r.status, r.count, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 0, 6)
+
+
+def _even(buf: bytes, start: int, end: int) -> bool:
+    """A record filter: records whose body starts with an even byte."""
+    return buf[locate(buf, start, end)[2]] % 2 == 0
+
+
+def test_record_filter_keeps_matching_records_and_moves_past_the_rest(store: MessageStore) -> None:
+    store.put_messages([msg(body=bytes([i])) for i in range(100)])
+    r = store.get_messages("T", 0, 0, 10, record_filter=_even)
+    assert r.status is GetStatus.FOUND
+    assert [m.body[0] for m in decode_records(r.data)] == list(range(0, 20, 2))
+    # Stops at the record after the tenth kept, as RocketMQ checks a full batch before filtering.
+    assert (r.count, r.next_begin_offset) == (10, 19)
+    r = store.get_messages("T", 0, 95, 32, record_filter=_even)
+    assert [m.body[0] for m in decode_records(r.data)] == [96, 98]
+    assert r.next_begin_offset == 100
+    r = store.get_messages("T", 0, 0, 32, record_filter=lambda b, s, e: False)
+    assert (r.status, r.count, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 0, 100)
+    r = store.get_messages("T", 0, 100, 32, record_filter=_even)
+    assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 100)
+
+
+def test_record_filter_scans_at_most_a_tag_filters_window(store: MessageStore) -> None:
+    n = FILTER_SCAN_ENTRIES + 50
+    for i in range(0, n, 100):
+        store.put_messages([msg(body=b"\x02" if j == n - 1 else b"\x01") for j in range(i, min(i + 100, n))])
+    r = store.get_messages("T", 0, 0, 32, record_filter=_even)
+    assert (r.status, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, FILTER_SCAN_ENTRIES)
+    r = store.get_messages("T", 0, r.next_begin_offset, 32, record_filter=_even)
+    assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 1, n)
+
+
+def test_record_filter_respects_max_bytes(store: MessageStore) -> None:
+    store.put_messages([msg(body=bytes([i % 2]) * 500) for i in range(10)])
+    r = store.get_messages("T", 0, 0, 32, max_bytes=1500, record_filter=_even)
+    # 0 and 2 are kept; 3 would pass the byte limit, so the pull stops there even though it
+    # would not be kept (the limit is checked first, as in RocketMQ).
+    assert r.count == 2 and r.next_begin_offset == 3
 
 
 def test_interleaved_queues_read_back_exactly(store: MessageStore) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..common.errors import FerryMQError
 from ..common.names import java_string_hash
+from ..common.sql92 import Selector, SelectorError, compile_selector
 
 SUB_ALL = "*"
 
@@ -22,9 +23,11 @@ class Subscription:
     codes: frozenset[int]
     sub_version: int
     expression_type: str = "TAG"
+    selector: Selector | None = None  # SQL92: evaluated on each stored message's properties
 
     @property
     def matches_all(self) -> bool:
+        """No tag filter (an SQL92 subscription filters by `selector` instead)."""
         return not self.tags
 
     def accepts(self, tag_code: int) -> bool:
@@ -43,29 +46,57 @@ class Subscription:
 
 
 class UnsupportedFilterError(FerryMQError):
-    """A subscription filters by something other than tags (SQL92): the broker cannot apply it,
-    and serving it as a tag expression would match nothing, silently."""
+    """A subscription filters by properties (SQL92) on a broker where enable_property_filter
+    is off: serving it as a tag expression would match nothing, silently."""
 
     def __init__(self, topic: str, expression_type: str) -> None:
         # RocketMQ's words when enablePropertyFilter is off, so clients and operators know them.
         super().__init__(f"The broker does not support consumer to filter message by {expression_type} "
-                         f"(topic {topic}); only tag expressions ('*' or 'TagA || TagB') are supported")
+                         f"(topic {topic}); enable_property_filter is off")
         self.topic = topic
         self.expression_type = expression_type
 
 
+class SubscriptionParseError(FerryMQError):
+    """A subscription the broker cannot read: an invalid SQL92 selector or an unknown
+    expression type (answered with SUBSCRIPTION_PARSE_FAILED)."""
+
+    def __init__(self, topic: str, expression: str, expression_type: str, reason: str) -> None:
+        super().__init__(f"subscription of topic {topic} ({expression_type} {expression!r}): {reason}")
+        self.topic = topic
+        self.expression = expression
+        self.expression_type = expression_type
+        self.reason = reason
+
+
+TAG, SQL92 = "TAG", "SQL92"
+
+
 def parse_subscription(topic: str, expression: str | None, sub_version: int = 0,
-                       expression_type: str = "TAG") -> Subscription:
+                       expression_type: str | None = TAG, *,
+                       property_filter: bool = True) -> Subscription:
     """'TagA || TagB' -> tags and their Java hash codes; '*' or empty matches everything.
-    Raises UnsupportedFilterError for any other expression type."""
-    if (expression_type or "TAG").strip().upper() != "TAG":
-        raise UnsupportedFilterError(topic, expression_type)
+    An SQL92 expression is compiled (SubscriptionParseError when invalid, UnsupportedFilterError
+    when `property_filter` is off); any other expression type is a SubscriptionParseError."""
+    kind = (expression_type or TAG).strip().upper()
+    if kind == SQL92:
+        if not property_filter:
+            raise UnsupportedFilterError(topic, SQL92)
+        text = expression or ""
+        try:
+            selector = compile_selector(text)
+        except SelectorError as exc:
+            raise SubscriptionParseError(topic, text, SQL92, str(exc)) from None
+        return Subscription(topic, text, frozenset(), frozenset(), sub_version, SQL92, selector)
+    if kind != TAG:
+        raise SubscriptionParseError(topic, expression or "", str(expression_type),
+                                     "unknown expression type (TAG or SQL92)")
     expr = (expression or "").strip()
     if not expr or expr == SUB_ALL:
-        return Subscription(topic, SUB_ALL, frozenset(), frozenset(), sub_version, expression_type)
+        return Subscription(topic, SUB_ALL, frozenset(), frozenset(), sub_version, TAG)
     tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
     return Subscription(topic, expr, tags, frozenset(java_string_hash(t) for t in tags),
-                        sub_version, expression_type)
+                        sub_version, TAG)
 
 
 @dataclass(slots=True)
@@ -124,7 +155,8 @@ class ClientRegistry:
             new_subs = {s.topic: s for s in subscriptions}
             for topic, sub in new_subs.items():
                 prev = info.subscriptions.get(topic)
-                if prev is None or prev.sub_version < sub.sub_version or prev.expression != sub.expression:
+                if (prev is None or prev.sub_version < sub.sub_version or prev.expression != sub.expression
+                        or prev.expression_type != sub.expression_type):
                     info.subscriptions[topic] = sub
         if changed and self.on_consumer_change is not None:
             self.on_consumer_change(group)

@@ -114,6 +114,9 @@ class BrokerConfig:
     timer_max_delay_sec: int = 3 * 24 * 3600
     mapped_file_size_timer_log: int = 100 * 1024 * 1024
     timer_flush_interval_ms: int = 1000
+    # SQL92 subscriptions (docs/filtering.md). On by default, unlike RocketMQ's
+    # enablePropertyFilter: off, such subscriptions are refused as RocketMQ refuses them.
+    enable_property_filter: bool = True
 
     @property
     def broker_addr(self) -> str:
@@ -232,6 +235,7 @@ _CAMEL_ALIASES = {
     "timerMaxDelaySec": "timer_max_delay_sec",
     "mappedFileSizeTimerLog": "mapped_file_size_timer_log",
     "timerFlushIntervalMs": "timer_flush_interval_ms",
+    "enablePropertyFilter": "enable_property_filter",
 }
 
 

@@ -15,6 +15,7 @@ from .model import (
     QueueEntry,
     StoreMessage,
 )
+from .reads import RecordFilter
 from .retention import CleanupReport
 from .store import MessageStore, RecoveryReport
 
@@ -32,6 +33,7 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "QueueEntry",
+    "RecordFilter",
     "RecoveryReport",
     "SkippedRange",
     "StoreConfig",

@@ -1,6 +1,7 @@
 """Reads through the consume queue, following RocketMQ's DefaultMessageStore.getMessage: its
 statuses, its nextBeginOffset corrections and its scan limits. Records that lie back to back
-in the commit log are read with one pread; a pull of a queue written in batches is one read."""
+in the commit log are read with one pread; a pull of a queue written in batches is one read.
+A record filter (SQL92) looks at records after they are read, a batch at a time."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..common.record.layout import (
     HOST_V6_SIZE,
     I32,
     I64,
+    POS_QUEUEOFFSET,
     POS_STORETIMESTAMP_V4,
     POS_SYSFLAG,
     store_timestamp_position,
@@ -27,9 +29,69 @@ _STORE_TS_PROBE = POS_STORETIMESTAMP_V4 - 8 + HOST_V6_SIZE + 8
 _iter_entries = ENTRY.iter_unpack
 
 
+# Whether to deliver a record, given the buffer it lies in and where it starts and ends.
+RecordFilter = Callable[[bytes, int, int], bool]
+# Records read at once while a record filter looks for matches.
+FILTER_READ_BATCH = 32
+
+
 def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
                  tag_filter: Callable[[int], bool] | None, max_bytes: int,
-                 guard: ReadGuard | None = None) -> GetResult:
+                 guard: ReadGuard | None = None,
+                 record_filter: RecordFilter | None = None) -> GetResult:
+    if record_filter is None:
+        return _get(cq, log, offset, max_nums, tag_filter, max_bytes, guard)
+    return _get_filtered(cq, log, offset, max_nums, tag_filter, max_bytes, guard, record_filter)
+
+
+def _get_filtered(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
+                  tag_filter: Callable[[int], bool] | None, max_bytes: int,
+                  guard: ReadGuard | None, keep: RecordFilter) -> GetResult:
+    """Reads as the unfiltered path does, a batch at a time, and keeps the records `keep`
+    accepts, until max_nums are kept or as many entries as a tag-filtered pull scans were
+    looked at. Rejected records are passed over: nextBeginOffset moves past them, so a
+    consumer whose selector matches nothing still advances (NO_MATCHED_MESSAGE)."""
+    limit = offset + max(FILTER_SCAN_ENTRIES, max_nums)
+    batch = max(max_nums, FILTER_READ_BATCH)
+    parts: list[memoryview] = []
+    count = total = 0
+    pos = offset
+    res = GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, offset, cq.min_offset, cq.max_offset)
+    while pos < limit and count < max_nums:
+        res = _get(cq, log, pos, min(batch, limit - pos), tag_filter, max_bytes, guard)
+        if res.status is GetStatus.FOUND:
+            data = res.data
+            view = memoryview(data)
+            o = 0
+            while o < len(data):
+                (size,) = I32.unpack_from(data, o)
+                if count >= max_nums or (count and total + size > max_bytes):
+                    (stop,) = I64.unpack_from(data, o + POS_QUEUEOFFSET)
+                    return _kept(parts, count, stop, res)
+                if keep(data, o, o + size):
+                    parts.append(view[o : o + size])
+                    count += 1
+                    total += size
+                o += size
+            pos = res.next_begin_offset
+        elif res.status is GetStatus.NO_MATCHED_MESSAGE and res.next_begin_offset > pos:
+            pos = res.next_begin_offset  # unmatched tags or a skipped range: scan on
+        elif pos == offset:
+            return res  # nothing looked at: that answer as it stands
+        else:
+            break  # the next pull meets what stopped this one (end of queue, removed, damaged)
+    return _kept(parts, count, pos, res)
+
+
+def _kept(parts: list[memoryview], count: int, next_begin: int, last: GetResult) -> GetResult:
+    if not count:
+        return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, last.min_offset, last.max_offset)
+    return GetResult(GetStatus.FOUND, b"".join(parts), count, next_begin, last.min_offset, last.max_offset)
+
+
+def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
+         tag_filter: Callable[[int], bool] | None, max_bytes: int,
+         guard: ReadGuard | None) -> GetResult:
     mn = cq.min_offset
     mx = cq.max_offset
     if mx == 0:

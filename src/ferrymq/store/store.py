@@ -37,7 +37,7 @@ from .index import Index
 from .integrity import ReadGuard
 from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, StoreMessage
 from .prealloc import Preallocator
-from .reads import get_messages, offset_by_time, store_time_at
+from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 from .recovery import RecordInfo, Scanner, find_valid_after
 from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
@@ -410,12 +410,13 @@ class MessageStore(Retention, ReplicaLog):
     # --- reads ---------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int,
                      tag_filter: Callable[[int], bool] | None = None,
-                     max_bytes: int = DEFAULT_MAX_BYTES) -> GetResult:
+                     max_bytes: int = DEFAULT_MAX_BYTES,
+                     record_filter: RecordFilter | None = None) -> GetResult:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, b"", 0, 0, 0, 0)
         return get_messages(cq, self._log, offset, max_nums, tag_filter, max_bytes,
-                            self._guard)
+                            self._guard, record_filter)
 
     def read_queue_entries(self, topic: str, queue_id: int, offset: int,
                            max_n: int) -> list[QueueEntry]:

@@ -10,7 +10,7 @@ from ...common.codes import ResponseCode
 from ...common.headers import HeaderError
 from ...common.names import InvalidNameError
 from ...remoting import Connection, RemotingCommand, RemotingServer
-from ..clients import UnsupportedFilterError
+from ..clients import SubscriptionParseError, UnsupportedFilterError
 from ..context import BrokerContext
 
 log = logging.getLogger("ferrymq.broker")
@@ -39,6 +39,8 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except UnsupportedFilterError as exc:
             return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
+        except SubscriptionParseError as exc:
+            return reply(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
 
     return run
 

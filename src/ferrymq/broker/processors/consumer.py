@@ -74,7 +74,8 @@ async def heart_beat(broker: BrokerContext, conn: Connection, req: RemotingComma
         for s in consumer.get("subscriptionDataSet") or []:
             topic = str(s.get("topic", ""))
             subs.append(parse_subscription(topic, s.get("subString"), int(s.get("subVersion") or 0),
-                                           str(s.get("expressionType") or "TAG")))
+                                           str(s.get("expressionType") or "TAG"),
+                                           property_filter=broker.config.enable_property_filter))
         model = _enum_name(consumer.get("messageModel"), _MESSAGE_MODELS, "CLUSTERING")
         if model == "CLUSTERING" and broker.topics.get(retry_topic(group)) is None:
             broker.topics.create_group_topic(retry_topic(group))
@@ -197,8 +198,9 @@ async def unlock_batch(broker: BrokerContext, conn: Connection, req: RemotingCom
 
 
 async def check_client_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-    """What a Java consumer asks on start for a non-tag subscription: refused (by
-    parse_subscription) unless the broker can filter that way."""
+    """What a Java consumer asks on start for a non-tag subscription: an SQL92 selector is
+    compiled, and refused (by parse_subscription) when invalid or when the broker does not
+    filter by properties."""
     try:
         body = jsonx.loads(req.body or b"{}")
     except ValueError as exc:
@@ -206,7 +208,8 @@ async def check_client_config(broker: BrokerContext, conn: Connection, req: Remo
     sub = body.get("subscriptionData") if isinstance(body, dict) else None
     if isinstance(sub, dict):
         parse_subscription(str(sub.get("topic", "")), sub.get("subString"), 0,
-                           str(sub.get("expressionType") or "TAG"))
+                           str(sub.get("expressionType") or "TAG"),
+                           property_filter=broker.config.enable_property_filter)
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE with long polling, tag filtering and the commit-offset piggy-back."""
+"""PULL_MESSAGE with long polling, tag and SQL92 filtering and the commit-offset piggy-back."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from ...common.headers import (
 )
 from ...remoting import Connection, RemotingCommand
 from ...store import GetStatus
-from ..clients import Subscription, parse_subscription
+from ..clients import Subscription, UnsupportedFilterError, parse_subscription
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
+from ..filters import record_filter
 from . import reply
 
 MAX_PULL_BATCH = 1024
@@ -58,7 +59,8 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     if sys_flag & PULL_FLAG_SUBSCRIPTION:
         sub: Subscription = parse_subscription(topic, opt_str(ext, "subscription", "*"),
                                                opt_int(ext, "subVersion", 0),
-                                               opt_str(ext, "expressionType", "TAG") or "TAG")
+                                               opt_str(ext, "expressionType", "TAG") or "TAG",
+                                               property_filter=broker.config.enable_property_filter)
     else:
         info = broker.clients.consumer_group(group)
         if info is None:
@@ -68,6 +70,8 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         if found is None:
             return reply(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                          f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        if found.selector is not None and not broker.config.enable_property_filter:
+            raise UnsupportedFilterError(topic, found.expression_type)
         sub = found
     if sys_flag & PULL_FLAG_COMMIT_OFFSET:
         commit = opt_int(ext, "commitOffset", -1)
@@ -101,7 +105,9 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
     store = broker.store
     assert store is not None
     tag_filter = None if sub.matches_all else sub.accepts
-    result = store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter)
+    by_properties = None if sub.selector is None else record_filter(sub.selector)
+    result = store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter,
+                                record_filter=by_properties)
     code = _STATUS_CODES.get(result.status)
     if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE
         code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
