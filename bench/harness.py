@@ -25,6 +25,7 @@ REGISTRY: list[str] = [
     "e2e_bench",
     "spark_bench",
     "ha_bench",
+    "pop_dup_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
