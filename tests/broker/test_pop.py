@@ -264,3 +264,16 @@ async def test_orderly_raw_header_counts(env: Env) -> None:
     env.clock.advance(2)
     resp = await env.wire.call(RequestCode.POP_MESSAGE, **args)
     assert resp.ext_fields["orderCountInfo"] == "0 qo0%0 1;0 qo0%1 1"
+
+
+async def test_sql92_selector(env: Env) -> None:
+    for i, a in enumerate([1, 5, 3]):
+        await env.wire.send(TOPIC, f"m{i}".encode(), props={"a": str(a)})
+    args = dict(consumerGroup=GROUP, topic=TOPIC, queueId=0, maxMsgNums=8, invisibleTime=10_000,
+                pollTime=0, bornTime=0, initMode=0)
+    bad = await env.wire.call(RequestCode.POP_MESSAGE, expType="SQL92", exp="a >", **args)
+    assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    resp = await env.wire.call(RequestCode.POP_MESSAGE, expType="SQL92", exp="a > 2", **args)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert [m.body for m in decode_records(resp.body or b"")] == [b"m1", b"m2"]
+    assert env.committed() == 1  # m0 was rejected: acknowledged for the group

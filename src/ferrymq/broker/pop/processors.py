@@ -64,12 +64,14 @@ async def pop_message(broker: BrokerContext, conn: Connection, req: RemotingComm
         return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
     if not cfg.perm & PERM_READ:
         return reply(req, ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
-    sub = parse_subscription(topic, opt_str(ext, "exp", "*"), 0, opt_str(ext, "expType", "TAG") or "TAG")
+    sub = parse_subscription(topic, opt_str(ext, "exp", "*"), 0, opt_str(ext, "expType", "TAG") or "TAG",
+                             property_filter=broker.config.enable_property_filter)
     if not broker.config.long_polling_enable:
         poll_ms = 0
     try:
         result = await pop_service(broker).pop(group, topic, queue_id, max_nums, invisible,
-                                      None if sub.matches_all else sub, order=order,
+                                      None if sub.matches_all and sub.selector is None else sub,
+                                      order=order,
                                       init_mode=init_mode, poll_ms=poll_ms)
     except PopRefused as exc:
         return reply(req, ResponseCode.INVALID_PARAMETER, exc.reason)

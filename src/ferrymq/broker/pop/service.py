@@ -29,6 +29,7 @@ from ...store import StoreMessage
 from ..clients import Subscription
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
+from ..filters import record_filter
 from .records import reconsume_times, with_reconsume_times
 from .state import AckOutcome, ChangeOutcome, QueuePop
 
@@ -264,6 +265,7 @@ class PopService:
         assert store is not None
         changed = state.skip_below(store.get_min_offset(topic, qid))
         max_reconsume = self.broker.config.max_reconsume_times
+        by_properties = None if sub is None or sub.selector is None else record_filter(sub.selector)
         for cand in state.candidates(now, n, store.get_max_offset(topic, qid), order=order):
             if rnd.bytes >= MAX_POP_BYTES:
                 break
@@ -284,6 +286,10 @@ class PopService:
                 log.warning("pop %s/%d: record at offset %d unreadable; queue held",
                             topic, qid, cand.offset)
                 break
+            if by_properties is not None and not by_properties(raw, 0, len(raw)):
+                state.ack(cand.offset)  # rejected by the group's SQL92 selector
+                changed = True
+                continue
             reconsume = reconsume_times(raw) + cand.attempts
             if cand.attempts > 0 and reconsume > max_reconsume:
                 state.hold(cand.offset, now + DLQ_HOLD_MS)
