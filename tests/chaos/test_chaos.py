@@ -59,6 +59,10 @@ SHORT = [
     ("sync-static", "partition-ha"),
     ("sync-static", "restart-all"),
     ("async-static", "kill-master"),
+    ("sync-controller", "kill-master"),
+    ("sync-controller", "pause-master"),
+    ("sync-controller", "restart-all"),
+    ("async-controller", "kill-master"),
 ]
 EVERY = [
     (m, s) for m in MODES for s, sched in SCHEDULES.items() if not (sched.static_only and MODES[m].controller)
