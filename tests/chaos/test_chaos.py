@@ -45,11 +45,15 @@ class Mode:
     role: str
     controller: bool
     zero_loss: bool
+    # The brokers' own lease (controller_lease_ms) when not the controller's: a longer one lets
+    # a frozen old master take writes after its replacement, which it must then not acknowledge.
+    broker_lease_ms: int | None = None
 
 
 MODES = {
     "sync-static": Mode("SYNC_MASTER", False, True),
     "sync-controller": Mode("SYNC_MASTER", True, True),
+    "sync-ctl-longlease": Mode("SYNC_MASTER", True, True, broker_lease_ms=3 * LEASE_MS),
     "async-static": Mode("ASYNC_MASTER", False, False),
     "async-controller": Mode("ASYNC_MASTER", True, False),
 }
@@ -62,10 +66,12 @@ SHORT = [
     ("sync-controller", "kill-master"),
     ("sync-controller", "pause-master"),
     ("sync-controller", "restart-all"),
+    ("sync-ctl-longlease", "pause-master"),
     ("async-controller", "kill-master"),
 ]
 EVERY = [
-    (m, s) for m in MODES for s, sched in SCHEDULES.items() if not (sched.static_only and MODES[m].controller)
+    (m, s) for m, mode in MODES.items() for s, sched in SCHEDULES.items()
+    if not (sched.static_only and mode.controller) and (mode.broker_lease_ms is None or s == "pause-master")
 ]
 
 
@@ -73,6 +79,9 @@ def diagnostics(cluster: LocalCluster, workload: Workload, base: Path) -> str:
     lines = [f"processes' logs under {base / 'logs'}", "timeline (ms since start):"]
     lines += [f"  {t:8.0f} {what}" for t, what in workload.timeline()]
     lines.append(f"send errors: {dict(workload.ledger.send_errors)}")
+    result = workload.result()
+    for mid in result.lost[:10]:
+        lines.append(f"lost {mid}: its send started at {workload.ledger.send_ms[mid]:.0f} ms")
     for p in cluster.processes:
         lines.append(f"--- {p!r} log tail:\n{p.log_tail(25)}")
     return "\n".join(lines)
@@ -90,8 +99,11 @@ def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, run_report: l
         proxy.target = slave.cluster.static_master().ha_addr
         return proxy.addr
 
+    broker_config = dict(BROKER_CONFIG)
+    if mode.broker_lease_ms is not None:
+        broker_config["controller_lease_ms"] = mode.broker_lease_ms
     cluster = start_cluster(base, slaves=1, role=mode.role, controller=mode.controller,
-                            controller_lease_ms=LEASE_MS, broker_config=BROKER_CONFIG,
+                            controller_lease_ms=LEASE_MS, broker_config=broker_config,
                             master_ha_addr=through_proxy if proxy is not None else None)
     workload = Workload(cluster.namesrv.addr)
     try:

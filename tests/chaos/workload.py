@@ -44,7 +44,9 @@ class WorkloadConfig:
     producers: int = 2
     # Pause between one producer's sends; 0 sends as fast as the broker answers.
     send_interval: float = 0.005
-    send_timeout: float = 2.0
+    # RocketMQ's default: longer than a short freeze, so a send held by a frozen master is
+    # still waiting for its answer when the master runs again.
+    send_timeout: float = 3.0
     retries: int = 2
 
 

@@ -204,13 +204,20 @@ def start_cluster(
 ) -> LocalCluster:
     """Start the name server, then the master, then the slaves, each awaited until ready (in
     controller mode, until the first replica is registered as master). `broker_config` is
-    written to a TOML file every broker reads; `master_ha_addr` is used by static slaves."""
+    written to a TOML file every broker reads (in controller mode with the controller's lease
+    as `controller_lease_ms` unless it says otherwise); `master_ha_addr` is used by static
+    slaves."""
     if role not in ROLES[:2]:
         raise ValueError(f"role must be ASYNC_MASTER or SYNC_MASTER, not {role!r}")
     if slaves < 0:
         raise ValueError("slaves must be >= 0")
     base_dir.mkdir(parents=True, exist_ok=True)
-    config_file = write_broker_toml(base_dir / "broker.toml", broker_config) if broker_config else None
+    values = dict(broker_config or {})
+    if controller:
+        # A master fences itself after the lease the controller replaces it after; a longer
+        # broker lease would let a frozen old master take writes after the election.
+        values.setdefault("controller_lease_ms", controller_lease_ms)
+    config_file = write_broker_toml(base_dir / "broker.toml", values) if values else None
     ns = NamesrvProcess(base_dir, controller=controller, lease_ms=controller_lease_ms, extra=namesrv_extra,
                         timeout=timeout)
     cluster = LocalCluster(base_dir, broker_name=broker_name, controller=controller, namesrv=ns,
