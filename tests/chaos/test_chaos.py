@@ -62,7 +62,6 @@ SHORT = [
     ("sync-static", "kill-slave"),
     ("sync-static", "partition-ha"),
     ("sync-static", "restart-all"),
-    ("async-static", "kill-master"),
     ("sync-controller", "kill-master"),
     ("sync-controller", "pause-master"),
     ("sync-controller", "restart-all"),
