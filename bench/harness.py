@@ -26,6 +26,7 @@ REGISTRY: list[str] = [
     "spark_bench",
     "ha_bench",
     "pop_dup_bench",
+    "timer_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
