@@ -343,3 +343,30 @@ def test_ferrymq_producer_to_ali_ons_consumer(clients: Clients, admin: AdminClie
         assert (e["queueId"], int(e["queueOffset"])) == (r.queue_id, r.queue_offset)
         assert e["properties"].get("color") == f"c-{i}"
     assert consumer.stop() == 0
+
+
+def test_timer_messages_from_ferrymq_reach_an_ali_ons_consumer_at_their_time(
+        clients: Clients, admin: AdminClient, server: Standalone) -> None:
+    """RocketMQ 5's TIMER_DELIVER_MS, set by ferrymq's producer; ali-ons (a 4.x client that knows
+    nothing of timers) receives each message from its own topic once its time has come."""
+    topic = "timer-to-ons"
+    admin.create_topic(topic, 2)
+    consumer = clients.ons_consumer(topic=topic, group="timer-to-ons-g", consumeFromWhere="first")
+    consumer.wait_event("ready", 30)
+    asked: dict[str, tuple[int, str]] = {}
+    with Producer("timer-to-ons-p", server.namesrv) as producer:
+        base = int(time.time() * 1000) + 2_000
+        for i in range(10):
+            at = base + 100 * i
+            r = producer.send(Message(topic, f"t-{i}".encode(), deliver_time_ms=at,
+                                      properties={"n": str(i)}))
+            asked[f"t-{i}"] = (at, r.msg_id)
+    consumer.wait_received(bodies_received(set(asked)), 30, "every timer message")
+    got = by_body(consumer.received())
+    for body, (at, _msg_id) in asked.items():
+        (e,) = got[body]
+        assert int(e["storeTimestamp"]) >= at  # written to the topic at its time, not before
+        assert e["properties"].get("TIMER_OUT_MS") == str(at)
+        assert e["properties"].get("n") == body.split("-")[1]
+        assert "TIMER_DELIVER_MS" not in e["properties"]
+    assert consumer.stop() == 0
