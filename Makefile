@@ -7,14 +7,18 @@ COMPAT := tests/compat
 NODE_STAMP := $(COMPAT)/node_modules/.installed
 CPP_VENV := $(COMPAT)/cpp/.venv
 CPP_STAMP := $(CPP_VENV)/.installed
+PY5_VENV := $(COMPAT)/py5/.venv
+PY5_STAMP := $(PY5_VENV)/.installed
 
-.PHONY: all venv node compat-cpp demo test test-fast test-pure chaos lint bench clean
+.PHONY: all venv node compat-cpp compat-py5 demo test test-fast test-pure chaos lint bench clean
 
 all: test
 
-# The install builds the compiled codecs (Cython) in place, so their sources are inputs.
+# The install builds the compiled codecs (Cython) and generates the gRPC protocol modules in
+# place, so their sources are inputs.
 $(STAMP): pyproject.toml setup.py src/ferrymq/common/_endian.pxd \
-		src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx
+		src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx \
+		$(wildcard proto/apache/rocketmq/v2/*.proto)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
@@ -36,10 +40,19 @@ $(CPP_STAMP): $(COMPAT)/cpp/requirements.txt
 
 compat-cpp: $(CPP_STAMP)
 
+# PyPI `rocketmq-python-client` (the official RocketMQ 5 SDK, gRPC) in a venv of its own: its
+# generated protocol modules register the same descriptors as ferrymq's.
+$(PY5_STAMP): $(COMPAT)/py5/requirements.txt
+	@test -x $(PY5_VENV)/bin/python || $(PYTHON) -m venv $(PY5_VENV)
+	$(PY5_VENV)/bin/python -m pip install --quiet -r $(COMPAT)/py5/requirements.txt
+	@touch $(PY5_STAMP)
+
+compat-py5: $(PY5_STAMP)
+
 demo: venv
 	$(PY) -m examples.pipeline.run
 
-test: venv node compat-cpp
+test: venv node compat-cpp compat-py5
 	$(PY) -m pytest -q tests
 
 test-fast: venv
@@ -63,6 +76,6 @@ bench: venv
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) .pytest_cache .mypy_cache build
+	rm -rf $(VENV) $(COMPAT)/node_modules $(CPP_VENV) $(PY5_VENV) .pytest_cache .mypy_cache build
 	rm -f src/ferrymq/common/record/_crecord.c src/ferrymq/common/record/_crecord*.so
 	rm -f src/ferrymq/remoting/_cheader.c src/ferrymq/remoting/_cheader*.so

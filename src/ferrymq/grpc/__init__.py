@@ -1,0 +1,1 @@
+"""The RocketMQ 5 front: a gRPC endpoint speaking `apache.rocketmq.v2` inside the broker."""
