@@ -36,6 +36,10 @@ async def _serve_until_signal(start: Callable[[], Awaitable[str]], stop: Callabl
         await stop()
 
 
+def _grpc_field(broker: Broker) -> str:
+    return f" grpc={broker.grpc_addr}" if broker.grpc_addr else ""
+
+
 def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
     install_uvloop()
     namesrv = NameServer(NamesrvConfig(host=broker_config.host, port=namesrv_port))
@@ -48,7 +52,7 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
         broker_addr = await broker.start()
         # Ready means routable: the first registration has reached the name server.
         await broker.register_once()
-        return f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}"
+        return f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
 
     async def stop() -> None:
         if "broker" in holder:
@@ -75,7 +79,7 @@ def run_broker(config: BrokerConfig) -> int:
     async def start() -> str:
         addr = await broker.start()
         await broker.register_once()
-        return f"broker={addr} ha={broker.replication.ha_addr}"
+        return f"broker={addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
 
     return _run(start, broker.stop)
 

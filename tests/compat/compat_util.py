@@ -24,6 +24,8 @@ COMPAT = Path(__file__).resolve().parent
 JS_DIR = COMPAT / "js"
 CPP_DIR = COMPAT / "cpp"
 CPP_PYTHON = CPP_DIR / ".venv" / "bin" / "python"
+PY5_DIR = COMPAT / "py5"
+PY5_PYTHON = PY5_DIR / ".venv" / "bin" / "python"
 
 Event = dict[str, Any]
 
@@ -53,6 +55,24 @@ def cpp_python_or_skip() -> str:
     if problem is not None:
         pytest.skip(problem)
     return str(CPP_PYTHON)
+
+
+@functools.cache
+def _py5_problem() -> str | None:
+    if not PY5_PYTHON.exists():
+        return "tests/compat/py5/.venv is missing: run `make compat-py5`"
+    probe = subprocess.run([str(PY5_PYTHON), "-c", "import rocketmq.v5"], capture_output=True, text=True,
+                           timeout=60)
+    if probe.returncode != 0:
+        return f"rocketmq-python-client does not load: {probe.stderr.strip()[-400:]}"
+    return None
+
+
+def py5_python_or_skip() -> str:
+    problem = _py5_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return str(PY5_PYTHON)
 
 
 class ClientProcess:
@@ -214,6 +234,12 @@ class Clients:
     def cpp_consumer(self, **config: Any) -> ClientProcess:
         return self._start("cpp consumer", [cpp_python_or_skip(), str(CPP_DIR / "consumer.py")], config,
                            self._cpp_env())
+
+    def sdk5(self, mode: str, **config: Any) -> ClientProcess:
+        """The official RocketMQ 5 Python SDK (py5/sdk.py) against the server's gRPC endpoint."""
+        return self._start(f"sdk5 {mode}", [py5_python_or_skip(), str(PY5_DIR / "sdk.py")],
+                           {"endpoint": self.server.grpc, "mode": mode, **config},
+                           {"PYTHONUNBUFFERED": "1", "HOME": str(self.home)})
 
     def cpp_logs(self, lines: int = 60) -> str:
         logdir = self.home / "cpp-home" / "logs" / "rocketmq-cpp"

@@ -21,6 +21,9 @@ class ConfigError(ValueError):
         self.reason = reason
 
 
+DEFAULT_GRPC_PORT = 8081
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     store_dir: Path = Path("ferrymq-data")
@@ -95,6 +98,9 @@ class BrokerConfig:
     # is lost; 2 refuses writes (SLAVE_NOT_AVAILABLE) without an in-sync slave.
     min_in_sync_replicas: int = 1
     slave_read_enable: bool = False
+    # The gRPC endpoint for RocketMQ 5 clients (apache.rocketmq.v2, docs/grpc.md). None: 8081,
+    # or a free port when the remoting port is picked freely (0); 0: a free port; -1: off.
+    grpc_listen_port: int | None = None
     # With slave_read_enable, a consumer whose next message lies further behind the log's end
     # than this share of physical memory (likely no longer cached) is sent to a slave.
     access_message_in_memory_max_ratio: int = 40
@@ -129,6 +135,13 @@ class BrokerConfig:
         return self.listen_port + 1 if self.listen_port else 0
 
     @property
+    def grpc_port(self) -> int:
+        """The gRPC port to bind: -1 when the endpoint is off, 0 for a free one."""
+        if self.grpc_listen_port is not None:
+            return self.grpc_listen_port
+        return DEFAULT_GRPC_PORT if self.listen_port else 0
+
+    @property
     def flush_type(self) -> FlushDiskType:
         return FlushDiskType[self.flush_disk_type]
 
@@ -154,6 +167,8 @@ class BrokerConfig:
             raise ConfigError("broker_id", f"a master's broker id is 0, not {self.broker_id}")
         if self.min_in_sync_replicas < 1:
             raise ConfigError("min_in_sync_replicas", "must be >= 1 (the master counts)")
+        if self.grpc_listen_port is not None and not -1 <= self.grpc_listen_port <= 65535:
+            raise ConfigError("grpc_listen_port", "must be a port number (0 picks a free one, -1 turns it off)")
         if self.ha_listen_port < -1 or self.ha_listen_port > 65535:
             raise ConfigError("ha_listen_port", "must be a port number (0 picks a free one)")
         parse_delay_levels(self.message_delay_level)
@@ -236,6 +251,7 @@ _CAMEL_ALIASES = {
     "mappedFileSizeTimerLog": "mapped_file_size_timer_log",
     "timerFlushIntervalMs": "timer_flush_interval_ms",
     "enablePropertyFilter": "enable_property_filter",
+    "grpcServerPort": "grpc_listen_port",
 }
 
 

@@ -56,7 +56,10 @@ def _text(value: object) -> str:
 
 def config_properties(cfg: BrokerConfig) -> dict[str, str]:
     """Every key, camelCase, as text (MixAll.properties2String's input)."""
-    return {camel(n): _text(getattr(cfg, n)) for n in sorted(_FIELDS)}
+    values = {camel(n): _text(getattr(cfg, n)) for n in sorted(_FIELDS)}
+    # Unset means the default rule (docs/grpc.md): show the port that rule gives.
+    values[camel("grpc_listen_port")] = str(cfg.grpc_port)
+    return values
 
 
 def _parse(name: str, text: str) -> object:

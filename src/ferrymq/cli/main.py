@@ -38,6 +38,9 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
     p.add_argument("--broker-name", help="broker name (default broker-a)")
     p.add_argument("--ha-port", type=int,
                    help="replication port, 0 picks a free one (default: broker port + 1)")
+    p.add_argument("--grpc-port", type=int,
+                   help="gRPC port for RocketMQ 5 clients (apache.rocketmq.v2), 0 picks a free one, "
+                        "-1 turns it off (default 8081; a free one with --broker-port 0)")
     if standalone:
         p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
     else:
@@ -64,6 +67,7 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
         "max_reconsume_times": args.max_reconsume_times,
         "broker_name": args.broker_name,
         "ha_listen_port": args.ha_port,
+        "grpc_listen_port": args.grpc_port,
     }
     if not standalone:
         overrides.update(namesrv_addr=args.namesrv, broker_role=args.role, broker_id=args.broker_id,

@@ -88,6 +88,7 @@ class BrokerProcess(ServerProcess):
             "broker", "--namesrv", c.namesrv.addr, "--store-dir", str(self.store_dir),
             "--broker-name", self.broker_name, "--broker-id", str(self.broker_id), "--role", self.role,
             "--broker-port", _port(self.ready.get("broker")), "--ha-port", _port(self.ready.get("ha")),
+            "--grpc-port", _port(self.ready.get("grpc")),
         ]
         if c.config_file is not None:
             argv += ["--config", str(c.config_file)]

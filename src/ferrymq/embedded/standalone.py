@@ -21,6 +21,8 @@ class StandaloneProcess:
     namesrv: str
     broker: str
     store_dir: Path
+    # The gRPC endpoint (apache.rocketmq.v2), "" when it is off.
+    grpc: str = ""
     # The server's stderr, when it was asked to be collected (log=None).
     log_lines: list[str] = field(default_factory=list)
 
@@ -43,15 +45,16 @@ class StandaloneProcess:
 
 
 def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker_port: int = 0,
-                     log: IO[str] | int | None = subprocess.DEVNULL,
+                     grpc_port: int = 0, log: IO[str] | int | None = subprocess.DEVNULL,
                      timeout: float = 30.0) -> StandaloneProcess:
-    """Start the server on loopback (ports 0: picked by the OS) with `extra` flags; returns
+    """Start the server on loopback (ports 0: picked by the OS; grpc_port -1: no gRPC endpoint)
+    with `extra` flags; returns
     once it is ready. `log` takes its stderr: a file, DEVNULL, or None to collect the lines
     in `log_lines` (the last of which go into the error when it does not start)."""
     cmd = [
         sys.executable, "-m", "ferrymq", "standalone",
         "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port),
-        "--store-dir", str(store_dir), *extra,
+        "--grpc-port", str(grpc_port), "--store-dir", str(store_dir), *extra,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     stderr = subprocess.PIPE if log is None else log
@@ -68,7 +71,7 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
 
     def read_ready() -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:  # "namesrv=HOST:PORT broker=HOST:PORT"
+        for line in proc.stdout:  # "namesrv=HOST:PORT broker=HOST:PORT ha=... grpc=..."
             if line.startswith("namesrv="):
                 ready.append(line.strip())
                 break
@@ -82,7 +85,8 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
         proc.wait()
         raise RuntimeError("ferrymq standalone did not become ready:\n" + "".join(log_lines[-40:]))
     parts = dict(p.split("=", 1) for p in ready[0].split())
-    return StandaloneProcess(proc, parts["namesrv"], parts["broker"], Path(store_dir), log_lines)
+    return StandaloneProcess(proc, parts["namesrv"], parts["broker"], Path(store_dir), parts.get("grpc", ""),
+                             log_lines)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,96 @@
+"""QueryRoute and QueryAssignment: the topic's queues on this broker, each pointing the client
+at this gRPC endpoint (a gRPC client talks to the endpoint it reached, which serves this
+broker's queues), with RocketMQ's permission split and accepted message types."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ..broker.topics import TopicConfig
+from ..common.headers import PERM_READ, PERM_WRITE
+from .convert import check_group, check_topic
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
+from .status import Code, GrpcStatusError, ok, status
+
+
+def endpoints(host: str, port: int) -> pb.Endpoints:
+    try:
+        scheme = pb.IPv6 if ipaddress.ip_address(host).version == 6 else pb.IPv4
+    except ValueError:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+
+def permission(perm: int) -> pb.Permission:
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writable:
+        return pb.READ_WRITE
+    if readable:
+        return pb.READ
+    if writable:
+        return pb.WRITE
+    return pb.NONE
+
+
+def accepted_types(cfg: TopicConfig) -> list[pb.MessageType]:
+    """An order topic takes FIFO messages (message groups); any other takes normal, delayed and
+    transactional ones, as a RocketMQ 5 topic of each kind would."""
+    if cfg.order:
+        return [pb.FIFO]
+    return [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
+
+
+def queues(cfg: TopicConfig, broker: pb.Broker) -> list[pb.MessageQueue]:
+    """RocketMQ's genMessageQueueFromQueueData: read-only queues first, then write-only, then
+    read-write; a topic that can be neither read nor written shows its queues as NONE."""
+    perm = cfg.perm
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    r = w = rw = n = 0
+    if readable and writable:
+        rw = min(cfg.write_queue_nums, cfg.read_queue_nums)
+        r = cfg.read_queue_nums - rw
+        w = cfg.write_queue_nums - rw
+    elif writable:
+        w = cfg.write_queue_nums
+    elif readable:
+        r = cfg.read_queue_nums
+    else:
+        n = max(1, cfg.write_queue_nums, cfg.read_queue_nums)
+    topic = pb.Resource(name=cfg.topic_name)
+    types = accepted_types(cfg)
+    out: list[pb.MessageQueue] = []
+    for count, p in ((r, pb.READ), (w, pb.WRITE), (rw, pb.READ_WRITE), (n, pb.NONE)):
+        for _ in range(count):
+            out.append(pb.MessageQueue(topic=topic, id=len(out), permission=p, broker=broker,
+                                       accept_message_types=types))
+    return out
+
+
+def query_route(req: spb.QueryRouteRequest, cfg: TopicConfig | None, broker: pb.Broker) -> spb.QueryRouteResponse:
+    check_topic(req.topic.name)
+    if not req.endpoints.addresses:
+        raise GrpcStatusError(Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
+    if cfg is None:
+        raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} not found")
+    return spb.QueryRouteResponse(status=ok(), message_queues=queues(cfg, broker))
+
+
+def query_assignment(req: spb.QueryAssignmentRequest, cfg: TopicConfig | None, broker: pb.Broker,
+                     *, fifo: bool) -> spb.QueryAssignmentResponse:
+    """The proxy's answer: the whole broker as one assignment (queue id -1: the broker picks the
+    queue at each receive); a FIFO group gets each readable queue."""
+    check_topic(req.topic.name)
+    check_group(req.group.name)
+    if not req.endpoints.addresses:
+        raise GrpcStatusError(Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
+    if cfg is None:
+        raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} not found")
+    if not cfg.perm & PERM_READ or cfg.read_queue_nums <= 0:
+        return spb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
+    topic = pb.Resource(name=cfg.topic_name)
+    perm = permission(cfg.perm)
+    ids = range(cfg.read_queue_nums) if fifo else [-1]
+    return spb.QueryAssignmentResponse(status=ok(), assignments=[
+        pb.Assignment(message_queue=pb.MessageQueue(topic=topic, id=i, permission=perm, broker=broker))
+        for i in ids])

@@ -1,0 +1,90 @@
+"""The gRPC endpoint inside the broker process: a grpc.aio server on the broker's loop serving
+apache.rocketmq.v2's MessagingService on the broker's store, next to the remoting port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from ..broker.context import BrokerContext
+from ..common.delay import parse_delay_levels
+from .pb import definition_pb2 as pb
+from .pb import service_pb2_grpc as sgrpc
+from .route import endpoints
+from .send import Sender
+from .service import MessagingService
+from .sessions import Sessions
+from .settings import ServerSettings
+
+log = logging.getLogger("ferrymq.grpc")
+
+# Bodies up to the broker's maximum message size, plus room for the request's other fields.
+_MESSAGE_OVERHEAD = 1 << 20
+
+
+class GrpcServer:
+    def __init__(self, broker: BrokerContext, *, expire_interval_s: float = 10.0) -> None:
+        self._broker = broker
+        self.sessions = Sessions(broker.clients, broker.now_ms)
+        self.sender = Sender(broker)
+        self._server: grpc.aio.Server | None = None
+        self._host = broker.config.host
+        self._port = 0
+        self._expire_interval_s = expire_interval_s
+        self._expirer: asyncio.Task[None] | None = None
+        self.service = MessagingService(broker, self.sessions, self.sender, self.settings, self.endpoints)
+
+    @property
+    def addr(self) -> str:
+        return f"{self._host}:{self._port}" if self._port else ""
+
+    def endpoints(self) -> pb.Endpoints:
+        return endpoints(self._host, self._port)
+
+    def settings(self) -> ServerSettings:
+        cfg = self._broker.config
+        levels = list(parse_delay_levels(cfg.message_delay_level))
+        return ServerSettings(
+            max_body_size=cfg.max_message_size,
+            max_reconsume_times=cfg.max_reconsume_times,
+            # A 4.x consumer's first retry is delay level 3, each further one the next level.
+            retry_delays_ms=levels[2:] or levels,
+        )
+
+    async def start(self, port: int) -> str:
+        limit = self._broker.config.max_message_size + _MESSAGE_OVERHEAD
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ])
+        sgrpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        try:
+            bound = server.add_insecure_port(f"{self._host}:{port}")
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise OSError(f"gRPC port {self._host}:{port} cannot be bound (in use?)")
+        await server.start()
+        self._server = server
+        self._port = bound
+        self._expirer = asyncio.create_task(self._expire_loop(), name="ferrymq-grpc-expire")
+        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s", self.addr)
+        return self.addr
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._expire_interval_s)
+            self.sessions.expire(self._broker.config.channel_expired_timeout_ms)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._expirer is not None:
+            self._expirer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expirer
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None

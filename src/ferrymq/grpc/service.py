@@ -1,0 +1,205 @@
+"""The apache.rocketmq.v2 MessagingService: each RPC checks its caller and hands the request
+to the module that serves it; a GrpcStatusError becomes the response's status, as RocketMQ's
+proxy answers (the RPC itself succeeds)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ..broker.clients import UnsupportedFilterError
+from ..broker.context import BrokerContext
+from ..common.errors import FerryMQError
+from .convert import check_group, check_topic
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
+from .pb import service_pb2_grpc as sgrpc
+from .peer import CallerInfo, caller
+from .route import query_assignment, query_route
+from .send import Sender
+from .sessions import ClientSession, Sessions, subscriptions
+from .settings import ServerSettings, answer
+from .status import Code, GrpcStatusError, ok, status
+
+log = logging.getLogger("ferrymq.grpc")
+
+Resp = TypeVar("Resp")
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _status_of(exc: BaseException) -> pb.Status:
+    if isinstance(exc, GrpcStatusError):
+        return status(exc.code, exc.message)
+    log.exception("gRPC request failed", exc_info=exc)
+    return status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+async def _answer(make: Callable[[pb.Status], Resp], work: Awaitable[Resp]) -> Resp:
+    try:
+        return await work
+    except (GrpcStatusError, FerryMQError, ValueError, KeyError) as exc:
+        return make(_status_of(exc))
+
+
+class MessagingService(sgrpc.MessagingServiceServicer):
+    def __init__(self, broker: BrokerContext, sessions: Sessions, sender: Sender,
+                 server_settings: Callable[[], ServerSettings], endpoint: Callable[[], pb.Endpoints]) -> None:
+        self._broker = broker
+        self._sessions = sessions
+        self._sender = sender
+        self._server_settings = server_settings
+        self._endpoint = endpoint
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _broker_pb(self) -> pb.Broker:
+        return pb.Broker(name=self._broker.config.broker_name, id=0, endpoints=self._endpoint())
+
+    @staticmethod
+    def _caller(context: Context) -> CallerInfo:
+        return caller(context.invocation_metadata(), context.peer())
+
+    def _session(self, who: CallerInfo) -> ClientSession:
+        return self._sessions.touch(who.require_id(), who.remote_addr, who.language or "PYTHON", who.version)
+
+    def _fifo_group(self, settings: pb.Settings) -> bool:
+        """A consumer group consumes in order when it subscribes to an order topic."""
+        for entry in settings.subscription.subscriptions:
+            cfg = self._broker.topics.get(entry.topic.name)
+            if cfg is not None and cfg.order:
+                return True
+        return False
+
+    # --- route -----------------------------------------------------------------------------
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
+        async def work() -> spb.QueryRouteResponse:
+            return query_route(request, self._broker.topics.get(request.topic.name), self._broker_pb())
+        return await _answer(lambda s: spb.QueryRouteResponse(status=s), work())
+
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
+                              context: Context) -> spb.QueryAssignmentResponse:
+        async def work() -> spb.QueryAssignmentResponse:
+            cfg = self._broker.topics.get(request.topic.name)
+            return query_assignment(request, cfg, self._broker_pb(), fifo=cfg is not None and cfg.order)
+        return await _answer(lambda s: spb.QueryAssignmentResponse(status=s), work())
+
+    # --- producers -------------------------------------------------------------------------
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
+        who = self._caller(context)
+        return await _answer(lambda s: spb.SendMessageResponse(status=s, entries=[spb.SendResultEntry(status=s)]),
+                             self._sender.send(request, who.remote_addr))
+
+    # --- clients ---------------------------------------------------------------------------
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
+        async def work() -> spb.HeartbeatResponse:
+            session = self._session(self._caller(context))
+            settings = session.settings
+            if settings is None:
+                raise GrpcStatusError(Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            if settings.client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+                check_group(request.group.name)
+            elif settings.client_type != pb.PRODUCER:
+                raise GrpcStatusError(Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(settings.client_type))
+            self._sessions.register(session)
+            return spb.HeartbeatResponse(status=ok())
+        return await _answer(lambda s: spb.HeartbeatResponse(status=s), work())
+
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: Context) -> spb.NotifyClientTerminationResponse:
+        async def work() -> spb.NotifyClientTerminationResponse:
+            who = self._caller(context)
+            session = self._sessions.remove(who.require_id())
+            if session is None or session.settings is None:
+                raise GrpcStatusError(Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            return spb.NotifyClientTerminationResponse(status=ok())
+        return await _answer(lambda s: spb.NotifyClientTerminationResponse(status=s), work())
+
+    def _settings_reply(self, session: ClientSession, cmd: spb.TelemetryCommand) -> spb.TelemetryCommand:
+        settings = cmd.settings
+        if settings.HasField("publishing"):
+            for topic in settings.publishing.topics:
+                check_topic(topic.name)
+            self._sessions.update_settings(session, settings)
+        elif settings.HasField("subscription"):
+            check_group(settings.subscription.group.name)
+            try:
+                subs = subscriptions(settings)
+            except UnsupportedFilterError as exc:
+                raise GrpcStatusError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+            self._sessions.update_settings(session, settings, subs)
+        else:
+            raise GrpcStatusError(Code.BAD_REQUEST, "there is no publishing or subscription data in settings")
+        reply = answer(settings, self._server_settings(), fifo=self._fifo_group(settings))
+        return spb.TelemetryCommand(status=ok(), settings=reply)
+
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: Context) -> AsyncIterator[spb.TelemetryCommand]:
+        who = self._caller(context)
+        if not who.client_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-mq-client-id header is required")
+        session = self._session(who)
+        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        session.outbox = outbox
+        failure: list[str] = []
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    session.last_seen_ms = self._broker.now_ms()
+                    if cmd.WhichOneof("command") == "settings":
+                        try:
+                            outbox.put_nowait(self._settings_reply(session, cmd))
+                        except GrpcStatusError as exc:
+                            # The proxy ends the stream with INVALID_ARGUMENT for a bad request.
+                            failure.append(exc.message)
+                            break
+            except Exception:
+                log.exception("telemetry stream of %s failed", who.client_id)
+                raise
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read(), name=f"ferrymq-grpc-telemetry-{who.client_id}")
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if session.outbox is outbox:
+                session.outbox = None
+        if failure:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "process client telemetryCommand failed. " + failure[0])
+
+    # --- consumers (pop) -------------------------------------------------------------------
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
+                             context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
+        return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: Context) -> spb.ChangeInvisibleDurationResponse:
+        return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+
+    async def ForwardMessageToDeadLetterQueue(
+            self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+            context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest,
+                             context: Context) -> spb.EndTransactionResponse:
+        return spb.EndTransactionResponse(status=status(Code.NOT_IMPLEMENTED, "transactions are not supported yet"))
+
+
+NO_POP = "receiving over gRPC (pop consumption) is not supported by this broker yet"
