@@ -1,0 +1,151 @@
+"""The official RocketMQ 5 Python SDK (PyPI rocketmq-python-client 5.1.x, gRPC) unchanged against
+ferrymq's gRPC endpoint, on the same store as the 4.x remoting port: what it sends is an
+ordinary message to ferrymq's and ali-ons's 4.x consumers.
+
+The SDK runs in tests/compat/py5/.venv (`make compat-py5`) through py5/sdk.py, which prints JSON
+event lines like the other compat scripts."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from compat_util import Clients, by_body, py5_python_or_skip, run_producer
+
+from conftest import Standalone, start_standalone
+from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+
+pytestmark = pytest.mark.compat
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    py5_python_or_skip()
+    srv = start_standalone(tmp_path_factory.mktemp("grpc-sdk") / "store")
+    assert srv.grpc, "the standalone server prints grpc=HOST:PORT on its ready line"
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> Iterator[AdminClient]:
+    with AdminClient(server.namesrv) as client:
+        yield client
+
+
+@pytest.fixture
+def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
+    c = Clients(server, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def consume_all(server: Standalone, topic: str, group: str, count: int, timeout: float = 30.0) -> list[MessageExt]:
+    """ferrymq's 4.x PushConsumer reads `count` messages of the topic from its start."""
+    got: list[MessageExt] = []
+    lock = threading.Lock()
+    all_in = threading.Event()
+
+    def listener(msgs: list[MessageExt], _ctx: object) -> ConsumeStatus:
+        with lock:
+            got.extend(msgs)
+            if len(got) >= count:
+                all_in.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        assert all_in.wait(timeout), f"ferrymq consumer got {len(got)} of {count}"
+    finally:
+        consumer.shutdown()
+    return got
+
+
+def test_sdk_producer_messages_reach_ferrymq_and_ali_ons_consumers(clients: Clients, admin: AdminClient,
+                                                                      server: Standalone) -> None:
+    topic, n = "sdk5-normal", 120
+    admin.create_topic(topic, 4)
+    ons = clients.ons_consumer(topic=topic, group="sdk5-normal-ons", consumeFromWhere="first")
+    ons.wait_event("ready", 30)
+    producer = clients.sdk5("produce", topic=topic, count=n, tags=["TagA", "TagB"], keys="key-{i} k{i}",
+                            properties={"color": "c-{i}"})
+    sent = run_producer(producer, n, 60)
+    ids = {s["messageId"] for s in sent}
+    assert len(ids) == n
+    assert sum(admin.max_offset(mq) for mq in admin.message_queues(topic)) == n
+
+    got = consume_all(server, topic, "sdk5-normal-py", n)
+    by_id = {m.msg_id: m for m in got}
+    assert set(by_id) == ids, "the SDK's message id is the stored UNIQ_KEY, the 4.x msg_id"
+    for s in sent:
+        m = by_id[s["messageId"]]
+        i = s["index"]
+        assert m.body == f"msg-{i}".encode()
+        assert m.tags == ("TagA" if i % 2 == 0 else "TagB")
+        assert sorted(m.key_list) == sorted([f"key-{i}", f"k{i}"])
+        assert m.properties.get("color") == f"c-{i}"
+        assert m.queue_offset == s["offset"], "the send receipt's offset is the queue offset"
+
+    ons.wait_received(lambda evs: {e["body"] for e in evs} >= {f"msg-{i}" for i in range(n)},
+                      60, f"ali-ons receives all {n}")
+    first = {e["body"]: e for e in ons.received()}
+    assert first["msg-3"]["tags"] == "TagB" and first["msg-3"]["properties"].get("color") == "c-3"
+
+
+def test_fifo_message_groups_each_go_to_one_queue_in_send_order(clients: Clients, admin: AdminClient,
+                                                                 server: Standalone) -> None:
+    topic, groups, per_group = "sdk5-fifo", ["order-a", "order-b", "order-c", "order-d", "order-e"], 12
+    admin.create_topic(topic, 4, order=True)
+    n = len(groups) * per_group
+    producer = clients.sdk5("produce", topic=topic, count=n, messageGroup=groups, body="{i}")
+    sent = run_producer(producer, n, 60)
+    got = consume_all(server, topic, "sdk5-fifo-py", n)
+    assert len({m.msg_id for m in got}) == n
+    for g_index, group in enumerate(groups):
+        mine = sorted((m for m in got if m.properties.get("__SHARDINGKEY") == group), key=lambda m: m.queue_offset)
+        assert len({m.queue_id for m in mine}) == 1, f"group {group} spans queues"
+        bodies = [int(m.body) for m in mine]
+        assert bodies == [i for i in range(n) if i % len(groups) == g_index], "send order kept per group"
+    # A message group sent again later lands on the same queue.
+    again = clients.sdk5("produce", topic=topic, count=1, startIndex=n, messageGroup="order-a", body="{i}")
+    run_producer(again, 1, 30)
+    assert sent
+
+
+def test_delivery_timestamp_is_refused_with_a_clear_status(clients: Clients, admin: AdminClient) -> None:
+    topic = "sdk5-delay"
+    admin.create_topic(topic, 2)
+    producer = clients.sdk5("produce", topic=topic, count=1, deliverAfterMs=5_000)
+    done = producer.wait_event("done", 60)
+    assert done["failed"] == 1
+    err = producer.of("send_error")[0]
+    assert err["code"] == 50500 and "delivery_timestamp" in err["error"], err
+    assert sum(admin.max_offset(mq) for mq in admin.message_queues(topic)) == 0, "nothing stored"
+
+
+def test_unknown_topic_fails_the_send(clients: Clients) -> None:
+    producer = clients.sdk5("produce", topic="sdk5-no-such-topic", count=1)
+    done = producer.wait_event("done", 60)
+    assert done["failed"] == 1
+
+
+def test_messages_of_4x_clients_keep_their_ids_for_grpc(clients: Clients, admin: AdminClient,
+                                                         server: Standalone) -> None:
+    """Only the send side exists over gRPC until pop lands; this checks ali-ons's and the SDK's
+    messages share one queue space (offsets continue across the two protocols)."""
+    topic = "sdk5-mixed"
+    admin.create_topic(topic, 1)
+    run_producer(clients.ons_producer(topic=topic, count=3), 3, 60)
+    sent = run_producer(clients.sdk5("produce", topic=topic, count=3, startIndex=3), 3, 60)
+    assert [s["offset"] for s in sent] == [3, 4, 5]
+    got = consume_all(server, topic, "sdk5-mixed-py", 6)
+    assert by_body([{"body": m.body.decode()} for m in got]).keys() == {f"msg-{i}" for i in range(6)}

@@ -1,0 +1,235 @@
+"""The gRPC endpoint of a real `ferrymq standalone`, spoken to with ferrymq's own generated
+apache.rocketmq.v2 stubs: routes, sends and their status codes, telemetry settings, heartbeats.
+The official SDK's runs are in tests/compat/test_grpc_sdk.py."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import Standalone, start_standalone, wait_until
+from ferrymq import AdminClient
+from ferrymq.grpc.pb import definition_pb2 as pb
+from ferrymq.grpc.pb import service_pb2 as spb
+from ferrymq.grpc.pb import service_pb2_grpc as sgrpc
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    base = tmp_path_factory.mktemp("grpc")
+    config = base / "broker.toml"
+    config.write_text("max_message_size = 4096\n")
+    srv = start_standalone(base / "store", "--config", str(config))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> Iterator[AdminClient]:
+    with AdminClient(server.namesrv) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def stub(server: Standalone) -> Iterator[sgrpc.MessagingServiceStub]:
+    with grpc.insecure_channel(server.grpc) as channel:
+        yield sgrpc.MessagingServiceStub(channel)
+
+
+def meta(client_id: str = "test-client") -> list[tuple[str, str]]:
+    return [("x-mq-client-id", client_id), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2")]
+
+
+def access_point(server: Standalone) -> pb.Endpoints:
+    host, port = server.grpc.rsplit(":", 1)
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def route(stub: sgrpc.MessagingServiceStub, server: Standalone, topic: str) -> spb.QueryRouteResponse:
+    return stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=access_point(server)),
+                           metadata=meta())
+
+
+def message(topic: str, body: bytes = b"hello", **system: object) -> pb.Message:
+    fields: dict[str, object] = {"message_id": f"01TEST{next(_ids):08d}", "message_type": pb.NORMAL, **system}
+    sp = pb.SystemProperties(**fields)  # type: ignore[arg-type]
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=sp)
+
+
+def send(stub: sgrpc.MessagingServiceStub, *msgs: pb.Message) -> spb.SendMessageResponse:
+    return stub.SendMessage(spb.SendMessageRequest(messages=list(msgs)), metadata=meta())
+
+
+def test_the_ready_line_names_the_grpc_endpoint(server: Standalone) -> None:
+    host, port = server.grpc.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+
+
+def test_route_lists_the_queues_pointing_at_this_endpoint(stub: sgrpc.MessagingServiceStub, server: Standalone,
+                                                         admin: AdminClient) -> None:
+    admin.create_topic("route-rw", 3)
+    resp = route(stub, server, "route-rw")
+    assert resp.status.code == pb.OK
+    assert [q.id for q in resp.message_queues] == [0, 1, 2]
+    for q in resp.message_queues:
+        assert q.permission == pb.READ_WRITE
+        assert q.broker.name == "broker-a" and q.broker.id == 0
+        assert q.broker.endpoints == access_point(server)
+        assert list(q.accept_message_types) == [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
+
+
+def test_an_order_topic_accepts_fifo_messages(stub: sgrpc.MessagingServiceStub, server: Standalone,
+                                              admin: AdminClient) -> None:
+    admin.create_topic("route-fifo", 2, order=True)
+    resp = route(stub, server, "route-fifo")
+    assert resp.status.code == pb.OK
+    assert all(list(q.accept_message_types) == [pb.FIFO] for q in resp.message_queues)
+
+
+def test_a_read_only_topic_has_read_queues_and_refuses_sends(stub: sgrpc.MessagingServiceStub, server: Standalone,
+                                                             admin: AdminClient) -> None:
+    admin.create_topic("route-ro", 2)
+    admin.update_topic_perm("route-ro", 4)
+    resp = wait_until(lambda: (r := route(stub, server, "route-ro")).message_queues
+                      and r.message_queues[0].permission == pb.READ and r, message="read-only route")
+    assert [q.permission for q in resp.message_queues] == [pb.READ, pb.READ]
+    sent = send(stub, message("route-ro"))
+    assert sent.status.code == pb.FORBIDDEN
+
+
+@pytest.mark.parametrize(("topic", "code"), [
+    ("route-unknown", pb.TOPIC_NOT_FOUND),
+    ("bad topic!", pb.ILLEGAL_TOPIC),
+    ("TBW102", pb.ILLEGAL_TOPIC),
+    ("%RETRY%g", pb.ILLEGAL_TOPIC),
+])
+def test_route_refusals(stub: sgrpc.MessagingServiceStub, server: Standalone, topic: str, code: int) -> None:
+    assert route(stub, server, topic).status.code == code
+
+
+def test_route_without_endpoints_is_an_illegal_access_point(stub: sgrpc.MessagingServiceStub) -> None:
+    resp = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="route-rw")), metadata=meta())
+    assert resp.status.code == pb.ILLEGAL_ACCESS_POINT
+
+
+def test_send_stores_with_the_client_message_id(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("send-ok", 1)
+    msg = message("send-ok", b"payload", tag="TagA", keys=["k1", "k2"])
+    msg.user_properties["color"] = "red"
+    resp = send(stub, msg)
+    assert resp.status.code == pb.OK, resp.status
+    [entry] = resp.entries
+    assert entry.status.code == pb.OK and entry.message_id == msg.system_properties.message_id
+    assert entry.offset == 0
+    stored = admin.query_by_uniq_key("send-ok", entry.message_id)
+    assert stored.body == b"payload" and stored.tags == "TagA" and stored.keys == "k1 k2"
+    assert stored.properties["color"] == "red"
+    assert send(stub, message("send-ok")).entries[0].offset == 1
+
+
+def test_a_batch_goes_to_one_queue(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("send-batch", 4)
+    resp = send(stub, *(message("send-batch", f"b{i}".encode()) for i in range(5)))
+    assert resp.status.code == pb.OK
+    assert [e.offset for e in resp.entries] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(("build", "code"), [
+    (lambda: message("send-bad", b""), pb.MESSAGE_BODY_EMPTY),
+    (lambda: message("send-bad", b"x" * 5000), pb.MESSAGE_BODY_TOO_LARGE),
+    (lambda: message("send-bad", tag="a|b"), pb.ILLEGAL_MESSAGE_TAG),
+    (lambda: message("send-bad", message_group=" "), pb.ILLEGAL_MESSAGE_GROUP),
+    (lambda: pb.Message(topic=pb.Resource(name="send-bad"), body=b"x"), pb.ILLEGAL_MESSAGE_ID),
+    (lambda: message("send-bad", message_type=pb.TRANSACTION), pb.UNSUPPORTED),
+    (lambda: message("send-bad", message_type=pb.FIFO), pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (lambda: message("send-nope"), pb.TOPIC_NOT_FOUND),
+])
+def test_send_refusals(stub: sgrpc.MessagingServiceStub, admin: AdminClient, build: object, code: int) -> None:
+    admin.create_topic("send-bad", 1)
+    resp = send(stub, build())  # type: ignore[operator]
+    assert resp.status.code == code, resp.status
+    assert resp.entries[0].status.code == code
+    assert admin.max_offset(admin.message_queues("send-bad")[0]) == 0
+
+
+def test_a_reserved_property_name_is_refused(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("send-bad", 1)
+    msg = message("send-bad")
+    msg.user_properties["UNIQ_KEY"] = "mine"
+    assert send(stub, msg).status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def telemetry(stub: sgrpc.MessagingServiceStub, settings: pb.Settings, client_id: str) -> spb.TelemetryCommand:
+    call = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=meta(client_id))
+    return next(call)
+
+
+def test_producer_settings_carry_the_broker_limits(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("settings-p", 1)
+    mine = pb.Settings(client_type=pb.PRODUCER,
+                       publishing=pb.Publishing(topics=[pb.Resource(name="settings-p")], max_body_size=1 << 27))
+    reply = telemetry(stub, mine, "settings-producer")
+    assert reply.status.code == pb.OK
+    assert reply.settings.publishing.max_body_size == 4096, "the broker's max_message_size"
+    assert reply.settings.backoff_policy.max_attempts == 3
+    assert reply.settings.backoff_policy.WhichOneof("strategy") == "exponential_backoff"
+
+
+def test_consumer_settings_carry_long_polling_and_the_retry_delays(stub: sgrpc.MessagingServiceStub,
+                                                                  admin: AdminClient) -> None:
+    admin.create_topic("settings-c", 1)
+    mine = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="settings-g"),
+        subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="settings-c"),
+                                            expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    reply = telemetry(stub, mine, "settings-consumer")
+    sub = reply.settings.subscription
+    assert sub.long_polling_timeout.seconds == 20 and sub.receive_batch_size == 32 and not sub.fifo
+    policy = reply.settings.backoff_policy
+    assert policy.max_attempts == 17, "max_reconsume_times 16, plus the first delivery"
+    # The test server's delay levels from level 3 on: 300ms 400ms ...
+    assert [d.nanos // 1_000_000 for d in policy.customized_backoff.next[:2]] == [300, 400]
+
+
+def test_settings_without_publishing_or_subscription_end_the_stream(stub: sgrpc.MessagingServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        telemetry(stub, pb.Settings(client_type=pb.PRODUCER), "settings-empty")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_heartbeat_needs_settings_first_and_registers_the_consumer(stub: sgrpc.MessagingServiceStub,
+                                                                   admin: AdminClient) -> None:
+    refused = stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER), metadata=meta("hb-client"))
+    assert refused.status.code == pb.UNRECOGNIZED_CLIENT_TYPE
+    admin.create_topic("hb-topic", 1)
+    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="hb-group"),
+        subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="hb-topic"),
+                                            expression=pb.FilterExpression(type=pb.TAG, expression="TagA"))]))
+    call = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=meta("hb-client"))
+    assert next(call).status.code == pb.OK
+    ok = stub.Heartbeat(spb.HeartbeatRequest(group=pb.Resource(name="hb-group"), client_type=pb.SIMPLE_CONSUMER),
+                        metadata=meta("hb-client"))
+    assert ok.status.code == pb.OK
+    conns = admin.consumer_connections("hb-group")
+    assert [c.client_id for c in conns.connections] == ["hb-client"]
+    assert conns.consume_type == "CONSUME_ACTIVELY"
+    done = stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(group=pb.Resource(name="hb-group")),
+                                        metadata=meta("hb-client"))
+    assert done.status.code == pb.OK
+    call.cancel()
+
+
+def test_a_taken_grpc_port_stops_the_start_with_one_line(server: Standalone, tmp_path: Path) -> None:
+    port = server.grpc.rsplit(":", 1)[1]
+    with pytest.raises(RuntimeError) as info:
+        start_standalone(tmp_path / "store", "--grpc-port", port)
+    assert "cannot start" in str(info.value) and port in str(info.value)
