@@ -215,3 +215,26 @@ async def test_a_new_topic_reaches_the_slave_at_once_not_at_the_next_copy(group:
                      what="the topic on the slave long before the next periodic copy")
     cfg = slave.topics.get("NEW")
     assert cfg is not None and cfg.write_queue_nums == 3
+
+
+async def test_pop_acks_reach_the_slave_and_a_slave_refuses_pop(group: Group) -> None:
+    from ferrymq.broker.pop import pop_service
+    from ferrymq.broker.pop.service import INIT_MIN
+
+    master = await group.broker("m")
+    slave = await group.broker("s", broker_role="SLAVE", broker_id=1)
+    wm, ws = group.wire(master), group.wire(slave)
+    await wm.create_topic("P", 1)
+    for i in range(6):
+        await wm.send("P", f"p{i}".encode())
+    from ferrymq.broker.clients import parse_subscription
+    popped = await pop_service(master).pop("pg", "P", 0, 6, 60_000, parse_subscription("P", "*", 0, "TAG"),
+                                           init_mode=INIT_MIN)
+    assert len(popped.messages) == 6
+    await pop_service(master).ack("pg", "P", 0, [1, 2, 4])  # 0 is still in flight: acked ranges
+    await eventually(lambda: _true(slave.offsets.progress("pg", "P", 0) is not None
+                                   and slave.offsets.progress("pg", "P", 0).acked == [(1, 3), (4, 5)]),  # type: ignore[union-attr]
+                     what="the acked ranges on the slave")
+    refused = await ws.call(RequestCode.POP_MESSAGE, consumerGroup="pg", topic="P", queueId=0, maxMsgNums=1,
+                            invisibleTime=1000, pollTime=0, bornTime=0, initMode=0, expType="TAG", exp="*")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (refused.remark or "")

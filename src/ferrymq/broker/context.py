@@ -72,6 +72,11 @@ class BrokerContext(Protocol):
         """Which broker of the group the consumer should pull this queue from next."""
         ...
 
+    def refuse_writes(self) -> str:
+        """Why this broker takes no writes now (a slave, or a master that lost its lease);
+        "" when it does."""
+        ...
+
     def ha_table(self) -> dict[str, str]:
         """The replication keys of the runtime table (docs/replication.md)."""
         ...

@@ -214,6 +214,9 @@ class Broker:
     def ha_table(self) -> dict[str, str]:
         return self.replication.runtime_table()
 
+    def refuse_writes(self) -> str:
+        return self.replication.refuse_reason()
+
     def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
         return self.replication.suggest_broker_id(topic, queue_id, next_offset)
 

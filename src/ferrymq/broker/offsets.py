@@ -203,9 +203,11 @@ class OffsetManager:
                 progress.acked = [(a, b) for a, b in progress.acked if b > offset]
         self._dirty = True
 
-    def adopt(self, table: dict[str, dict[int, int]]) -> list[tuple[str, int, int]]:
-        """A slave takes its master's offsets, except where a consumer committed further here;
-        returns those (key, queue, offset) the master is behind on."""
+    def adopt(self, table: dict[str, dict[int, int]],
+              acked: dict[str, dict[int, list[tuple[int, int]]]] | None = None) -> list[tuple[str, int, int]]:
+        """A slave takes its master's offsets and acknowledged ranges, except where a consumer
+        committed further here; returns those (key, queue, offset) the master is behind on."""
+        acked = acked or {}
         ahead: list[tuple[str, int, int]] = []
         local = self.local_commits or set()
         with self._lock:
@@ -216,8 +218,9 @@ class OffsetManager:
                         ahead.append((key, qid, mine.offset))
                         continue
                     local.discard((key, qid))
-                    if mine is None or mine.offset != offset:
-                        self._apply(key, qid, offset, 0, None)
+                    ranges = acked.get(key, {}).get(qid, [])
+                    if mine is None or mine.offset != offset or mine.acked != ranges:
+                        self._apply(key, qid, offset, 0, list(ranges))
             for key, qid in list(local):
                 if qid not in table.get(key, {}):
                     mine = self.table.get(key, {}).get(qid)

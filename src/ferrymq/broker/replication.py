@@ -247,7 +247,9 @@ class Replication:
         assert isinstance(offsets, dict)
         table = {str(k): {int(q): int(o) for q, o in v.items()}
                  for k, v in (offsets.get("offsetTable") or {}).items()}
-        for key, qid, offset in broker.offsets.adopt(table):
+        acked = {str(k): {int(q): [(int(a), int(b)) for a, b in rs] for q, rs in v.items()}
+                 for k, v in (offsets.get("ferrymqAckedRanges") or {}).items()}
+        for key, qid, offset in broker.offsets.adopt(table, acked):
             await self._push_offset(key, qid, offset)
         delays = await self._ask(RequestCode.GET_ALL_DELAY_OFFSET)
         assert isinstance(delays, dict)

@@ -3,6 +3,8 @@ remoting headers and answers over the PopService (docs/protocol.md, "Pop consump
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ...common import jsonx
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import PERM_READ, fields, opt_bool, opt_int, opt_str, req_int, req_str
@@ -177,9 +179,24 @@ async def change_invisible_time(broker: BrokerContext, conn: Connection,
         popTime=result.pop_time, invisibleTime=result.invisible_ms, reviveQid=info.revive_qid))
 
 
+Handler = Callable[[BrokerContext, Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def _master_only(handler: Handler) -> Handler:
+    """Pop state changes with every request, so only the master serves them: a slave's copy
+    of the acknowledgements is its master's, not its own."""
+    async def guarded(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        refused = broker.refuse_writes()
+        if refused:
+            return reply(req, ResponseCode.SERVICE_NOT_AVAILABLE, refused)
+        return await handler(broker, conn, req)
+
+    return guarded
+
+
 HANDLERS = {
-    RequestCode.POP_MESSAGE: pop_message,
-    RequestCode.ACK_MESSAGE: ack_message,
-    RequestCode.BATCH_ACK_MESSAGE: batch_ack_message,
-    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: change_invisible_time,
+    RequestCode.POP_MESSAGE: _master_only(pop_message),
+    RequestCode.ACK_MESSAGE: _master_only(ack_message),
+    RequestCode.BATCH_ACK_MESSAGE: _master_only(batch_ack_message),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _master_only(change_invisible_time),
 }
