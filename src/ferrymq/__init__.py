@@ -25,6 +25,8 @@ _EXPORTS = {
     "Message": "ferrymq.common.message",
     "MessageExt": "ferrymq.common.message",
     "MessageQueue": "ferrymq.common.message",
+    "MessageSelector": "ferrymq.client.consumer.subscription",
+    "SelectorError": "ferrymq.common.sql92",
     "SendResult": "ferrymq.client.results",
     "SendStatus": "ferrymq.client.results",
     "PullResult": "ferrymq.client.results",
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from .client.admin import AdminClient as AdminClient
     from .client.consumer.simple import MessageView as MessageView
     from .client.consumer.simple import ReceiptHandleError as ReceiptHandleError
+    from .client.consumer.subscription import MessageSelector as MessageSelector
     from .client.consumer.types import ConsumeConcurrentlyContext as ConsumeConcurrentlyContext
     from .client.consumer.types import ConsumeFromWhere as ConsumeFromWhere
     from .client.consumer.types import ConsumeOrderlyContext as ConsumeOrderlyContext
@@ -105,6 +108,7 @@ if TYPE_CHECKING:
     from .common.message import Message as Message
     from .common.message import MessageExt as MessageExt
     from .common.message import MessageQueue as MessageQueue
+    from .common.sql92 import SelectorError as SelectorError
     from .remoting.errors import RemotingError as RemotingError
 
 

@@ -10,6 +10,7 @@ from .client.consumer.lite import AsyncLitePullConsumer as LitePullConsumer
 from .client.consumer.push import AsyncPushConsumer as PushConsumer
 from .client.consumer.simple import AsyncSimpleConsumer as SimpleConsumer
 from .client.consumer.simple import MessageView, ReceiptHandleError
+from .client.consumer.subscription import MessageSelector
 from .client.consumer.types import (
     ConsumeConcurrentlyContext,
     ConsumeFromWhere,
@@ -23,6 +24,7 @@ from .client.results import PullResult, PullStatus, SendResult, SendStatus
 from .client.transaction_async import AsyncTransactionProducer as TransactionProducer
 from .client.transaction_async import LocalTransactionState, TransactionListener, TransactionSendResult
 from .common.message import Message, MessageExt, MessageQueue
+from .common.sql92 import SelectorError
 
 __all__ = [
     "AdminClient",
@@ -37,12 +39,14 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "MessageView",
     "Producer",
     "PullResult",
     "PullStatus",
     "PushConsumer",
     "ReceiptHandleError",
+    "SelectorError",
     "SendResult",
     "SendStatus",
     "SimpleConsumer",

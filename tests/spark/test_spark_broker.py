@@ -1,6 +1,7 @@
 """The executor-side reader against a real standalone broker, without Spark's JVM: tag-filtered
 reads (the broker filters by tag hash, the reader by the tag itself, a filtered answer may
-reach past the slice it was pulled for, and no offset is read twice or skipped)."""
+reach past the slice it was pulled for, and no offset is read twice or skipped), and SQL92
+reads (the broker evaluates the selector; the reader keeps each slice exact)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ferrymq.common.message import MessageQueue
 from ferrymq.common.record import decode_records
 from ferrymq.spark import read as R
 from ferrymq.spark.offsets import QueueKey
-from ferrymq.spark.options import parse_tags
+from ferrymq.spark.options import parse_sub_expression, parse_tags
 
 # "Aa" and "BB" have the same Java hash code: the broker cannot tell them apart.
 TAGS = ["Aa", "BB", "c", None, "d", "c", "c", "c"]
@@ -76,3 +77,34 @@ def test_tag_filtered_read(standalone: Standalone, admin: AdminClient, lo: int, 
     # The broker did the filtering (by hash: "BB" came along, "c" and untagged never did);
     # the reader dropped "BB".
     assert set(spy.sent_tags) == {"Aa", "BB", "d"}
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(0, 2000), (37, 1801)])
+def test_sql92_filtered_read(standalone: Standalone, admin: AdminClient, lo: int, hi: int) -> None:
+    admin.create_topic("priced", 1)
+    with Producer("spark-broker-test", standalone.namesrv) as producer:
+        for start in range(0, 2000, 200):
+            producer.send_batch([Message("priced", b"m%d" % i, properties={"price": str(i % 97)})
+                                 for i in range(start, start + 200)])
+    key = QueueKey("priced", "broker-a", 0)
+    spy = SpyAdmin(admin)
+    bodies: list[bytes] = []
+    spy_pull = spy.pull_raw
+
+    def pull_raw(mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> RawPullResult:
+        res = spy_pull(mq, offset, max_nums, **kw)
+        bodies.extend(m.body for m in decode_records(res.body, broker=mq.broker_name))
+        return res
+
+    spy.pull_raw = pull_raw  # type: ignore[method-assign]
+    expression, tags, expression_type = parse_sub_expression("price >= 90", "SQL92")
+    part = R.QueueRange(
+        standalone.namesrv, key, lo, hi, True, pull_batch_size=5, rows_per_batch=50,
+        expression=expression, tags=tags, expression_type=expression_type,
+    )
+    rows: list[dict[str, Any]] = []
+    for batch in R._read(part, spy):  # type: ignore[arg-type]
+        rows.extend(batch.select(["queue_offset", "properties"]).to_pylist())
+    assert [r["queue_offset"] for r in rows] == [i for i in range(lo, hi) if i % 97 >= 90]
+    # The broker sent nothing else (small pulls reach past their slice, never below the filter).
+    assert bodies and all(int(b[1:]) % 97 >= 90 for b in bodies)

@@ -199,13 +199,22 @@ def test_tag_expression_option() -> None:
         ({"subExpression": "a=1"}, "subExpression"),
         ({"subExpression": "TAGS is not null"}, "subExpression"),
         ({"subExpression": "red || *"}, "subExpression"),
-        ({"subExpression": "red", "expressionType": "SQL92"}, "expressionType"),
+        ({"subExpression": "a > 'x'", "expressionType": "SQL92"}, "subExpression"),
+        ({"subExpression": " ", "expressionType": "sql92"}, "subExpression"),
+        ({"subExpression": "a > 5", "expressionType": "XPATH"}, "expressionType"),
     ],
 )
-def test_sql92_expressions_are_refused(bad: dict[str, str], option: str) -> None:
-    with pytest.raises(OptionError, match=r"SQL92|cannot be combined") as info:
+def test_selectors_without_sql92_or_invalid_ones_are_refused(bad: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError, match=r"SQL92|cannot be combined|TAG or SQL92") as info:
         reader_options({"topic": "a", **bad}, streaming=True)
     assert info.value.option == option
+
+
+def test_sql92_sub_expressions_are_taken() -> None:
+    opts = reader_options({"topic": "a", "subExpression": "amount > 5 AND region = 'EU'",
+                           "expressionType": "SQL92"}, streaming=False)
+    assert (opts.sub_expression, opts.expression_type, opts.tags) == (
+        "amount > 5 AND region = 'EU'", "SQL92", frozenset())
 
 
 def test_trigger_gate_waits_for_min_rows_or_the_delay() -> None:

@@ -235,9 +235,11 @@ class AsyncAdminClient:
         max_nums: int = 32,
         *,
         expression: str = "*",
+        expression_type: str = "TAG",
         group: str = TOOLS_CONSUMER_GROUP,
     ) -> RawPullResult:
-        """One PULL_MESSAGE without suspending; the body is left encoded (decode_records)."""
+        """One PULL_MESSAGE without suspending; the body is left encoded (decode_records).
+        `expression_type` SQL92 makes `expression` a selector the broker evaluates."""
         return await self.api.pull(
             await self.broker_addr(mq),
             mq.broker_name,
@@ -248,6 +250,7 @@ class AsyncAdminClient:
             max_nums=max_nums,
             sys_flag=pull_sys_flag(commit=False, suspend=False),
             expression=expression,
+            expression_type=expression_type,
         )
 
     async def pull(

@@ -266,6 +266,7 @@ class MQClientAPI:
         commit_offset: int = 0,
         suspend_ms: int = 0,
         expression: str = "*",
+        expression_type: str = "TAG",
         sub_version: int = 0,
         timeout: float | None = None,
     ) -> RawPullResult:
@@ -280,7 +281,7 @@ class MQClientAPI:
             suspendTimeoutMillis=suspend_ms,
             subscription=expression or "*",
             subVersion=sub_version,
-            expressionType="TAG",
+            expressionType=expression_type,
         )
         if timeout is None:
             timeout = self.timeout + (suspend_ms / 1000 + LONG_POLL_MARGIN if suspend_ms else 0)

@@ -41,10 +41,11 @@ class PopAnswer:
 
 async def pop(api: MQClientAPI, addr: str, broker_name: str, *, group: str, topic: str,
               queue_id: int = -1, max_nums: int, invisible_ms: int, poll_ms: int,
-              expression: str = "*", order: bool = False, init_mode: int = 1) -> PopAnswer:
+              expression: str = "*", expression_type: str = "TAG", order: bool = False,
+              init_mode: int = 1) -> PopAnswer:
     ext = fields(consumerGroup=group, topic=topic, queueId=queue_id, maxMsgNums=max_nums,
                  invisibleTime=invisible_ms, pollTime=poll_ms, bornTime=int(time.time() * 1000),
-                 initMode=init_mode, expType="TAG", exp=expression or "*", order=order)
+                 initMode=init_mode, expType=expression_type, exp=expression or "*", order=order)
     timeout = api.timeout + (poll_ms / 1000 + LONG_POLL_MARGIN if poll_ms else 0)
     resp = await api.invoke(addr, RequestCode.POP_MESSAGE, ext, timeout=timeout)
     e = resp.ext_fields

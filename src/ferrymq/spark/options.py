@@ -2,8 +2,8 @@
 
 Names follow Spark's Kafka source where the meaning is the same (startingOffsets,
 endingOffsets, startingOffsetsByTimestamp, maxOffsetsPerTrigger, minOffsetsPerTrigger,
-maxTriggerDelay, failOnDataLoss); the tag filter keeps the name of the old RocketMQ Spark
-connector (subExpression). Option keys are case-insensitive, as Spark passes them."""
+maxTriggerDelay, failOnDataLoss); the filter keeps the names of the old RocketMQ Spark
+connector (subExpression, with expressionType TAG or SQL92). Option keys are case-insensitive, as Spark passes them."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..client.consumer.subscription import SUB_ALL, Subscription
+from ..client.consumer.subscription import SQL92, SUB_ALL, TAG, Subscription
 from ..common.names import InvalidNameError as TopicNameError
 from ..common.names import validate_group, validate_topic
+from ..common.sql92 import SelectorError, compile_selector
 from .errors import OffsetFormatError, OptionError
 from .offsets import EARLIEST, LATEST, QueueKey, parse_queue_json
 
@@ -65,6 +66,7 @@ class ReaderOptions:
     # The tags a row must carry ('*': every row); filtered by the broker, checked again here.
     tags: frozenset[str] = frozenset()
     sub_expression: str = SUB_ALL
+    expression_type: str = TAG  # SQL92: sub_expression is a selector the broker evaluates
 
 
 @dataclass(frozen=True)
@@ -122,23 +124,37 @@ def parse_duration_ms(name: str, text: str) -> int:
     return int(int(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
-def parse_tags(text: str | None, expression_type: str | None = None) -> tuple[str, frozenset[str]]:
-    """RocketMQ's tag expression: "TagA || TagB", or "*" (or nothing) for every message.
-    `expressionType` may only be TAG: the broker does not evaluate SQL92 selectors, and one
-    read as tags would silently match nothing."""
-    if (expression_type or "TAG").strip().upper() != "TAG":
-        raise OptionError(
-            "expressionType", expression_type, "only TAG is supported (SQL92 filtering is not)"
-        )
+def parse_tags(text: str | None) -> tuple[str, frozenset[str]]:
+    """RocketMQ's tag expression: "TagA || TagB", or "*" (or nothing) for every message."""
     if text is None or not text.strip() or text.strip() == SUB_ALL:
         return SUB_ALL, frozenset()
     try:
         sub = Subscription.parse("", text)
-    except ValueError as exc:  # no tag at all, or an SQL92 selector
-        raise OptionError("subExpression", text, str(exc)) from exc
+    except ValueError as exc:  # no tag at all, or what looks like an SQL92 selector
+        raise OptionError("subExpression", text,
+                          f"{exc} (with Spark: expressionType SQL92 for an SQL92 selector)") from exc
     if SUB_ALL in sub.tags:
         raise OptionError("subExpression", text, "'*' cannot be combined with tags")
     return sub.expression, sub.tags
+
+
+def parse_sub_expression(text: str | None, expression_type: str | None = None) -> tuple[str, frozenset[str], str]:
+    """`subExpression` read as `expressionType` says: TAG (the default) gives the expression and
+    its tags; SQL92 gives a selector the broker evaluates on each message's properties,
+    checked here so a mistake fails the query at once. Returns (expression, tags, type)."""
+    kind = (expression_type or TAG).strip().upper()
+    if kind == SQL92:
+        if text is None or not text.strip():
+            raise OptionError("subExpression", text, "expressionType SQL92 needs a selector")
+        try:
+            compile_selector(text)
+        except SelectorError as exc:
+            raise OptionError("subExpression", text, str(exc)) from exc
+        return text, frozenset(), SQL92
+    if kind != TAG:
+        raise OptionError("expressionType", expression_type, "expected TAG or SQL92")
+    expression, tags = parse_tags(text)
+    return expression, tags, TAG
 
 
 def namesrv_of(options: Mapping[str, str]) -> str:
@@ -232,7 +248,8 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
             f"is higher than maxOffsetsPerTrigger ({max_rows})",
         )
     delay_ms = parse_duration_ms("maxTriggerDelay", delay_text or DEFAULT_MAX_TRIGGER_DELAY)
-    expression, tags = parse_tags(_get(options, "subExpression"), _get(options, "expressionType"))
+    expression, tags, expression_type = parse_sub_expression(_get(options, "subExpression"),
+                                                             _get(options, "expressionType"))
     return ReaderOptions(
         namesrv=namesrv_of(options),
         topics=parse_topics(_get(options, "topic")),
@@ -249,6 +266,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         max_trigger_delay_ms=delay_ms,
         tags=tags,
         sub_expression=expression,
+        expression_type=expression_type,
     )
 
 

@@ -33,6 +33,7 @@ def plan_ranges(
                     rows_per_batch=options.rows_per_batch,
                     expression=options.sub_expression,
                     tags=options.tags,
+                    expression_type=options.expression_type,
                 )
             )
     return ranges

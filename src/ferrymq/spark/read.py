@@ -46,8 +46,14 @@ class QueueRange(InputPartition):  # type: ignore[misc]
     rows_per_batch: int
     # Tag filter: the broker filters by the expression's tag hash codes, which collide, and a
     # filtered pull may scan past the slice it was planned for; rows are checked again here.
+    # SQL92: the broker evaluates the selector exactly; only the slice is checked here.
     expression: str = "*"
     tags: frozenset[str] = frozenset()
+    expression_type: str = "TAG"
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.tags) or self.expression_type != "TAG"
 
     def __repr__(self) -> str:
         return f"QueueRange({self.key} [{self.start}, {self.end}))"
@@ -142,7 +148,7 @@ def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
 
 
 def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
-    if part.tags:
+    if part.filtered:
         return _decode_filtered(items, part)
     bodies = [item[0] for item in items]
     batch = decode_to_batch(bodies[0] if len(bodies) == 1 else b"".join(bodies), part.key.broker)
@@ -157,18 +163,17 @@ def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
 def _decode_filtered(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
     """Each body on its own: a filtered pull may hold rows beyond its slice, which the next
     slice's pull returns too."""
-    wanted = pa.array(sorted(part.tags), pa.string())
+    wanted = pa.array(sorted(part.tags), pa.string()) if part.tags else None
     batches = []
     for body, first, end in items:
         batch = decode_to_batch(body, part.key.broker)
         offsets = batch.column(3)
         keep = pc.and_(
-            pc.and_(
-                pc.greater_equal(offsets, pa.scalar(first, pa.int64())),
-                pc.less(offsets, pa.scalar(min(end, part.end), pa.int64())),
-            ),
-            pc.is_in(batch.column(6), value_set=wanted),
+            pc.greater_equal(offsets, pa.scalar(first, pa.int64())),
+            pc.less(offsets, pa.scalar(min(end, part.end), pa.int64())),
         )
+        if wanted is not None:
+            keep = pc.and_(keep, pc.is_in(batch.column(6), value_set=wanted))
         batches.append(batch.filter(pc.fill_null(keep, False)))
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
@@ -211,7 +216,8 @@ def _pull_loop(
 
 
 def _pull(admin: AdminClient, part: QueueRange, offset: int, want: int) -> RawPullResult:
-    return admin.pull_raw(part.key.mq, offset, want, expression=part.expression)
+    return admin.pull_raw(part.key.mq, offset, want, expression=part.expression,
+                          expression_type=part.expression_type)
 
 
 def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:

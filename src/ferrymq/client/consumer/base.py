@@ -20,7 +20,7 @@ from .options import ConsumerOptions
 from .process_queue import ProcessQueue
 from .pull import pull_loop
 from .rebalance import Rebalancer
-from .subscription import Subscription
+from .subscription import MessageSelector, Subscription
 from .types import MessageModel
 
 log = logging.getLogger("ferrymq.client.consumer")
@@ -79,7 +79,9 @@ class ConsumerBase(Lifecycle):
         assert self._store is not None
         return self._store
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """`expression`: a tag expression ('*', 'TagA || TagB') or a MessageSelector
+        (by_tag, by_sql). An invalid one raises here."""
         validate_topic(topic)
         self.subscriptions[topic] = Subscription.parse(topic, expression)
         if self.state is State.RUNNING:

@@ -20,7 +20,7 @@ from ..loop import wait_event
 from .base import ConsumerBase
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
-from .subscription import Subscription
+from .subscription import MessageSelector, Subscription
 
 log = logging.getLogger("ferrymq.client.lite")
 
@@ -50,7 +50,7 @@ class AsyncLitePullConsumer(ConsumerBase):
         self._rr = 0
 
     # --- configuration -----------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         if self._assigned is not None:
             raise ClientStateError(self.kind, "using assign()", "subscribe")
         super().subscribe(topic, expression)

@@ -63,6 +63,7 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
                 commit_offset=max(commit_offset, 0),
                 suspend_ms=suspend_ms,
                 expression=sub.expression,
+                expression_type=sub.expression_type,
                 sub_version=sub.sub_version,
             )
         except FerryMQError as exc:

@@ -21,7 +21,7 @@ from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, r
 from ..lifecycle import Lifecycle, State
 from ..pop_api import ack as ack_request
 from ..pop_api import change_invisible, pop
-from .subscription import Subscription
+from .subscription import MessageSelector, Subscription
 from .types import ConsumeFromWhere
 
 log = logging.getLogger("ferrymq.client.simple")
@@ -149,7 +149,7 @@ class AsyncSimpleConsumer(Lifecycle):
         return self._inst
 
     # --- configuration ---------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         validate_topic(topic)
         self.subscriptions[topic] = Subscription.parse(topic, expression)
 
@@ -275,7 +275,8 @@ class AsyncSimpleConsumer(Lifecycle):
         try:
             answer = await pop(inst.api, addr, broker, group=self.group, topic=topic,
                                max_nums=max_messages, invisible_ms=invisible_ms, poll_ms=poll_ms,
-                               expression=sub.expression, order=self.orderly, init_mode=init_mode)
+                               expression=sub.expression, expression_type=sub.expression_type,
+                               order=self.orderly, init_mode=init_mode)
         except Exception as exc:
             await inst.after_failure(topic, exc)
             raise
