@@ -238,3 +238,20 @@ async def test_pop_acks_reach_the_slave_and_a_slave_refuses_pop(group: Group) ->
     refused = await ws.call(RequestCode.POP_MESSAGE, consumerGroup="pg", topic="P", queueId=0, maxMsgNums=1,
                             invisibleTime=1000, pollTime=0, bornTime=0, initMode=0, expType="TAG", exp="*")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE and "slave" in (refused.remark or "")
+
+
+async def test_a_demoted_master_never_confirms_the_sends_still_waiting(group: Group) -> None:
+    master = await group.broker("m", broker_role="SYNC_MASTER", sync_flush_timeout_ms=30_000)
+    await group.broker("s", broker_role="SLAVE", broker_id=1)
+    wm = group.wire(master)
+    await wm.create_topic("D", 1)
+    ha = master.replication.master
+    assert ha is not None
+    await eventually(lambda: _true(1 in ha.in_sync), what="the slave in sync")
+    ha.wait_set.add(99)  # a replica that never answers: the send waits
+    pending = asyncio.ensure_future(wm.send("D", b"waiting"))
+    await eventually(lambda: _true(ha.waiters is not None and len(ha.waiters) == 1), what="the send to wait")
+    master.replication.drop_slaves()  # what losing the master role does
+    resp = await pending
+    assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+    assert "stopped being" in (resp.remark or "")

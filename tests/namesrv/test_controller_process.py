@@ -103,7 +103,8 @@ async def test_failover_and_restart_of_a_real_controller(tmp_path: Path) -> None
                 await asyncio.sleep(BEAT_S)
             took = time.monotonic() - master_last_sent
             assert answer == {"epoch": 2, "masterId": 2, "masterAddr": "127.0.0.1:10912",
-                              "masterHaAddr": "127.0.0.1:20912", "syncStateSet": [2], "syncStateSetEpoch": 3}
+                              "masterHaAddr": "127.0.0.1:20912", "syncStateSet": [2], "syncStateSetEpoch": 3,
+                              "leaseMs": LEASE_MS}
             # Within lease + scan interval (+ a heartbeat round and scheduling slack).
             assert took >= LEASE_MS / 1000, took
             assert took <= (LEASE_MS + SCAN_MS) / 1000 + BEAT_S + 1.0, took

@@ -87,7 +87,7 @@ async def ns(tmp_path: Path) -> AsyncIterator[Ns]:
 async def test_heartbeat_answers_and_replica_info(ns: Ns) -> None:
     assert await ns.heartbeat(1) == {"epoch": 1, "masterId": 1, "masterAddr": addr(1),
                                      "masterHaAddr": "127.0.0.1:20911", "syncStateSet": [1],
-                                     "syncStateSetEpoch": 1}
+                                     "syncStateSetEpoch": 1, "leaseMs": 3000}
     assert (await ns.heartbeat(2, max_offset=7))["masterId"] == 1
     resp = await ns.call(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, {
         "brokerName": "b", "masterId": 1, "epoch": 1, "syncStateSetEpoch": 1, "syncStateSet": [1, 2]})

@@ -102,6 +102,9 @@ class ControllerAgent:
 
     async def apply(self, answer: dict[str, Any]) -> None:
         me = self.broker.config.broker_id
+        lease = answer.get("leaseMs")
+        if isinstance(lease, int) and lease > 0:
+            self.lease_ms = min(self.broker.config.controller_lease_ms, lease)
         master_id = int(answer.get("masterId", -1))
         epoch = int(answer.get("epoch", 0))
         self.master_id = master_id

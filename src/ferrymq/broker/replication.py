@@ -150,14 +150,8 @@ class Replication:
         return self.master_ha_addr
 
     def drop_slaves(self) -> None:
-        m = self.master
-        if m is not None:
-            for link in list(m.links.values()):
-                if link.writer is not None:
-                    link.writer.close()
-            m.wait_set.clear()
-            m.in_sync.clear()
-            m.set_changed()
+        if self.master is not None:
+            self.master.demote()
 
     def metadata_changed(self) -> None:
         if self.role == MASTER and self.master is not None:
@@ -190,7 +184,11 @@ class Replication:
             return result
         ack = await self.master.wait_replicated(result.end_offset,
                                                 self.broker.config.sync_flush_timeout_ms / 1000)
-        if ack is ReplicaAck.TIMEOUT:
+        if ack is ReplicaAck.DEMOTED:
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            result.reason = ("the broker stopped being its group's master before a slave "
+                             "confirmed the message; it may be lost")
+        elif ack is ReplicaAck.TIMEOUT:
             result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
             result.reason = (f"no in-sync slave confirmed the message within "
                              f"{self.broker.config.sync_flush_timeout_ms} ms")

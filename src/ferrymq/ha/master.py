@@ -139,6 +139,18 @@ class HaMaster:
         assert self.waiters is not None
         return await self.waiters.wait(end, timeout)
 
+    def demote(self) -> None:
+        """This broker stops being the master: sends still waiting for slaves are answered
+        FLUSH_SLAVE_TIMEOUT (stored here, never confirmed), before the sets are cleared, so an
+        empty set cannot read as "this master alone" and acknowledge them."""
+        if self.waiters is not None:
+            self.waiters.fail_all(ReplicaAck.DEMOTED)
+        for link in list(self.links.values()):
+            if link.writer is not None:
+                link.writer.close()
+        self.wait_set.clear()
+        self.in_sync.clear()
+
     def set_changed(self) -> None:
         if self.waiters is not None:
             self.waiters.release()

@@ -13,6 +13,7 @@ class ReplicaAck(enum.Enum):
     OK = "OK"
     TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     NO_SLAVE = "SLAVE_NOT_AVAILABLE"
+    DEMOTED = "DEMOTED"  # the broker stopped being the master while the send waited
 
 
 class ReplicationWaiters:

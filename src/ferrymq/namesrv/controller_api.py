@@ -129,7 +129,9 @@ class ControllerApi:
             return _refusal(req, exc)
         finally:
             self._follow()
-        return _answer(req, view.to_json())
+        # The controller's lease rides along: a master must stop taking writes before the
+        # controller may elect another, whatever its own configuration says.
+        return _answer(req, {**view.to_json(), "leaseMs": self.controller.lease_ms})
 
     async def _alter_sync_state_set(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:

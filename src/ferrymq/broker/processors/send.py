@@ -116,7 +116,8 @@ def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Br
         return reply(req, code, result.reason or f"store refused the message: {result.status.name}")
     first = result.messages[0]
     msg_id = ",".join(m.offset_msg_id for m in result.messages)
-    return reply(req, code, ext_fields=fields(
+    # Stored but not fully confirmed (flush or slave timeout) says why in the remark.
+    return reply(req, code, result.reason or None, ext_fields=fields(
         msgId=msg_id, queueId=queue_id, queueOffset=first.queue_offset,
         MSG_REGION="DefaultRegion", TRACE_ON="true",
     ))
