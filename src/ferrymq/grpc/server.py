@@ -11,6 +11,7 @@ import grpc
 
 from ..broker.context import BrokerContext
 from ..common.delay import parse_delay_levels
+from .consume import Consumer
 from .pb import definition_pb2 as pb
 from .pb import service_pb2_grpc as sgrpc
 from .route import endpoints
@@ -18,6 +19,7 @@ from .send import Sender
 from .service import MessagingService
 from .sessions import Sessions
 from .settings import ServerSettings
+from .transactions import recover_command
 
 log = logging.getLogger("ferrymq.grpc")
 
@@ -28,14 +30,17 @@ _MESSAGE_OVERHEAD = 1 << 20
 class GrpcServer:
     def __init__(self, broker: BrokerContext, *, expire_interval_s: float = 10.0) -> None:
         self._broker = broker
-        self.sessions = Sessions(broker.clients, broker.now_ms)
+        self.sessions = Sessions(broker.clients, broker.now_ms,
+                                 translate=lambda req: recover_command(req, broker.now_ms()))
         self.sender = Sender(broker)
+        self.consumer = Consumer(broker)
         self._server: grpc.aio.Server | None = None
         self._host = broker.config.host
         self._port = 0
         self._expire_interval_s = expire_interval_s
         self._expirer: asyncio.Task[None] | None = None
-        self.service = MessagingService(broker, self.sessions, self.sender, self.settings, self.endpoints)
+        self.service = MessagingService(broker, self.sessions, self.sender, self.consumer, self.settings,
+                                        self.endpoints)
 
     @property
     def addr(self) -> str:

@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ..broker.clients import UnsupportedFilterError
+from ..broker.clients import SubscriptionParseError, UnsupportedFilterError
 from ..broker.context import BrokerContext
 from ..common.errors import FerryMQError
-from .convert import check_group, check_topic
+from .consume import Consumer
+from .convert import check_group, check_topic, timestamp
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .pb import service_pb2_grpc as sgrpc
@@ -25,6 +26,7 @@ from .send import Sender
 from .sessions import ClientSession, Sessions, subscriptions
 from .settings import ServerSettings, answer
 from .status import Code, GrpcStatusError, ok, status
+from .transactions import end_transaction
 
 log = logging.getLogger("ferrymq.grpc")
 
@@ -47,11 +49,12 @@ async def _answer(make: Callable[[pb.Status], Resp], work: Awaitable[Resp]) -> R
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
-    def __init__(self, broker: BrokerContext, sessions: Sessions, sender: Sender,
+    def __init__(self, broker: BrokerContext, sessions: Sessions, sender: Sender, consumer: Consumer,
                  server_settings: Callable[[], ServerSettings], endpoint: Callable[[], pb.Endpoints]) -> None:
         self._broker = broker
         self._sessions = sessions
         self._sender = sender
+        self._consumer = consumer
         self._server_settings = server_settings
         self._endpoint = endpoint
 
@@ -127,8 +130,8 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         elif settings.HasField("subscription"):
             check_group(settings.subscription.group.name)
             try:
-                subs = subscriptions(settings)
-            except UnsupportedFilterError as exc:
+                subs = subscriptions(settings, property_filter=self._broker.config.enable_property_filter)
+            except (SubscriptionParseError, UnsupportedFilterError) as exc:
                 raise GrpcStatusError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
             self._sessions.update_settings(session, settings, subs)
         else:
@@ -183,23 +186,30 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     # --- consumers (pop) -------------------------------------------------------------------
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+        try:
+            self._session(self._caller(context))
+            async for response in self._consumer.receive(request, context.time_remaining()):
+                yield response
+        except (GrpcStatusError, FerryMQError, ValueError, KeyError) as exc:
+            yield spb.ReceiveMessageResponse(status=_status_of(exc))
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self._broker.now_ms()))
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
-        return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+        return await _answer(lambda s: spb.AckMessageResponse(status=s), self._consumer.ack(request))
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Context) -> spb.ChangeInvisibleDurationResponse:
-        return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+        return await _answer(lambda s: spb.ChangeInvisibleDurationResponse(status=s),
+                             self._consumer.change_invisible(request))
 
     async def ForwardMessageToDeadLetterQueue(
             self, request: spb.ForwardMessageToDeadLetterQueueRequest,
             context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.NOT_IMPLEMENTED, NO_POP))
+        return await _answer(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s),
+                             self._consumer.forward_to_dlq(request))
 
+    # --- transactions ----------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest,
                              context: Context) -> spb.EndTransactionResponse:
-        return spb.EndTransactionResponse(status=status(Code.NOT_IMPLEMENTED, "transactions are not supported yet"))
-
-
-NO_POP = "receiving over gRPC (pop consumption) is not supported by this broker yet"
+        return await _answer(lambda s: spb.EndTransactionResponse(status=s),
+                             end_transaction(self._broker, request))

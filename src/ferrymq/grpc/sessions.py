@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..broker.clients import ClientChannel, ClientRegistry, Subscription, parse_subscription
 from .pb import definition_pb2 as pb
@@ -29,10 +30,17 @@ class ClientSession:
     producer_topics: set[str] = field(default_factory=set)
     consumer_group: str = ""
     closed: bool = False
+    # Turns a remoting notice of the broker into a telemetry command, or None to drop it.
+    translate: Callable[[Any], spb.TelemetryCommand | None] | None = None
 
-    async def invoke_oneway(self, request: object) -> None:
-        """The broker's remoting notices to group members (consumer ids changed, offset reset)
-        mean nothing to a gRPC client, whose queues are picked at each receive: dropped."""
+    async def invoke_oneway(self, request: Any) -> None:
+        """The broker speaks to group members with remoting notices. A transaction check
+        becomes the recover-orphaned-transaction command on the telemetry stream; the others
+        (consumer ids changed, offset reset) mean nothing to a gRPC client, whose queues are
+        picked at each receive, and are dropped."""
+        command = self.translate(request) if self.translate is not None else None
+        if command is not None:
+            self.push(command)
 
     @property
     def client_type(self) -> int:
@@ -46,20 +54,24 @@ class ClientSession:
         return True
 
 
-def subscriptions(settings: pb.Settings,
-                  parse: Callable[[str, str, int, str], Subscription] = parse_subscription) -> list[Subscription]:
-    version = 0
-    out = []
-    for entry in settings.subscription.subscriptions:
-        kind = "SQL92" if entry.expression.type == pb.SQL else "TAG"
-        out.append(parse(entry.topic.name, entry.expression.expression or "*", version, kind))
-    return out
+def subscription_of(topic: str, expression: pb.FilterExpression, *, property_filter: bool) -> Subscription:
+    """A filter expression as the broker's subscription (SQL92 compiled); raises the broker's
+    SubscriptionParseError / UnsupportedFilterError when it cannot be served."""
+    kind = "SQL92" if expression.type == pb.SQL else "TAG"
+    return parse_subscription(topic, expression.expression or "*", 0, kind, property_filter=property_filter)
+
+
+def subscriptions(settings: pb.Settings, *, property_filter: bool = True) -> list[Subscription]:
+    return [subscription_of(e.topic.name, e.expression, property_filter=property_filter)
+            for e in settings.subscription.subscriptions]
 
 
 class Sessions:
-    def __init__(self, registry: ClientRegistry, clock: Callable[[], int]) -> None:
+    def __init__(self, registry: ClientRegistry, clock: Callable[[], int],
+                 translate: Callable[[Any], spb.TelemetryCommand | None] | None = None) -> None:
         self._registry = registry
         self._clock = clock
+        self._translate = translate
         self._by_id: dict[str, ClientSession] = {}
 
     def get(self, client_id: str) -> ClientSession | None:
@@ -68,7 +80,8 @@ class Sessions:
     def touch(self, client_id: str, remote_addr: str, language: str = "PYTHON", version: str = "") -> ClientSession:
         session = self._by_id.get(client_id)
         if session is None:
-            session = self._by_id[client_id] = ClientSession(client_id, remote_addr, language, version)
+            session = self._by_id[client_id] = ClientSession(client_id, remote_addr, language, version,
+                                                             translate=self._translate)
         session.last_seen_ms = self._clock()
         return session
 
