@@ -70,6 +70,44 @@ def consume_all(server: Standalone, topic: str, group: str, count: int, timeout:
     return got
 
 
+class Collector:
+    def __init__(self, consumer: PushConsumer) -> None:
+        self.consumer = consumer
+        self.got: list[MessageExt] = []
+        self.cond = threading.Condition()
+
+    def listener(self, msgs: list[MessageExt], _ctx: object) -> ConsumeStatus:
+        with self.cond:
+            self.got.extend(msgs)
+            self.cond.notify_all()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def wait(self, count: int, timeout: float) -> list[MessageExt]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.got) >= count, timeout), f"got {len(self.got)} of {count}"
+            return list(self.got)
+
+
+def consume_in_background(server: Standalone, topic: str, group: str) -> Collector:
+    consumer = PushConsumer(group, server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    collector = Collector(consumer)
+    consumer.subscribe(topic)
+    consumer.register_listener(collector.listener)
+    consumer.start()
+    _started.append(consumer)
+    return collector
+
+
+_started: list[PushConsumer] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_consumers() -> Iterator[None]:
+    yield
+    while _started:
+        _started.pop().shutdown()
+
+
 def test_sdk_producer_messages_reach_ferrymq_and_ali_ons_consumers(clients: Clients, admin: AdminClient,
                                                                       server: Standalone) -> None:
     topic, n = "sdk5-normal", 120
@@ -121,15 +159,17 @@ def test_fifo_message_groups_each_go_to_one_queue_in_send_order(clients: Clients
     assert sent
 
 
-def test_delivery_timestamp_is_refused_with_a_clear_status(clients: Clients, admin: AdminClient) -> None:
+def test_delivery_timestamp_delivers_at_that_time(clients: Clients, admin: AdminClient, server: Standalone) -> None:
     topic = "sdk5-delay"
     admin.create_topic(topic, 2)
-    producer = clients.sdk5("produce", topic=topic, count=1, deliverAfterMs=5_000)
-    done = producer.wait_event("done", 60)
-    assert done["failed"] == 1
-    err = producer.of("send_error")[0]
-    assert err["code"] == 50500 and "delivery_timestamp" in err["error"], err
-    assert sum(admin.max_offset(mq) for mq in admin.message_queues(topic)) == 0, "nothing stored"
+    got = consume_in_background(server, topic, "sdk5-delay-py")
+    producer = clients.sdk5("produce", topic=topic, count=1, deliverAfterMs=3_000)
+    [sent] = run_producer(producer, 1, 60)
+    asked = sent["ts"] + 3_000
+    msg = got.wait(1, 30)[0]
+    # The SDK sends whole seconds: the time asked is within the second before.
+    assert msg.store_timestamp >= asked - 1_000 - 200, "not delivered before its time"
+    assert msg.msg_id == sent["messageId"]
 
 
 def test_unknown_topic_fails_the_send(clients: Clients) -> None:

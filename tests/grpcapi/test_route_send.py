@@ -148,7 +148,8 @@ def test_a_batch_goes_to_one_queue(stub: sgrpc.MessagingServiceStub, admin: Admi
     (lambda: message("send-bad", tag="a|b"), pb.ILLEGAL_MESSAGE_TAG),
     (lambda: message("send-bad", message_group=" "), pb.ILLEGAL_MESSAGE_GROUP),
     (lambda: pb.Message(topic=pb.Resource(name="send-bad"), body=b"x"), pb.ILLEGAL_MESSAGE_ID),
-    (lambda: message("send-bad", message_type=pb.TRANSACTION), pb.UNSUPPORTED),
+    (lambda: message("send-bad", message_type=pb.TRANSACTION, message_group="g"),
+     pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (lambda: message("send-bad", message_type=pb.FIFO), pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (lambda: message("send-nope"), pb.TOPIC_NOT_FOUND),
 ])
@@ -233,3 +234,40 @@ def test_a_taken_grpc_port_stops_the_start_with_one_line(server: Standalone, tmp
     with pytest.raises(RuntimeError) as info:
         start_standalone(tmp_path / "store", "--grpc-port", port)
     assert "cannot start" in str(info.value) and port in str(info.value)
+
+
+def test_ack_and_change_with_a_foreign_receipt_handle_are_refused(stub: sgrpc.MessagingServiceStub,
+                                                                   admin: AdminClient) -> None:
+    admin.create_topic("ack-bad", 1)
+    ack = stub.AckMessage(spb.AckMessageRequest(
+        group=pb.Resource(name="ack-g"), topic=pb.Resource(name="ack-bad"),
+        entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not-ours")]), metadata=meta())
+    assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+    assert ack.entries[0].status.code == pb.INVALID_RECEIPT_HANDLE
+    change = stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="ack-g"), topic=pb.Resource(name="ack-bad"),
+        receipt_handle="f1 ack-bad 0 0 1 1000"), metadata=meta())
+    assert change.status.code == pb.INVALID_RECEIPT_HANDLE, "never handed out: not in flight"
+
+
+def test_an_empty_receive_is_message_not_found_then_the_delivery_timestamp(stub: sgrpc.MessagingServiceStub,
+                                                                          admin: AdminClient) -> None:
+    from google.protobuf.duration_pb2 import Duration
+
+    admin.create_topic("recv-empty", 1)
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="recv-g"), message_queue=pb.MessageQueue(topic=pb.Resource(name="recv-empty"), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=4,
+        invisible_duration=Duration(seconds=5), long_polling_timeout=Duration(nanos=200_000_000))
+    answers = list(stub.ReceiveMessage(req, metadata=meta(), timeout=10))
+    assert [a.WhichOneof("content") for a in answers] == ["status", "delivery_timestamp"]
+    assert answers[0].status.code == pb.MESSAGE_NOT_FOUND
+    bad = spb.ReceiveMessageRequest()
+    bad.CopyFrom(req)
+    bad.filter_expression.CopyFrom(pb.FilterExpression(type=pb.SQL, expression="a >"))
+    answers = list(stub.ReceiveMessage(bad, metadata=meta(), timeout=10))
+    assert answers[0].status.code == pb.ILLEGAL_FILTER_EXPRESSION
+    short = spb.ReceiveMessageRequest()
+    short.CopyFrom(req)
+    short.invisible_duration.CopyFrom(Duration(nanos=10_000_000))
+    assert next(iter(stub.ReceiveMessage(short, metadata=meta(), timeout=10))).status.code == pb.ILLEGAL_INVISIBLE_TIME
