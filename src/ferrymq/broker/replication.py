@@ -229,37 +229,40 @@ class Replication:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._sync_now.wait(), interval)
 
-    async def _ask(self, code: RequestCode) -> object:
+    async def _ask(self, addr: str, code: RequestCode) -> object:
+        if self.role != SLAVE:
+            raise ValueError("no longer a slave")
         client = self.broker.namesrv_client
-        resp = await client.invoke(self.master_addr, RemotingCommand.request(code), timeout=5.0)
+        resp = await client.invoke(addr, RemotingCommand.request(code), timeout=5.0)
         if resp.code != ResponseCode.SUCCESS:
             raise ValueError(f"{code.name} answered {resp.code}: {resp.remark}")
         return jsonx.loads(resp.body or b"{}")
 
     async def sync_once(self) -> None:
         broker = self.broker
-        topics = await self._ask(RequestCode.GET_ALL_TOPIC_CONFIG)
+        addr = self.master_addr  # the role, and with it this address, may change while we wait
+        topics = await self._ask(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         assert isinstance(topics, dict)
         broker.topics.adopt(topics.get("topicConfigTable") or {})
-        offsets = await self._ask(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        offsets = await self._ask(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         assert isinstance(offsets, dict)
         table = {str(k): {int(q): int(o) for q, o in v.items()}
                  for k, v in (offsets.get("offsetTable") or {}).items()}
         acked = {str(k): {int(q): [(int(a), int(b)) for a, b in rs] for q, rs in v.items()}
                  for k, v in (offsets.get("ferrymqAckedRanges") or {}).items()}
         for key, qid, offset in broker.offsets.adopt(table, acked):
-            await self._push_offset(key, qid, offset)
-        delays = await self._ask(RequestCode.GET_ALL_DELAY_OFFSET)
+            await self._push_offset(addr, key, qid, offset)
+        delays = await self._ask(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         assert isinstance(delays, dict)
         for level, offset in (delays.get("offsetTable") or {}).items():
             broker.delay_offsets.set(int(level), int(offset))
         self.synced_ms = broker.now_ms()
 
-    async def _push_offset(self, key: str, queue_id: int, offset: int) -> None:
+    async def _push_offset(self, addr: str, key: str, queue_id: int, offset: int) -> None:
         topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
         req = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=fields(
             consumerGroup=group, topic=topic, queueId=queue_id, commitOffset=offset))
-        resp = await self.broker.namesrv_client.invoke(self.master_addr, req, timeout=5.0)
+        resp = await self.broker.namesrv_client.invoke(addr, req, timeout=5.0)
         if resp.code == ResponseCode.SUCCESS:
             log.info("offset %s/%d=%d committed here while the master was away: sent to it",
                      key, queue_id, offset)
