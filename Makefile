@@ -72,7 +72,7 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
-bench: venv
+bench: venv compat-py5
 	$(PY) -m bench
 
 clean:

@@ -27,6 +27,7 @@ REGISTRY: list[str] = [
     "ha_bench",
     "pop_dup_bench",
     "timer_bench",
+    "grpc_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")

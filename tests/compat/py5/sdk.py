@@ -14,6 +14,8 @@ Settings (argv[1], else FERRYMQ_COMPAT_CONFIG):
   leave it unresolved; list cycled), `checkResult` ("commit" | "rollback": the checker's answer
   to a recover-orphaned-transaction command), `lingerMs` [0] (stay up after the sends, for
   checks), `async` [false] (send_async, all in flight then waited).
+- any mode: `quiet` [false] leaves out the per-message events (sent, received, acked), for
+  benchmarks; the done / closed counts stay.
 - simple: `topic`, `group`, `tag` ["*"], `invisibleSec` [15], `batch` [16], `awaitSec` [5],
   `expect` (stop after this many acks), `idleExitMs` (stop after this long without a message),
   `skipPattern` (regex: such messages are received but not acked), `changeInvisiblePattern` /
@@ -43,7 +45,13 @@ sys.stdout = sys.stderr
 _LOCK = threading.Lock()
 
 
+QUIET_EVENTS = {"sent", "received", "acked"}
+_QUIET = [False]
+
+
 def emit(event: str, **fields: Any) -> None:
+    if _QUIET[0] and event in QUIET_EVENTS:
+        return
     line = json.dumps({"event": event, "ts": int(time.time() * 1000), **fields}, separators=(",", ":"))
     with _LOCK:
         _EVENTS.write(line + "\n")
@@ -109,6 +117,7 @@ def produce(cfg: dict[str, Any]) -> int:
     count, start = int(cfg.get("count", 1)), int(cfg.get("startIndex", 0))
     failed = 0
     futures = []
+    began = time.monotonic()
     for n in range(count):
         i = start + n
         msg = Message()
@@ -158,7 +167,7 @@ def produce(cfg: dict[str, Any]) -> int:
         except Exception as exc:
             failed += 1
             emit("send_error", index=i, body=body, name=type(exc).__name__, error=str(exc))
-    emit("done", sent=count - failed, failed=failed)
+    emit("done", sent=count - failed, failed=failed, elapsedMs=int((time.monotonic() - began) * 1000))
     linger = int(cfg.get("lingerMs", 0)) / 1000
     if linger:
         time.sleep(linger)
@@ -204,14 +213,19 @@ def simple(cfg: dict[str, Any]) -> int:
     skip = re.compile(cfg["skipPattern"]) if cfg.get("skipPattern") else None
     change = re.compile(cfg["changeInvisiblePattern"]) if cfg.get("changeInvisiblePattern") else None
     budget = Budget(cfg)
-    while not budget.over():
+    first: list[float] = []
+    while True:  # at least one receive: it starts a new group on the queues
         try:
             msgs = consumer.receive(int(cfg.get("batch", 16)), int(cfg.get("invisibleSec", 15)))
         except Exception as exc:
             emit("receive_error", name=type(exc).__name__, error=str(exc), code=getattr(exc, "code", None))
             time.sleep(0.2)
+            if budget.over():
+                break
             continue
         for msg in msgs or []:
+            if not first:
+                first.append(time.monotonic())
             budget.seen()
             body = msg.body.decode("utf-8", "replace")
             if skip is not None and skip.search(body):
@@ -229,6 +243,10 @@ def simple(cfg: dict[str, Any]) -> int:
                 budget.finished()
             except Exception as exc:
                 emit("ack_error", messageId=msg.message_id, body=body, name=type(exc).__name__, error=str(exc))
+        if budget.over():
+            break
+    elapsed = int((time.monotonic() - first[0]) * 1000) if first else 0
+    emit("consumed", acked=budget.done, elapsedMs=elapsed)
     consumer.shutdown()
     emit("closed", acked=budget.done)
     return 0
@@ -269,6 +287,7 @@ def push(cfg: dict[str, Any]) -> int:
 def main() -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     cfg = load_config()
+    _QUIET[0] = bool(cfg.get("quiet"))
     modes = {"produce": produce, "simple": simple, "push": push}
     mode = modes.get(cfg.get("mode", "produce"))
     if mode is None:
