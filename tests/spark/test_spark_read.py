@@ -42,9 +42,11 @@ class FakeAdmin:
         self.calls: list[tuple[int, int]] = []
 
     def pull_raw(
-        self, mq: MessageQueue, offset: int, max_nums: int, *, expression: str = "*"
+        self, mq: MessageQueue, offset: int, max_nums: int, *, expression: str = "*",
+        expression_type: str = "TAG",
     ) -> RawPullResult:
-        assert expression == "*"  # tag filtering is the broker's, tested end to end
+        # Filtering (tags, SQL92) is the broker's, tested end to end.
+        assert expression == "*" and expression_type == "TAG"
         self.calls.append((offset, max_nums))
         if offset < self.low:
             return RawPullResult(PullStatus.OFFSET_ILLEGAL, b"", offset, self.low, self.high, "b")
