@@ -112,3 +112,40 @@ async def test_failover_elects_the_in_sync_slave_and_the_old_master_rejoins(setu
     assert b1.store.epochs.entries() == b2.store.epochs.entries()
     refused = await setup.wire(b1).send("F", b"to the old master")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+async def test_a_promoted_slave_delivers_the_pending_timers_once_and_not_the_delivered_ones(setup: Setup) -> None:
+    import time
+
+    from ferrymq.common.record import decode_records
+
+    b1 = await setup.broker(1)
+    await eventually(lambda: _true(b1.replication.role == MASTER), what="b1 to be master")
+    b2 = await setup.broker(2)
+    await eventually(lambda: _true(b1.replication.agent is not None
+                                   and b1.replication.agent.sync_state_set == {1, 2}), what="b2 in sync")
+    w1 = setup.wire(b1)
+    await w1.create_topic("TM", 1)
+    now = int(time.time() * 1000)
+    early, late = now + 300, now + 2_500
+    for i in range(5):
+        for name, at in (("early", early), ("late", late)):
+            resp = await w1.send("TM", f"{name}{i}".encode(),
+                                 props={"TIMER_DELIVER_MS": str(at), "UNIQ_KEY": f"{name}-{i}"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert b1.store is not None and b2.store is not None
+    await eventually(lambda: _true(b1.store.get_max_offset("TM", 0) == 5), what="the early timers delivered")
+    # The slave has copied the master's wheel position past the early ones.
+    await eventually(lambda: _true(b2.replication.master_timer is not None
+                                   and b2.replication.master_timer[0] > early), what="the timer position copied")
+    await b1.stop()
+    del setup.brokers[1]
+    await eventually(lambda: _true(b2.replication.role == MASTER), timeout=10, what="b2 elected")
+    w2 = setup.wire(b2)
+
+    async def all_late() -> bool:
+        return b2.store is not None and b2.store.get_max_offset("TM", 0) >= 10
+
+    await eventually(all_late, timeout=15, what="the late timers delivered by the new master")
+    bodies = sorted(m.body.decode() for m in decode_records((await w2.pull("TM", 0, 0, max_nums=32)).body or b""))
+    assert bodies == sorted([f"early{i}" for i in range(5)] + [f"late{i}" for i in range(5)])

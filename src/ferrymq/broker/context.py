@@ -77,6 +77,10 @@ class BrokerContext(Protocol):
         "" when it does."""
         ...
 
+    def timer_position(self) -> tuple[int, int] | None:
+        """(read time, enqueue offset) of the timer wheel; None when it is off."""
+        ...
+
     def ha_table(self) -> dict[str, str]:
         """The replication keys of the runtime table (docs/replication.md)."""
         ...

@@ -154,6 +154,10 @@ class Broker:
                 cfg.store_dir, cfg.timer_precision_ms, cfg.timer_wheel_slots,
                 cfg.mapped_file_size_timer_log), flush_interval_ms=cfg.timer_flush_interval_ms)
         self.started_ms = self.now_ms()
+        if self.timer is not None:
+            # Runs on every broker: a slave's follows its master's (see TimerService.follow).
+            self.timer.follow(self.replication.master_timer_position)
+            self.timer.start()
         await self.replication.start()
         if cfg.grpc_port >= 0:
             await self._start_grpc(cfg.grpc_port)
@@ -189,7 +193,7 @@ class Broker:
             self.schedule.start()
             self.transactions.start()
             if self.timer is not None:
-                self.timer.start()
+                self.timer.lead()
 
     def stop_master_services(self) -> None:
         if self._master_services and self.schedule is not None:
@@ -197,7 +201,7 @@ class Broker:
             asyncio.get_running_loop().create_task(self.schedule.stop())
             asyncio.get_running_loop().create_task(self.transactions.stop())
             if self.timer is not None:
-                asyncio.get_running_loop().create_task(self.timer.stop())
+                self.timer.follow(self.replication.master_timer_position)
 
     @property
     def route_broker_id(self) -> int:
@@ -217,6 +221,11 @@ class Broker:
     def refuse_writes(self) -> str:
         return self.replication.refuse_reason()
 
+    def timer_position(self) -> tuple[int, int] | None:
+        """(read time, enqueue offset) of this broker's timer wheel, for its slaves."""
+        state = self.timer.state if self.timer is not None else None
+        return None if state is None else (state.read_time_ms, state.enqueue_offset)
+
     def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
         return self.replication.suggest_broker_id(topic, queue_id, next_offset)
 
@@ -231,8 +240,8 @@ class Broker:
                 await task
         if self.schedule is not None and self._master_services:
             await self.schedule.stop()
-            if self.timer is not None:
-                await self.timer.stop()
+        if self.timer is not None:
+            await self.timer.stop()
         await self.transactions.stop()
         await self.replication.stop()
         if self.waiters is not None:

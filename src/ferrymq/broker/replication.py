@@ -53,6 +53,8 @@ class Replication:
         self.synced_ms = 0
         self.agent: ControllerAgent | None = None
         self._sync_now = asyncio.Event()
+        # The master's timer wheel position as last copied (docs/replication.md).
+        self.master_timer: tuple[int, int] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> str:
@@ -256,6 +258,9 @@ class Replication:
         assert isinstance(delays, dict)
         for level, offset in (delays.get("offsetTable") or {}).items():
             broker.delay_offsets.set(int(level), int(offset))
+        timer = delays.get("ferrymqTimer")
+        if isinstance(timer, dict) and "readTimeMs" in timer and "enqueueOffset" in timer:
+            self.master_timer = (int(timer["readTimeMs"]), int(timer["enqueueOffset"]))
         self.synced_ms = broker.now_ms()
 
     async def _push_offset(self, addr: str, key: str, queue_id: int, offset: int) -> None:
@@ -266,6 +271,9 @@ class Replication:
         if resp.code == ResponseCode.SUCCESS:
             log.info("offset %s/%d=%d committed here while the master was away: sent to it",
                      key, queue_id, offset)
+
+    def master_timer_position(self) -> tuple[int, int] | None:
+        return self.master_timer
 
     # --- figures ---------------------------------------------------------------------------
     def runtime_table(self) -> dict[str, str]:

@@ -282,7 +282,11 @@ async def all_consumer_offsets(broker: BrokerContext, conn: Connection, req: Rem
 
 
 async def all_delay_offsets(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": broker.delay_offsets.table}))
+    body: dict[str, object] = {"offsetTable": broker.delay_offsets.table}
+    timer = broker.timer_position()
+    if timer is not None:  # ferrymq's timer wheel position, for slaves (docs/replication.md)
+        body["ferrymqTimer"] = {"readTimeMs": timer[0], "enqueueOffset": timer[1]}
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
 
 
 async def topic_consumed_by(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:

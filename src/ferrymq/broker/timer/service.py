@@ -58,6 +58,11 @@ class TimerService:
         self._retry_at = 0
         self.delivered = 0
         self.rolled = 0
+        # Set on a slave: the master's (read time, enqueue offset) as last copied, or None
+        # before the first copy. A follower delivers nothing; it links the timers its master
+        # has linked and drops the slots its master has delivered, so that when it is promoted
+        # it goes on from where its master was (at most one slot is delivered twice).
+        self._follow: Callable[[], tuple[int, int] | None] | None = None
 
     @property
     def store(self) -> MessageStore:
@@ -88,6 +93,19 @@ class TimerService:
 
     def poke(self) -> None:
         self._wake.set()
+
+    def follow(self, leader: Callable[[], tuple[int, int] | None]) -> None:
+        self._follow = leader
+        self._open = None
+        self._wake.set()
+
+    def lead(self) -> None:
+        self._follow = None
+        self._wake.set()
+
+    @property
+    def following(self) -> bool:
+        return self._follow is not None
 
     def caught_up(self, time_ms: int) -> bool:
         """Every timer linked and due at or before `time_ms` has been delivered."""
@@ -133,6 +151,8 @@ class TimerService:
 
     def _next_wake(self, state: TimerStore) -> int:
         now = self.now_ms()
+        if self._follow is not None:
+            return now + self.flush_interval_ms
         if self._retry_at > now:
             return self._retry_at
         if self._open is not None:
@@ -146,6 +166,8 @@ class TimerService:
         return due
 
     async def _step(self, state: TimerStore) -> bool:
+        if self._follow is not None:
+            return self._step_following(state, self._follow())
         now = self.now_ms()
         if now < self._retry_at:
             return False
@@ -235,6 +257,31 @@ class TimerService:
         if done:
             state.save()
         return done > 0 and not self._hold_until
+
+    def _step_following(self, state: TimerStore, leader: tuple[int, int] | None) -> bool:
+        if leader is None:
+            return False
+        read_to, enqueue_to = leader
+        moved = False
+        if read_to > state.read_time_ms:
+            state.jump(read_to)  # the slots between were delivered by the master
+            moved = True
+        store = self.store
+        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        n = min(ENQUEUE_BATCH, enqueue_to - offset)
+        entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, n) if n > 0 else []
+        for qe in entries:
+            msg = _decode(store.read_record(qe.phys_offset, qe.size), qe.phys_offset)
+            if msg is not None:
+                deliver = deliver_ms_of(msg.properties)
+                # Already due when the master linked it: the master delivered it then.
+                if deliver >= state.read_time_ms and state.link(deliver, qe.phys_offset, qe.size):
+                    self.rolled += 1
+            state.enqueue_offset = qe.queue_offset + 1
+            moved = True
+        if moved:
+            state.save()
+        return bool(entries)
 
     async def _deliver(self, entries: list[LogEntry]) -> bool:
         out: list[StoreMessage] = []
