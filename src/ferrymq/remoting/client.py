@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field
 
 from .codec import DEFAULT_MAX_FRAME_SIZE
 from .command import RemotingCommand
 from .connection import Connection, Handler
 from .errors import RemotingClosedError, RemotingConnectError
+from .tls import TlsClientSettings, client_context, describe_client_tls_error
+
+# What a failed TLS handshake raises: a plain server closes on the ClientHello it cannot parse.
+_TLS_FAILURES = (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, EOFError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,7 @@ class ClientConfig:
     connect_timeout: float = 3.0
     request_timeout: float = 3.0
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    tls: TlsClientSettings = field(default_factory=TlsClientSettings)  # docs/security.md
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -36,6 +42,8 @@ class RemotingClient:
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self.closed = False
+        # Built once: loading the CA file per connection would cost a file read each time.
+        self._ssl: ssl.SSLContext | None = client_context(self.config.tls) if self.config.tls.enabled else None
 
     def register(self, code: int, handler: Handler) -> None:
         """Handle requests the server sends over connections this client opened."""
@@ -68,15 +76,20 @@ class RemotingClient:
     async def _open(self, addr: str) -> Connection:
         host, port = split_addr(addr)
         loop = asyncio.get_running_loop()
+        tls = self._ssl is not None
+        tls_failures: tuple[type[Exception], ...] = _TLS_FAILURES if tls else ()
         try:
             async with asyncio.timeout(self.config.connect_timeout):
                 _, conn = await loop.create_connection(
                     lambda: Connection(self._handlers, self.config.max_frame_size,
                                        on_lost=lambda c: self._forget(addr, c)),
-                    host, port,
+                    host, port, ssl=self._ssl, server_hostname=host if tls else None,
+                    ssl_handshake_timeout=self.config.connect_timeout if tls else None,
                 )
         except TimeoutError:
             raise RemotingConnectError(addr, f"no answer in {self.config.connect_timeout}s") from None
+        except tls_failures as exc:
+            raise RemotingConnectError(addr, describe_client_tls_error(exc)) from None
         except OSError as exc:
             reason = exc.strerror or str(exc)
             if exc.errno in (errno.EMFILE, errno.ENFILE):

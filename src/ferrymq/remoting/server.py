@@ -14,7 +14,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .codec import DEFAULT_MAX_FRAME_SIZE
 from .connection import Connection, Handler
@@ -25,6 +25,8 @@ from .limits import (
     ConnectionLimits,
     PartialFrameBudget,
 )
+from .tls import TlsServerSettings
+from .tls_accept import TlsAcceptor
 
 log = logging.getLogger("ferrymq.remoting")
 
@@ -49,6 +51,7 @@ class ServerConfig:
     write_buffer_low: int = DEFAULT_WRITE_BUFFER_LOW
     max_inflight_per_connection: int = DEFAULT_MAX_INFLIGHT
     accept_retry_delay: float = 1.0  # after accept() ran out of file descriptors or memory
+    tls: TlsServerSettings = field(default_factory=TlsServerSettings)  # docs/security.md
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class RemotingServer:
         self._closed_idle = 0
         self._accept_failures = 0
         self._last_accept_log = float("-inf")
+        self.tls: TlsAcceptor | None = None
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] | None = None
 
@@ -96,6 +100,8 @@ class RemotingServer:
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         cfg = self.config
+        # Certificates are loaded before the port opens: a bad file stops the start.
+        self.tls = TlsAcceptor(cfg.tls) if cfg.tls.enabled else None
         infos = await loop.getaddrinfo(cfg.host, cfg.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         # One listening socket; an IPv4 address first, as the addresses brokers register are.
         infos.sort(key=lambda info: info[0] != socket.AF_INET)
@@ -140,7 +146,10 @@ class RemotingServer:
 
     async def _adopt(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
         try:
-            await loop.connect_accepted_socket(self._new_connection, client)
+            if self.tls is None:
+                await loop.connect_accepted_socket(self._new_connection, client)
+            else:
+                await self.tls.adopt(loop, client, self._new_connection)
         except OSError as exc:
             client.close()
             log.warning("could not set up an accepted connection: %s", exc)
@@ -221,3 +230,5 @@ class RemotingServer:
             loop.remove_reader(sock.fileno())
             sock.close()
         self._sock = None
+        if self.tls is not None:
+            self.tls.close()
