@@ -280,6 +280,7 @@ class Broker:
         result = await self.replication.after_put(await store.put_messages_async(msgs))
         if result.status.stored:
             self.stats.add_put(len(msgs))
+            self.stats.count_put(msgs, result)
         if result.status.stored and self.events.active:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,

@@ -3,13 +3,24 @@ day and as rates over the last 10 s, 1 min and 10 min (RocketMQ's putTps/getTran
 
 Counting costs a clock read and two additions per put or pull (under a microsecond); rates come
 from one-second buckets kept for the longest window, so memory is bounded by that window
-whatever the traffic."""
+whatever the traffic.
+
+Beside them, the figures the metrics endpoint exports (docs/metrics.md): messages and bytes per
+topic, per topic and consuming group, send-backs per group, and the send and pull latency
+histograms. Each is a dict increment per request (not per message) or one histogram
+observation; nothing here builds labels."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..common.histogram import Histogram
+
+if TYPE_CHECKING:
+    from ..store import PutResult, StoreMessage
 
 RATE_WINDOWS = (10, 60, 600)  # seconds, the three figures RocketMQ's putTps carries
 
@@ -59,6 +70,14 @@ class TrafficStats:
         self._wall = wall_clock
         self.put = _Counter()
         self.got = _Counter()
+        # topic -> [messages, bytes] stored
+        self.topic_put: dict[str, list[int]] = {}
+        # (topic, group) -> [messages, bytes] delivered
+        self.group_got: dict[tuple[str, str], list[int]] = {}
+        # (original topic, group) -> [sent back for retry, dead-lettered]
+        self.send_back: dict[tuple[str, str], list[int]] = {}
+        self.send_latency = Histogram()
+        self.pull_latency = Histogram()
         self._day = self._today()
         self._next_day_check = self._clock() + 1.0
 
@@ -81,6 +100,47 @@ class TrafficStats:
 
     def add_got(self, n: int) -> None:
         self.got.add(n, self._roll())
+
+    def current_rates(self) -> tuple[list[float], list[float]]:
+        """Stored and delivered per second over each of RATE_WINDOWS."""
+        second = self._roll()
+        return self.put.rates(second), self.got.rates(second)
+
+    def count_put(self, msgs: Sequence[StoreMessage], result: PutResult) -> None:
+        """Messages and bytes per topic of a stored put. A put is one topic but for the
+        timer's deliveries, which may mix topics."""
+        appended = result.messages
+        if not appended:
+            return
+        topic = msgs[0].topic
+        if len(msgs) == 1 or all(m.topic == topic for m in msgs):
+            # One put is one contiguous run of the log.
+            last = appended[-1]
+            self._add_topic(topic, len(appended), last.phys_offset + last.size - appended[0].phys_offset)
+            return
+        for m, a in zip(msgs, appended, strict=False):
+            self._add_topic(m.topic, 1, a.size)
+
+    def _add_topic(self, topic: str, n: int, nbytes: int) -> None:
+        row = self.topic_put.get(topic)
+        if row is None:
+            self.topic_put[topic] = [n, nbytes]
+        else:
+            row[0] += n
+            row[1] += nbytes
+
+    def count_got(self, topic: str, group: str, n: int, nbytes: int) -> None:
+        key = (topic, group)
+        row = self.group_got.get(key)
+        if row is None:
+            self.group_got[key] = [n, nbytes]
+        else:
+            row[0] += n
+            row[1] += nbytes
+
+    def count_send_back(self, topic: str, group: str, dead_lettered: bool) -> None:
+        row = self.send_back.setdefault((topic, group), [0, 0])
+        row[1 if dead_lettered else 0] += 1
 
     def runtime_table(self) -> dict[str, str]:
         """RocketMQ's keys (BrokerController's runtime info) and value formats."""

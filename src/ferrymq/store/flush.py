@@ -17,6 +17,7 @@ import threading
 import time
 from collections import defaultdict
 
+from ..common.histogram import Histogram
 from .commitlog import CommitLog
 
 log = logging.getLogger("ferrymq.store.flush")
@@ -45,6 +46,9 @@ class FlushService:
         self._thread: threading.Thread | None = None
         self.last_error: OSError | None = None
         self.fsyncs = 0
+        # Written by the flush thread only; read at scrape time (a count seen mid-update is
+        # off by one for one scrape).
+        self.latency = Histogram()
         self.gather_s = 0.0005
 
     def start(self) -> None:
@@ -131,7 +135,9 @@ class FlushService:
         target = self.log.write_pos
         if target > self.log.flushed:
             try:
+                started = time.perf_counter()
                 self.log.flush(target)
+                self.latency.observe(time.perf_counter() - started)
                 self.fsyncs += 1
                 self.last_error = None
             except OSError as exc:

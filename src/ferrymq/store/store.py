@@ -15,7 +15,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..common.histogram import Histogram
 from ..common.names import SCHEDULE_TOPIC
 from ..common.props import (
     KEY_SEPARATOR,
@@ -563,6 +565,15 @@ class MessageStore(Retention, ReplicaLog):
 
     def disk_ratio(self) -> float:
         return float(self._disk_usage(str(self._root)))
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def flush_latency(self) -> Histogram:
+        """Commit-log fsync durations (metrics)."""
+        return self._flusher.latency
 
     # --- checkpoint and retention --------------------------------------------------------------
     def checkpoint(self, clean: bool = False) -> Checkpoint:

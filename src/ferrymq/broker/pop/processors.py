@@ -82,8 +82,9 @@ async def pop_message(broker: BrokerContext, conn: Connection, req: RemotingComm
     if not result.messages:
         return reply(req, ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=header)
     broker.stats.add_got(len(result.messages))
-    return reply(req, ResponseCode.SUCCESS, "FOUND", ext_fields=header,
-                 body=b"".join(m.record for m in result.messages))
+    body = b"".join(m.record for m in result.messages)
+    broker.stats.count_got(topic, group, len(result.messages), len(body))
+    return reply(req, ResponseCode.SUCCESS, "FOUND", ext_fields=header, body=body)
 
 
 def _check_queue(broker: BrokerContext, req: RemotingCommand, topic: str, queue_id: int,

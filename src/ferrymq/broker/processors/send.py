@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 from ...common import props as P
 from ...common.codes import RequestCode, ResponseCode
@@ -124,6 +125,14 @@ def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Br
 
 
 async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    started = time.perf_counter()
+    try:
+        return await _send_message(broker, conn, req)
+    finally:
+        broker.stats.send_latency.observe(time.perf_counter() - started)
+
+
+async def _send_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in ext):
         ext = send_header_from_v2(ext)
@@ -246,6 +255,8 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
     if not result.status.stored:
         return reply(req, _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR),
                      result.reason or result.status.name)
+    # Counted against the topic the message was first sent to, not the retry topic it came from.
+    broker.stats.count_send_back(props[P.PROPERTY_RETRY_TOPIC], group, kind is MessageEventKind.DEAD_LETTERED)
     if broker.events.active:
         broker.events.emit(MessageEvent(kind, msg.topic, msg.queue_id, msg.queue_offset, group=group,
                                         msg_id=origin_id, detail={
