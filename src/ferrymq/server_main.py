@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
+from .metrics import MetricsServer, metrics_server
 from .namesrv import NameServer, NamesrvConfig
 from .namesrv.controller import ControllerStateError
 from .remoting.loop import install_uvloop
@@ -40,10 +41,36 @@ def _grpc_field(broker: Broker) -> str:
     return f" grpc={broker.grpc_addr}" if broker.grpc_addr else ""
 
 
-def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
+class _Metrics:
+    """The optional `/metrics` endpoint (--metrics-port; None: off)."""
+
+    def __init__(self, port: int | None, host: str) -> None:
+        self.port, self.host = port, host
+        self.server: MetricsServer | None = None
+
+    async def start(self, broker: Broker | None, namesrv: NameServer | None) -> str:
+        """Start it for the servers given; returns the ready line's field."""
+        if self.port is None:
+            return ""
+        from .metrics.broker import BrokerCollector
+        from .metrics.namesrv import NamesrvCollector
+
+        sources = [BrokerCollector(broker).collect] if broker is not None else []
+        if namesrv is not None:
+            sources.append(NamesrvCollector(namesrv).collect)
+        self.server = metrics_server(sources, host=self.host, port=self.port)
+        return f" metrics={await self.server.start()}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+
+
+def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port: int | None = None) -> int:
     install_uvloop()
     namesrv = NameServer(NamesrvConfig(host=broker_config.host, port=namesrv_port))
     holder: dict[str, Broker] = {}
+    metrics = _Metrics(metrics_port, broker_config.host)
 
     async def start() -> str:
         ns_addr = await namesrv.start()
@@ -52,9 +79,11 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
         broker_addr = await broker.start()
         # Ready means routable: the first registration has reached the name server.
         await broker.register_once()
-        return f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+        return (f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+                + await metrics.start(broker, namesrv))
 
     async def stop() -> None:
+        await metrics.stop()
         if "broker" in holder:
             await holder["broker"].stop()
         await namesrv.stop()
@@ -62,26 +91,37 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int) -> int:
     return _run(start, stop)
 
 
-def run_namesrv(config: NamesrvConfig) -> int:
+def run_namesrv(config: NamesrvConfig, metrics_port: int | None = None) -> int:
     install_uvloop()
     namesrv = NameServer(config)
+    metrics = _Metrics(metrics_port, config.host)
 
     async def start() -> str:
-        return f"namesrv={await namesrv.start()}"
+        return f"namesrv={await namesrv.start()}" + await metrics.start(None, namesrv)
 
-    return _run(start, namesrv.stop)
+    async def stop() -> None:
+        await metrics.stop()
+        await namesrv.stop()
+
+    return _run(start, stop)
 
 
-def run_broker(config: BrokerConfig) -> int:
+def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     install_uvloop()
     broker = Broker(config)
+    metrics = _Metrics(metrics_port, config.host)
 
     async def start() -> str:
         addr = await broker.start()
         await broker.register_once()
-        return f"broker={addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+        line = f"broker={addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+        return line + await metrics.start(broker, None)
 
-    return _run(start, broker.stop)
+    async def stop() -> None:
+        await metrics.stop()
+        await broker.stop()
+
+    return _run(start, stop)
 
 
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:

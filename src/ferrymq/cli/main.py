@@ -41,6 +41,7 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
     p.add_argument("--grpc-port", type=int,
                    help="gRPC port for RocketMQ 5 clients (apache.rocketmq.v2), 0 picks a free one, "
                         "-1 turns it off (default 8081; a free one with --broker-port 0)")
+    _add_metrics_flag(p)
     if standalone:
         p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
     else:
@@ -54,6 +55,12 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
                        "(default: learnt from the name server)")
         p.add_argument("--controller", help="controller mode: the controller's address "
                        "(a name server run with --enable-controller)")
+
+
+def _add_metrics_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on http://HOST:PORT/metrics, 0 picks a free port "
+                        "(default: off; docs/metrics.md)")
 
 
 def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfig:
@@ -101,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a master silent this long is replaced (default 3000)")
     p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=500,
                    help="how often the controller looks for expired masters (default 500)")
+    _add_metrics_flag(p)
     p.set_defaults(func=_cmd_namesrv)
 
     p = sub.add_parser(
@@ -124,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_standalone(args: argparse.Namespace) -> int:
     from ..server_main import run_standalone
 
-    return run_standalone(_broker_config(args, standalone=True), args.namesrv_port)
+    return run_standalone(_broker_config(args, standalone=True), args.namesrv_port, args.metrics_port)
 
 
 def _cmd_namesrv(args: argparse.Namespace) -> int:
@@ -138,7 +146,7 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
         controller_dir=Path(args.controller_dir),
         controller_lease_ms=args.controller_lease_ms,
         controller_scan_interval_ms=args.controller_scan_interval_ms,
-    ))
+    ), args.metrics_port)
 
 
 def _positive_int(text: str) -> int:
@@ -154,7 +162,7 @@ def _positive_int(text: str) -> int:
 def _cmd_broker(args: argparse.Namespace) -> int:
     from ..server_main import run_broker
 
-    return run_broker(_broker_config(args, standalone=False))
+    return run_broker(_broker_config(args, standalone=False), args.metrics_port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ class StandaloneProcess:
     grpc: str = ""
     # The server's stderr, when it was asked to be collected (log=None).
     log_lines: list[str] = field(default_factory=list)
+    # The Prometheus endpoint (HOST:PORT, path /metrics), "" unless --metrics-port was given.
+    metrics: str = ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Signal the server and wait for it; one that does not stop in time is killed and
@@ -86,7 +88,7 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
         raise RuntimeError("ferrymq standalone did not become ready:\n" + "".join(log_lines[-40:]))
     parts = dict(p.split("=", 1) for p in ready[0].split())
     return StandaloneProcess(proc, parts["namesrv"], parts["broker"], Path(store_dir), parts.get("grpc", ""),
-                             log_lines)
+                             log_lines, parts.get("metrics", ""))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,27 @@
+"""The Prometheus endpoint of the broker and the name server (`--metrics-port`, docs/metrics.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+from prometheus_client.metrics_core import Metric
+
+from .http import METRICS_PATH, MetricsServer
+
+__all__ = ["METRICS_PATH", "MetricsServer", "metrics_server"]
+
+
+def metrics_server(sources: Sequence[Callable[[], list[Metric]]], *, host: str, port: int) -> MetricsServer:
+    """An endpoint exporting `sources` (the broker's and/or the name server's collectors) and the
+    process's own figures (CPU, memory, open files, Python GC)."""
+
+    def collect() -> list[Metric]:
+        families: list[Metric] = []
+        for source in sources:
+            families += source()
+        for std in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            families += std.collect()
+        return families
+
+    return MetricsServer(collect, host=host, port=port)
