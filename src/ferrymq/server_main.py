@@ -11,7 +11,9 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+from .acl import AclConfigError, load_rules
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
 from .metrics import MetricsServer, metrics_server
@@ -66,9 +68,30 @@ class _Metrics:
             await self.server.stop()
 
 
+def _standalone_credentials(config: BrokerConfig) -> BrokerConfig:
+    """With an ACL file and no credentials of its own, the broker signs its registration with
+    the file's first admin account: its name server checks the same file."""
+    if not config.acl_file or config.access_key:
+        return config
+    admin = load_rules(Path(config.acl_file)).first_admin()
+    if admin is None:
+        log.warning("ACL file %s has no admin account: the broker cannot register with the name "
+                    "server (set access_key/secret_key or add an account with admin: true)", config.acl_file)
+        return config
+    return config.replace(access_key=admin.access_key, secret_key=admin.secret_key)
+
+
 def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port: int | None = None) -> int:
     install_uvloop()
-    namesrv = NameServer(NamesrvConfig(host=broker_config.host, port=namesrv_port))
+    try:
+        broker_config = _standalone_credentials(broker_config)
+        namesrv = NameServer(NamesrvConfig(
+            host=broker_config.host, port=namesrv_port,
+            acl_file=Path(broker_config.acl_file) if broker_config.acl_file else None,
+            acl_reload_interval_ms=broker_config.acl_reload_interval_ms))
+    except AclConfigError as exc:
+        print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
+        return 1
     holder: dict[str, Broker] = {}
     metrics = _Metrics(metrics_port, broker_config.host)
 
@@ -93,7 +116,11 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port:
 
 def run_namesrv(config: NamesrvConfig, metrics_port: int | None = None) -> int:
     install_uvloop()
-    namesrv = NameServer(config)
+    try:
+        namesrv = NameServer(config)
+    except AclConfigError as exc:
+        print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
+        return 1
     metrics = _Metrics(metrics_port, config.host)
 
     async def start() -> str:
@@ -108,7 +135,11 @@ def run_namesrv(config: NamesrvConfig, metrics_port: int | None = None) -> int:
 
 def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     install_uvloop()
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except AclConfigError as exc:
+        print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
+        return 1
     metrics = _Metrics(metrics_port, config.host)
 
     async def start() -> str:
@@ -127,7 +158,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:
     try:
         asyncio.run(_serve_until_signal(start, stop))
-    except (OSError, StoreError, ControllerStateError) as exc:
+    except (OSError, StoreError, ControllerStateError, AclConfigError) as exc:
         # A port in use, a store that recovery refuses (corruption in the middle of the log
         # names its file and offset) or an unreadable controller state: one clear line, no
         # traceback.

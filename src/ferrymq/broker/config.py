@@ -67,6 +67,13 @@ class BrokerConfig:
     write_buffer_high_water_mark: int = 1 << 20
     write_buffer_low_water_mark: int = 256 << 10
     partial_frame_budget: int = 128 << 20
+    # ACL (docs/security.md): RocketMQ's plain_acl.yml; "" turns it off. The file is polled for
+    # changes this often. access_key/secret_key sign the broker's own requests (registration
+    # with the name server, a slave's requests to its master).
+    acl_file: str = ""
+    acl_reload_interval_ms: int = 1000
+    access_key: str = ""
+    secret_key: str = ""
     # A group's members hear of membership changes at most once per this delay, not per change.
     notify_consumer_ids_changed_delay_ms: int = 200
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
@@ -178,6 +185,10 @@ class BrokerConfig:
             raise ConfigError("write_buffer_low_water_mark", "must be > 0 and <= write_buffer_high_water_mark")
         if self.partial_frame_budget < self.max_frame_size:
             raise ConfigError("partial_frame_budget", "must be at least max_frame_size")
+        if self.acl_reload_interval_ms < 1:
+            raise ConfigError("acl_reload_interval_ms", "must be >= 1")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("access_key", "access_key and secret_key go together: give both or neither")
         if self.on_corrupt_record not in ("skip", "stop"):
             raise ConfigError("on_corrupt_record", "must be skip or stop")
         if self.notify_consumer_ids_changed_delay_ms < 0:
@@ -252,6 +263,9 @@ _CAMEL_ALIASES = {
     "timerFlushIntervalMs": "timer_flush_interval_ms",
     "enablePropertyFilter": "enable_property_filter",
     "grpcServerPort": "grpc_listen_port",
+    "aclFile": "acl_file",
+    "accessKey": "access_key",
+    "secretKey": "secret_key",
 }
 
 

@@ -8,8 +8,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..acl import AclFile, AclGuard, GuardScope, sign
+from ..acl.signing import credentials_from
 from ..common import jsonx
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
@@ -77,7 +80,14 @@ class Broker:
             write_buffer_low=config.write_buffer_low_water_mark,
             partial_frame_budget=config.partial_frame_budget,
         ))
-        self.namesrv_client = RemotingClient(ClientConfig())
+        self.acl: AclFile | None = None
+        if config.acl_file:
+            # A file that cannot be read stops the start: serving without the rules meant is
+            # worse than not serving.
+            self.acl = AclFile(Path(config.acl_file), poll_interval=config.acl_reload_interval_ms / 1000)
+            self.server.set_request_hook(AclGuard(self.acl, GuardScope.BROKER))
+        self.credentials = credentials_from(config.access_key, config.secret_key)
+        self.namesrv_client = RemotingClient(ClientConfig(), signer=self._sign)
         self.store: MessageStore | None = None
         self.waiters: PullWaiters | None = None
         self.schedule: ScheduleService | None = None
@@ -92,6 +102,10 @@ class Broker:
         self.transactions = TransactionService(self)
         self.grpc: GrpcServer | None = None
         register_all(self, self.server)
+
+    def _sign(self, req: RemotingCommand) -> None:
+        if self.credentials is not None:
+            sign(req, self.credentials)
 
     # --- lifecycle -------------------------------------------------------------------------
     def reconfigure(self, config: BrokerConfig) -> None:
@@ -167,6 +181,8 @@ class Broker:
             asyncio.create_task(self.offsets.run_flusher(), name="ferrymq-offset-journal"),
             asyncio.create_task(self._scan_loop(), name="ferrymq-scan"),
         ]
+        if self.acl is not None:
+            self._tasks.append(asyncio.create_task(self.acl.run(), name="ferrymq-acl-reload"))
         if store.recovered_abnormally:
             log.warning("store was not shut down cleanly; recovered")
         log.info("broker %s listening on %s (store %s, replication on %s)", cfg.broker_name,

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from ..common.errors import FerryMQError
-from . import cluster_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
+from . import auth, cluster_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
 from .failures import CommandFailed, describe, report
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -60,6 +60,7 @@ def common_options() -> argparse.ArgumentParser:
         action="store_true",
         help="machine-readable output; a failure prints {\"error\": {...}} on stdout",
     )
+    auth.add_options(common)
     return common
 
 

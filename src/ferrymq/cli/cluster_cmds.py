@@ -8,6 +8,7 @@ import argparse
 
 from ..client.admin import AdminClient
 from ..client.admin_results import BrokerStatus
+from .auth import credentials
 from .failures import CommandFailed
 from .render import fmt_time, print_json, print_table, stdout
 
@@ -40,7 +41,7 @@ def _replication(b: BrokerStatus) -> list[str]:
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.cluster_list()
     if args.json:
         print_json([b.to_json() for b in brokers])
@@ -78,7 +79,7 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
 
 
 def cmd_broker_status(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         status = admin.broker_status(args.broker)
     if args.json:
         print_json(status.to_json())
@@ -92,7 +93,7 @@ def cmd_broker_status(args: argparse.Namespace) -> int:
 
 
 def cmd_config_get(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         config = admin.broker_config(args.broker)
     if args.keys:
         unknown = [k for k in args.keys if k not in config]
@@ -118,7 +119,7 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 def cmd_config_update(args: argparse.Namespace) -> int:
     values = _pairs(args.pairs)
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         addrs = admin.update_broker_config(values, args.broker)
     if args.json:
         print_json({"updated": values, "brokers": addrs})

@@ -20,6 +20,7 @@ from ..common import props as P
 from ..common.message import Message, MessageExt, MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP, dlq_topic, retry_topic
 from ..common.progress import Ranges, normalize_ranges
+from .auth import credentials
 from .failures import CommandFailed
 from .render import fmt_time, preview, print_json, print_table, progress, stdout
 
@@ -108,7 +109,7 @@ def pending(admin: AdminClient, group: str) -> tuple[list[DlqEntry], dict[Messag
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         entries, _ = pending(admin, args.group)
     if args.json:
         print_json([e.to_json() for e in entries])
@@ -145,7 +146,7 @@ def redrive_message(group: str, entry: DlqEntry) -> Message:
 
 def cmd_resend(args: argparse.Namespace) -> int:
     wanted = set(args.msg_id or [])  # argparse makes --msg-id and --all exclusive, one required
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         entries, states = pending(admin, args.group)
         chosen = entries if args.all else [e for e in entries if e.matches(wanted)]
         if wanted and not args.all:
@@ -157,7 +158,7 @@ def cmd_resend(args: argparse.Namespace) -> int:
         sent: list[dict[str, Any]] = []
         done: set[tuple[MessageQueue, int]] = set()
         with (
-            Producer(CLI_PRODUCER_GROUP, args.namesrv) as producer,
+            Producer(CLI_PRODUCER_GROUP, args.namesrv, **credentials(args)) as producer,
             progress("re-driving", len(chosen)) as bar,
         ):
             task = bar.add_task("resend", total=len(chosen))

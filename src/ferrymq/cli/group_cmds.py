@@ -6,12 +6,13 @@ import argparse
 import datetime as dt
 
 from ..client.admin import AdminClient
+from .auth import credentials
 from .failures import CommandFailed
 from .render import print_json, print_table, stdout
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         rows = admin.group_progress(args.group)
     if args.json:
         print_json([r.to_json() for r in rows])
@@ -30,7 +31,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def cmd_connections(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         conns = admin.consumer_connections(args.group)
     if args.json:
         print_json(conns.to_json())
@@ -69,7 +70,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     except ValueError as exc:
         # A usage error, like argparse's.
         raise CommandFailed(f"bad --to-time: {exc}", kind="UsageError", exit_code=2) from exc
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         offsets = admin.reset_offset_by_time(args.group, args.topic, ts)
     rows = [
         {"broker": mq.broker_name, "queue_id": mq.queue_id, "offset": off}

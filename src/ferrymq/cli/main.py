@@ -42,6 +42,8 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
                    help="gRPC port for RocketMQ 5 clients (apache.rocketmq.v2), 0 picks a free one, "
                         "-1 turns it off (default 8081; a free one with --broker-port 0)")
     _add_metrics_flag(p)
+    p.add_argument("--acl-file", help="RocketMQ's plain_acl.yml: requests must be signed by its accounts "
+                   "(hot-reloaded; see docs/security.md)")
     if standalone:
         p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
     else:
@@ -75,6 +77,7 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
         "broker_name": args.broker_name,
         "ha_listen_port": args.ha_port,
         "grpc_listen_port": args.grpc_port,
+        "acl_file": args.acl_file,
     }
     if not standalone:
         overrides.update(namesrv_addr=args.namesrv, broker_role=args.role, broker_id=args.broker_id,
@@ -146,6 +149,7 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
         controller_dir=Path(args.controller_dir),
         controller_lease_ms=args.controller_lease_ms,
         controller_scan_interval_ms=args.controller_scan_interval_ms,
+        acl_file=args.acl_file,
     ), args.metrics_port)
 
 

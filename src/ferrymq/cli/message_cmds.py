@@ -16,6 +16,7 @@ from ..client.results import PullStatus
 from ..common.errors import FerryMQError
 from ..common.ids import is_offset_msg_id, is_uniq_id
 from ..common.message import Message, MessageExt, MessageQueue
+from .auth import credentials
 from .failures import CommandFailed
 from .render import (
     fmt_time,
@@ -60,7 +61,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         delay_level=args.delay_level,
         properties=_properties(args.property),
     )
-    with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
+    with Producer(args.group, args.namesrv, send_timeout=args.timeout, **credentials(args)) as producer:
         result = producer.send(msg)
     if args.json:
         print_json(
@@ -103,6 +104,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         consume_from_where=where,
         pull_suspend_timeout=2.0,
         shutdown_timeout=5.0,
+        **credentials(args),
     )
     consumer.subscribe(args.topic, args.expression)
     consumer.start()
@@ -165,7 +167,7 @@ def _lookup(admin: AdminClient, msg_id: str, topic: str | None) -> MessageExt:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         msg = _lookup(admin, args.id, args.topic)
     detail = message_detail(msg)
     if args.json:
@@ -204,7 +206,7 @@ def _print_messages(title: str, msgs: list[MessageExt]) -> None:
 
 
 def cmd_find(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         msgs = admin.query_message(args.topic, args.key, max_num=args.limit)
     if args.json:
         print_json([message_detail(m) for m in msgs])
@@ -230,7 +232,7 @@ def _copy_json(m: MessageExt) -> dict[str, Any]:
 def cmd_trace(args: argparse.Namespace) -> int:
     """Every stored copy of a message (its topic, retries, dead letter, delay schedule) and,
     for each, whether each group consuming that topic has consumed it."""
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         msg = _lookup(admin, args.id, args.topic)
         copies = (admin.find_by_uniq_key(msg.msg_id) if is_uniq_id(msg.msg_id) else []) or [msg]
         tracks = []
@@ -287,7 +289,7 @@ def _queue(admin: AdminClient, topic: str, queue_id: int, broker: str | None) ->
 
 def cmd_get(args: argparse.Namespace) -> int:
     """Read by (topic, queue, offset) without a group and without committing anything."""
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         mq = _queue(admin, args.topic, args.queue, args.broker)
         result = admin.pull(mq, args.offset, args.count)
     if result.status is not PullStatus.FOUND:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 
 from ..client.admin import AdminClient
+from .auth import credentials
 from .failures import CommandFailed
 from .render import print_json, print_table, stdout
 
 
 def cmd_damage(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         damage = admin.store_damage(args.broker)
     if args.json:
         print_json(damage.to_json())
@@ -44,7 +45,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     if not 0 <= args.from_offset < args.to_offset:
         raise CommandFailed(f"need 0 <= FROM < TO, got {args.from_offset} and {args.to_offset}",
                             kind="UsageError", exit_code=2)
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.skip_store_range(args.topic, args.queue, args.from_offset,
                                          args.to_offset)
     result = {"topic": args.topic, "queue_id": args.queue, "from": args.from_offset,

@@ -6,11 +6,12 @@ import argparse
 
 from ..client.admin import AdminClient
 from ..common.headers import PERM_READ, PERM_WRITE
+from .auth import credentials
 from .render import fmt_time, print_json, print_table, stdout
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.create_topic(args.topic, args.queues, order=args.order)
     if args.json:
         print_json({"topic": args.topic, "queues": args.queues, "brokers": brokers})
@@ -23,7 +24,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         topics = admin.topic_list()
     if args.json:
         print_json(topics)
@@ -34,7 +35,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         rows = admin.topic_status(args.topic)
     if args.json:
         print_json([r.to_json() for r in rows])
@@ -59,7 +60,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.delete_topic(args.topic)
     if args.json:
         print_json({"topic": args.topic, "deleted": True, "brokers": brokers})
@@ -83,7 +84,7 @@ def parse_perm(text: str) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
-    with AdminClient(args.namesrv) as admin:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.update_topic_perm(args.topic, args.perm)
     name = PERM_NAMES[args.perm]
     if args.json:

@@ -18,9 +18,11 @@ class AdminClient(Facade[AsyncAdminClient]):
     broker. Use as a context manager or call close()."""
 
     def __init__(
-        self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0
+        self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0,
+        access_key: str | None = None, secret_key: str | None = None,
     ) -> None:
-        self._impl = AsyncAdminClient(namesrv, timeout=timeout, route_ttl=route_ttl)
+        self._impl = AsyncAdminClient(namesrv, timeout=timeout, route_ttl=route_ttl,
+                                      access_key=access_key, secret_key=secret_key)
         self._loop: LoopThread = LoopThread("ferrymq-admin")
         # A call waits for its requests plus scheduling slack; a hung broker cannot hang us.
         self._call_timeout = timeout * 4 + 5

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
+from ..acl.signing import credentials_from, signer_for
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
 from ..common.ids import decode_offset_msg_id, decode_uniq_id
@@ -43,9 +44,11 @@ class AsyncAdminClient:
     async context manager, or call close()."""
 
     def __init__(
-        self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0
+        self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0,
+        access_key: str | None = None, secret_key: str | None = None,
     ) -> None:
         self.namesrv = namesrv
+        self.credentials = credentials_from(access_key, secret_key)
         self.timeout = timeout
         self.route_ttl = route_ttl
         self._remoting: RemotingClient | None = None
@@ -58,7 +61,7 @@ class AsyncAdminClient:
         if self._closed:
             raise ClientStateError("AdminClient", "closed", "send requests")
         if self._api is None:
-            self._remoting = RemotingClient(ClientConfig())
+            self._remoting = RemotingClient(ClientConfig(), signer=signer_for(self.credentials))
             self._api = MQClientAPI(self._remoting, self.namesrv, timeout=self.timeout)
         return self._api
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..acl.signing import Credentials, signer_for
 from ..common import jsonx
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
@@ -50,6 +51,8 @@ class InstanceConfig:
     # While a broker group's master is missing from a route (it died; reads go to a slave), the
     # route is fetched again at most this often, so reads move back soon after it returns.
     master_recheck_interval: float = 1.0
+    # ACL: every request is signed with these (instances with other credentials are not shared).
+    credentials: Credentials | None = None
 
 
 class ProducerMember(Protocol):
@@ -89,7 +92,7 @@ class ClientInstance:
     def __init__(self, config: InstanceConfig, index: int) -> None:
         self.config = config
         self.client_id = f"{local_ip(config.namesrv)}@{os.getpid()}#{index}"
-        self.remoting = RemotingClient(ClientConfig())
+        self.remoting = RemotingClient(ClientConfig(), signer=signer_for(config.credentials))
         self.api = MQClientAPI(self.remoting, config.namesrv, timeout=config.request_timeout)
         self.routes: dict[str, TopicRoute] = {}
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}

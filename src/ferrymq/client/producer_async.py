@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..acl.signing import credentials_from
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
@@ -142,6 +143,8 @@ class AsyncProducer(Lifecycle):
         batch_max_delay_ms: float = 0.0,
         batch_max_bytes: int = 32 * 1024,
         total_batch_max_bytes: int = 32 * 1024 * 1024,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         super().__init__()
         validate_group(group)
@@ -158,7 +161,8 @@ class AsyncProducer(Lifecycle):
         self.latency_fault_enabled = latency_fault_enabled
         self.fault = LatencyFaultTolerance(isolation_seconds=fault_isolation)
         self.instance_config = InstanceConfig(
-            namesrv, route_refresh_interval, heartbeat_interval, send_timeout
+            namesrv, route_refresh_interval, heartbeat_interval, send_timeout,
+            credentials=credentials_from(access_key, secret_key),
         )
         self._inst: ClientInstance | None = None
         self._topics: set[str] = set()

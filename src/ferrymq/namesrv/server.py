@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..acl import AclFile, AclGuard, GuardScope
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
@@ -31,6 +32,10 @@ class NamesrvConfig:
     controller_dir: Path = field(default_factory=lambda: Path("ferrymq-controller"))
     controller_lease_ms: int = 3000
     controller_scan_interval_ms: int = 500
+    # plain_acl.yml (docs/security.md): broker registrations, unregistrations and route deletions
+    # must then be signed by an admin account of it. None: no checks.
+    acl_file: Path | None = None
+    acl_reload_interval_ms: int = 1000
 
 
 class NameServer:
@@ -50,6 +55,11 @@ class NameServer:
         self._injected_controller = controller
         self.controller: ControllerApi | None = None
         self.address = ""
+        self.acl: AclFile | None = None
+        self._acl_task: asyncio.Task[None] | None = None
+        if config.acl_file is not None:
+            self.acl = AclFile(config.acl_file, poll_interval=config.acl_reload_interval_ms / 1000)
+            self.server.set_request_hook(AclGuard(self.acl, GuardScope.NAMESRV))
         s = self.server
         s.register(RequestCode.REGISTER_BROKER, self._register_broker)
         s.register(RequestCode.UNREGISTER_BROKER, self._unregister_broker)
@@ -71,13 +81,15 @@ class NameServer:
         host, port = await self.server.start()
         self.address = f"{host}:{port}"
         self._scan_task = asyncio.create_task(self._scan_loop())
+        if self.acl is not None:
+            self._acl_task = asyncio.create_task(self.acl.run(), name="ferrymq-namesrv-acl-reload")
         if self.controller is not None:
             self._controller_task = asyncio.create_task(self._controller_loop(self.controller))
         log.info("name server listening on %s", self.address)
         return self.address
 
     async def stop(self) -> None:
-        for task in (self._scan_task, self._controller_task):
+        for task in (self._scan_task, self._controller_task, self._acl_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

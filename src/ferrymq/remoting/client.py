@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .codec import DEFAULT_MAX_FRAME_SIZE
@@ -26,6 +27,10 @@ class ClientConfig:
     tls: TlsClientSettings = field(default_factory=TlsClientSettings)  # docs/security.md
 
 
+# Called on every request before it is sent (RocketMQ's RPCHook doBeforeRequest): ACL signing.
+RequestSigner = Callable[[RemotingCommand], object]
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
@@ -36,8 +41,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemotingClient:
     """Bound to the event loop that first uses it."""
 
-    def __init__(self, config: ClientConfig | None = None) -> None:
+    def __init__(self, config: ClientConfig | None = None, *, signer: RequestSigner | None = None) -> None:
         self.config = config or ClientConfig()
+        self.signer = signer
         self._handlers: dict[int, Handler] = {}
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
@@ -103,10 +109,14 @@ class RemotingClient:
 
     async def invoke(self, addr: str, req: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(req)
         return await conn.invoke(req, timeout if timeout is not None else self.config.request_timeout)
 
     async def invoke_oneway(self, addr: str, req: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(req)
         await conn.invoke_oneway(req)
 
     def close_connection(self, addr: str) -> None:

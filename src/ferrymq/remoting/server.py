@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .codec import DEFAULT_MAX_FRAME_SIZE
+from .command import RemotingCommand
 from .connection import Connection, Handler
 from .limits import (
     DEFAULT_MAX_INFLIGHT,
@@ -29,6 +30,10 @@ from .tls import TlsServerSettings
 from .tls_accept import TlsAcceptor
 
 log = logging.getLogger("ferrymq.remoting")
+
+# Called before a request is dispatched (the ACL hook); a command returned is the answer and the
+# handler does not run.
+RequestHook = Callable[[Connection, RemotingCommand], "RemotingCommand | None"]
 
 # accept() errors that mean "no resources now", not "this listener is broken".
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -68,7 +73,9 @@ class RemotingServer:
     def __init__(self, config: ServerConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._clock = clock
-        self._handlers: dict[int, Handler] = {}
+        self._handlers: dict[int, Handler] = {}  # what connections dispatch to (hooked)
+        self._plain: dict[int, Handler] = {}
+        self._hook: RequestHook | None = None
         self._limits = ConnectionLimits(write_buffer_high=config.write_buffer_high,
                                         write_buffer_low=config.write_buffer_low,
                                         max_inflight=config.max_inflight_per_connection)
@@ -86,7 +93,27 @@ class RemotingServer:
         self.address: tuple[str, int] | None = None
 
     def register(self, code: int, handler: Handler) -> None:
-        self._handlers[int(code)] = handler
+        self._plain[int(code)] = handler
+        self._handlers[int(code)] = self._hooked(handler)
+
+    def set_request_hook(self, hook: RequestHook | None) -> None:
+        """Run `hook` before every registered handler, on connections open and to come."""
+        self._hook = hook
+        for code, handler in self._plain.items():
+            self._handlers[code] = self._hooked(handler)
+
+    def _hooked(self, handler: Handler) -> Handler:
+        hook = self._hook
+        if hook is None:
+            return handler
+
+        async def hooked(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+            refusal = hook(conn, req)
+            if refusal is not None:
+                return refusal
+            return await handler(conn, req)
+
+        return hooked
 
     def _new_connection(self) -> Connection:
         conn = Connection(self._handlers, self.config.max_frame_size, on_lost=self._lost,

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from typing import Any
 
+from ...acl.signing import credentials_from
 from ...common import props as P
 from ...common.message import MessageExt, MessageQueue
 from ...common.names import is_retry_topic, retry_topic, validate_group, validate_topic
@@ -41,6 +42,7 @@ class ConsumerBase(Lifecycle):
             options.route_refresh_interval,
             options.heartbeat_interval,
             options.request_timeout,
+            credentials=credentials_from(options.access_key, options.secret_key),
         )
         self.subscriptions: dict[str, Subscription] = {}
         self._retry_sub: Subscription | None = None

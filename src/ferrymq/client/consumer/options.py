@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .allocate import AllocateStrategy
@@ -50,6 +50,9 @@ class ConsumerOptions:
     route_refresh_interval: float = 30.0
     heartbeat_interval: float = 30.0
     request_timeout: float = 3.0
+    # ACL: sign every request with this account of the broker's plain_acl.yml.
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
     def validate(self) -> ConsumerOptions:
         if self.consume_threads < 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ...acl.signing import credentials_from
 from ...common.codes import ResponseCode
 from ...common.message import MessageExt, MessageQueue
 from ...common.names import validate_group, validate_topic
@@ -122,6 +123,8 @@ class AsyncSimpleConsumer(Lifecycle):
         request_timeout: float = 3.0,
         heartbeat_interval: float = 30.0,
         route_refresh_interval: float = 30.0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         """`await_duration`: how long a receive() that finds nothing waits on the broker for a
         message (long polling, at most 20 s). `orderly`: a queue's next message is received
@@ -137,7 +140,8 @@ class AsyncSimpleConsumer(Lifecycle):
         self.orderly = orderly
         self.consume_from_where = consume_from_where
         self.instance_config = InstanceConfig(namesrv, route_refresh_interval, heartbeat_interval,
-                                              request_timeout)
+                                              request_timeout,
+                                              credentials=credentials_from(access_key, secret_key))
         self.subscriptions: dict[str, Subscription] = {}
         self._inst: ClientInstance | None = None
         self._rr = 0

@@ -1,0 +1,88 @@
+"""The decision for one request, in RocketMQ's order (PlainPermissionManager.validate): a
+globally white-listed address passes; otherwise the request must name an account (AccessKey);
+the account's own white-listed address passes; otherwise the signature must verify, and then
+the account must be an admin for admin requests and hold the permission each resource needs
+(its own for the resource, else its default for topics or groups)."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+
+from ..common.names import is_retry_topic
+from ..remoting.command import RemotingCommand
+from .permission import Perm, check_permission, perm_text
+from .resources import ResourceParseError, needs_of
+from .rules import Account, AclRules
+from .signing import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, calc_signature, content_to_sign
+
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    reason: str
+    access_key: str | None = None
+    resource: str | None = None
+    needed: str | None = None
+
+    @property
+    def remark(self) -> str:
+        return f"ACL: {self.reason}"
+
+
+def _describe(resource: str) -> str:
+    if is_retry_topic(resource):
+        return f"group {resource[len('%RETRY%'):]}"
+    return f"topic {resource}"
+
+
+def signature_ok(account: Account, cmd: RemotingCommand) -> bool:
+    given = cmd.ext_fields.get(SIGNATURE)
+    if not given:
+        return False
+    expected = calc_signature(content_to_sign(cmd.ext_fields, cmd.body), account.secret_key)
+    if hmac.compare_digest(expected, given):
+        return True
+    if UNIQUE_MSG_QUERY_FLAG in cmd.ext_fields:
+        # Older clients signed a unique-key query before adding this field.
+        content = content_to_sign(cmd.ext_fields, cmd.body, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+        return hmac.compare_digest(calc_signature(content, account.secret_key), given)
+    return False
+
+
+def check_request(rules: AclRules, cmd: RemotingCommand, remote_ip: str) -> Denial | None:
+    if any(p.matches(remote_ip) for p in rules.global_white):
+        return None
+    access_key = cmd.ext_fields.get(ACCESS_KEY)
+    if not access_key:
+        return Denial(f"request code {cmd.code} from {remote_ip} carries no AccessKey (the broker requires "
+                      "signed requests)")
+    account = rules.accounts.get(access_key)
+    if account is None:
+        return Denial(f"no account {access_key!r}", access_key)
+    if account.white_remote_address.matches(remote_ip):
+        return None
+    if not signature_ok(account, cmd):
+        return Denial(f"signature check failed for accessKey={access_key}", access_key)
+    try:
+        needs = needs_of(cmd)
+    except ResourceParseError as exc:
+        return Denial(str(exc), access_key)
+    if needs.resources.get(TRACE_TOPIC) == Perm.PUB:
+        return None
+    if needs.admin and not account.admin:
+        return Denial(f"request code {cmd.code} needs an admin account; accessKey={access_key} is not one",
+                      access_key, needed="admin")
+    owned = account.resource_perms
+    if owned is None and account.admin:
+        return None
+    for resource, needed in needs.resources.items():
+        perm = owned.get(resource) if owned is not None else None
+        if perm is None:
+            perm = account.default_group_perm if is_retry_topic(resource) else account.default_topic_perm
+        if not check_permission(needed, perm):
+            return Denial(f"accessKey={access_key} has no {perm_text(needed)} permission on "
+                          f"{_describe(resource)} (it has {perm_text(perm)})", access_key, resource,
+                          perm_text(needed))
+    return None
