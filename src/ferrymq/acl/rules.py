@@ -22,8 +22,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from ..common.names import retry_topic
 from .address import AddressPattern, AddressPatternError, parse_address_pattern
 from .permission import Perm, parse_perm
@@ -69,6 +67,9 @@ def load_rules(path: Path) -> AclRules:
 
 
 def parse_rules(text: str, source: str = "<text>") -> AclRules:
+    # Imported here: a broker without ACL does not need PyYAML.
+    import yaml
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
