@@ -16,6 +16,8 @@ from ..common.ids import decode_offset_msg_id, decode_uniq_id
 from ..common.message import MessageExt, MessageQueue
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
+    CID_SYS_RMQ_TRANS,
+    RETRY_GROUP_TOPIC_PREFIX,
     SYSTEM_TOPICS,
     TOOLS_CONSUMER_GROUP,
     retry_topic,
@@ -465,6 +467,16 @@ class AsyncAdminClient:
             if ids:
                 return ids
         return []
+
+    async def consumer_groups(self) -> list[str]:
+        """Every consumer group a master broker holds offsets for, or whose retry topic exists
+        (a push consumer's, made at its first heartbeat); the tools group and the broker's
+        transaction-check group are left out."""
+        tables = await _gather(self.api.all_consumer_offsets(a) for a in (await self.brokers()).values())
+        groups = {str(k).partition("@")[2] for table in tables for k in table}
+        groups.update(t[len(RETRY_GROUP_TOPIC_PREFIX):] for t in await self.topic_list()
+                      if t.startswith(RETRY_GROUP_TOPIC_PREFIX))
+        return sorted(g for g in groups if g and g not in (TOOLS_CONSUMER_GROUP, CID_SYS_RMQ_TRANS))
 
     async def _group_broker_addrs(self, group: str) -> list[str]:
         try:

@@ -463,6 +463,12 @@ class MQClientAPI:
         resp = await self.invoke_ok(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, fields(topic=topic))
         return [str(g) for g in jsonx.loads(resp.body or b"{}").get("groupList") or []]
 
+    async def all_consumer_offsets(self, addr: str) -> dict[str, Any]:
+        """The broker's committed offsets, keyed `topic@group` (GET_ALL_CONSUMER_OFFSET)."""
+        resp = await self.invoke_ok(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        data: dict[str, Any] = jsonx.loads(resp.body or b"{}").get("offsetTable") or {}
+        return data
+
     async def consumer_connections(self, addr: str, group: str) -> dict[str, Any] | None:
         resp = await self.invoke_ok(
             addr,
