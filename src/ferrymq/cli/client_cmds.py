@@ -1,4 +1,5 @@
-"""The client commands of `ferrymq`: topic, send, consume, group, msg, dlq, cluster, store.
+"""The client commands of `ferrymq`: topic, send, consume, group, msg, dlq, cluster, store,
+dashboard.
 
 `add_client_commands(subparsers)` is called by the entry point. Every command takes
 --namesrv (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876) and --json; exit codes are 0 ok,
@@ -14,7 +15,7 @@ import os
 from collections.abc import Callable
 
 from ..common.errors import FerryMQError
-from . import auth, cluster_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
+from . import auth, cluster_cmds, dashboard_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
 from .failures import CommandFailed, describe, report
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -67,7 +68,7 @@ def common_options() -> argparse.ArgumentParser:
 def add_client_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = common_options()
     before = set(subparsers.choices)
-    for module in (topic_cmds, message_cmds, group_cmds, dlq_cmds, cluster_cmds, store_cmds):
+    for module in (topic_cmds, message_cmds, group_cmds, dlq_cmds, cluster_cmds, store_cmds, dashboard_cmds):
         module.add(subparsers, common)
     for name in set(subparsers.choices) - before:
         wrap(subparsers.choices[name])

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     # Servers log their life at INFO; a client command's stderr is for its own error message.
-    server = args.command in ("standalone", "namesrv", "broker") and not getattr(
+    server = args.command in ("standalone", "namesrv", "broker", "dashboard") and not getattr(
         args, "broker_command", None
     )
     quiet = logging.INFO if server else logging.ERROR

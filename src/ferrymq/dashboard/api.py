@@ -1,0 +1,239 @@
+"""The dashboard's JSON endpoints: every answer comes from the cluster through the admin
+client (and the lag sampler's history), never from broker internals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..client.admin_async import AsyncAdminClient
+from ..client.errors import NoRouteError
+from ..client.producer_async import AsyncProducer
+from ..common.errors import FerryMQError
+from ..common.headers import PERM_READ, PERM_WRITE
+from ..common.names import dlq_topic, is_dlq_topic, is_reserved_topic, is_retry_topic, retry_topic
+from . import dlq, messages
+from .httpd import HttpError, Request, Response
+from .lag import LagSampler
+
+MAX_PAGE = 200
+# How many topics' queue tables are asked at once for one page of the topic list.
+STATUS_FANOUT = 16
+
+Endpoint = Callable[[Request], Awaitable[Any]]
+
+
+def page_of(items: list[Any], offset: int, limit: int) -> tuple[list[Any], int, int]:
+    """Clamp the window to the list: (items, offset, limit) of the page actually served."""
+    limit = max(1, min(limit, MAX_PAGE))
+    offset = max(0, min(offset, max(len(items) - 1, 0)))
+    return items[offset : offset + limit], offset, limit
+
+
+def topic_kind(topic: str, reserved_names: frozenset[str]) -> str:
+    if is_retry_topic(topic):
+        return "retry"
+    if is_dlq_topic(topic):
+        return "dlq"
+    if is_reserved_topic(topic, *reserved_names):
+        return "system"
+    return "normal"
+
+
+class DashboardApi:
+    def __init__(self, admin: AsyncAdminClient, sampler: LagSampler, namesrv: str) -> None:
+        self.admin = admin
+        self.sampler = sampler
+        self.namesrv = namesrv
+        self._producer: AsyncProducer | None = None
+        self._producer_lock = asyncio.Lock()
+        self.routes: dict[tuple[str, str], Endpoint] = {
+            ("GET", "/api/overview"): self.overview,
+            ("GET", "/api/cluster"): self.cluster,
+            ("GET", "/api/topics"): self.topics,
+            ("POST", "/api/topics"): self.create_topic,
+            ("GET", "/api/topic"): self.topic,
+            ("GET", "/api/groups"): self.groups,
+            ("GET", "/api/group"): self.group,
+            ("GET", "/api/message"): self.message,
+            ("GET", "/api/messages"): self.messages_by_key,
+            ("GET", "/api/dlq"): self.dlq_list,
+            ("POST", "/api/dlq/resend"): self.dlq_resend,
+        }
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.shutdown()
+            self._producer = None
+
+    async def handle(self, request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        endpoint = self.routes.get((method, request.path))
+        if endpoint is None:
+            if any(path == request.path for _, path in self.routes):
+                raise HttpError(405, f"{request.method} is not allowed on {request.path}")
+            raise HttpError(404, f"no endpoint {request.path}")
+        try:
+            return Response.json(await endpoint(request))
+        except NoRouteError as exc:
+            return Response.error(404, str(exc), type(exc).__name__)
+        except (ValueError, KeyError) as exc:  # bad input: names, ids, numbers
+            return Response.error(400, str(exc), type(exc).__name__)
+        except (FerryMQError, OSError, TimeoutError) as exc:
+            return Response.error(502, str(exc) or type(exc).__name__, type(exc).__name__)
+
+    # --- cluster -----------------------------------------------------------------------------
+    async def overview(self, request: Request) -> dict[str, Any]:
+        return {"namesrv": self.namesrv, "sampler": self.sampler.status()}
+
+    async def cluster(self, request: Request) -> dict[str, Any]:
+        brokers = await self.admin.cluster_list()
+        return {"namesrv": self.namesrv, "brokers": [b.to_json() for b in brokers]}
+
+    # --- topics ------------------------------------------------------------------------------
+    async def _reserved_names(self) -> frozenset[str]:
+        """Broker and cluster names: the name server lists them as topics."""
+        info = await self.admin.api.cluster_info()
+        return frozenset(str(n) for n in (info.get("brokerAddrTable") or {})) | frozenset(
+            str(c) for c in (info.get("clusterAddrTable") or {})
+        )
+
+    async def topics(self, request: Request) -> dict[str, Any]:
+        """One page of the topic list, filtered by substring and kind, each topic with its
+        queue count and message totals when `stats` is not 0."""
+        names, reserved = await asyncio.gather(self.admin.topic_list(), self._reserved_names())
+        query = request.query.get("q", "").strip().lower()
+        kind = request.query.get("kind", "normal")
+        rows = [{"name": t, "kind": topic_kind(t, reserved)} for t in names]
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+        rows = [r for r in rows if (kind == "all" or r["kind"] == kind) and query in r["name"].lower()]
+        page, offset, limit = page_of(rows, request.int_arg("offset", 0), request.int_arg("limit", 50))
+        if request.query.get("stats", "1") != "0":
+            await self._add_stats(page)
+        return {"total": len(rows), "offset": offset, "limit": limit, "kinds": counts, "topics": page}
+
+    async def _add_stats(self, rows: list[dict[str, Any]]) -> None:
+        limit = asyncio.Semaphore(STATUS_FANOUT)
+
+        async def one(row: dict[str, Any]) -> None:
+            async with limit:
+                try:
+                    queues = await self.admin.topic_status(row["name"])
+                except (FerryMQError, OSError, TimeoutError) as exc:
+                    row["error"] = str(exc)
+                    return
+            row["queues"] = len(queues)
+            row["brokers"] = sorted({q.broker for q in queues})
+            row["messages"] = sum(q.max_offset - q.min_offset for q in queues)
+            row["max_offset"] = sum(q.max_offset for q in queues)
+            row["last_update"] = max((q.last_update for q in queues), default=0)
+
+        await asyncio.gather(*(one(r) for r in rows))
+
+    async def topic(self, request: Request) -> dict[str, Any]:
+        name = request.arg("name")
+        route = await self.admin.topic_route(name, refresh=True)
+        queues = await self.admin.topic_status(name)
+        lists = await asyncio.gather(*(self.admin.api.topic_consumed_by(a, name) for a in route.brokers.values()))
+        return {
+            "name": name,
+            "brokers": dict(route.brokers),
+            "queue_datas": [
+                {"broker": q.broker_name, "read_queues": q.read_queue_nums, "write_queues": q.write_queue_nums,
+                 "perm": q.perm}
+                for q in route.queue_datas
+            ],
+            "queues": [q.to_json() for q in queues],
+            "groups": sorted({g for names in lists for g in names}),
+        }
+
+    async def create_topic(self, request: Request) -> dict[str, Any]:
+        body = request.json()
+        name = str(body.get("name") or "").strip()
+        if not name:
+            raise ValueError("a topic name is required")
+        queues = int(body.get("queues", 4))
+        if not 1 <= queues <= 1024:
+            raise ValueError(f"queues must be 1 to 1024, got {queues}")
+        perm = PERM_READ | PERM_WRITE
+        if body.get("perm") is not None:
+            perm = int(body["perm"])
+        cluster = str(body["cluster"]) if body.get("cluster") else None
+        brokers = await self.admin.create_topic(name, queues, perm=perm, order=bool(body.get("order")),
+                                                cluster=cluster)
+        return {"topic": name, "queues": queues, "brokers": brokers}
+
+    # --- groups ------------------------------------------------------------------------------
+    async def groups(self, request: Request) -> dict[str, Any]:
+        """Consumer groups with their latest sampled lag; the list itself is read live."""
+        names = await self.admin.consumer_groups()
+        query = request.query.get("q", "").strip().lower()
+        names = [g for g in names if query in g.lower()]
+        page, offset, limit = page_of(names, request.int_arg("offset", 0), request.int_arg("limit", 100))
+        rows = []
+        for g in page:
+            latest = self.sampler.history.latest(g)
+            rows.append({"name": g, "lag": None if latest is None else latest.lag,
+                         "retry_lag": None if latest is None else latest.retry_lag,
+                         "sampled": None if latest is None else latest.timestamp_ms})
+        return {"total": len(names), "offset": offset, "limit": limit, "groups": rows,
+                "sampler": self.sampler.status()}
+
+    async def group(self, request: Request) -> dict[str, Any]:
+        name = request.arg("name")
+        progress, conns = await asyncio.gather(self.admin.group_progress(name),
+                                               self.admin.consumer_connections(name))
+        return {
+            "name": name,
+            "lag": sum(r.lag for r in progress),
+            "progress": [r.to_json() for r in progress],
+            "connections": conns.to_json(),
+            "history": [s.to_json() for s in self.sampler.history.series(name)],
+            "retry_topic": retry_topic(name),
+            "dlq_topic": dlq_topic(name),
+        }
+
+    # --- messages ----------------------------------------------------------------------------
+    async def message(self, request: Request) -> dict[str, Any]:
+        msg_id = request.arg("id").strip()
+        msg = await messages.lookup(self.admin, msg_id, request.query.get("topic") or None)
+        return {"message": messages.detail_json(msg), "trace": await messages.trace(self.admin, msg)}
+
+    async def messages_by_key(self, request: Request) -> dict[str, Any]:
+        topic, key = request.arg("topic").strip(), request.arg("key").strip()
+        limit = max(1, min(request.int_arg("limit", 32), 64))
+        found = await self.admin.query_message(topic, key, max_num=limit)
+        return {"topic": topic, "key": key, "messages": [messages.detail_json(m) for m in found]}
+
+    # --- dead letters ------------------------------------------------------------------------
+    async def dlq_list(self, request: Request) -> dict[str, Any]:
+        group = request.arg("group").strip()
+        limit = max(1, min(request.int_arg("limit", 500), 5000))
+        entries, _ = await dlq.pending(self.admin, group, limit=limit + 1)
+        return {"group": group, "topic": dlq_topic(group), "truncated": len(entries) > limit,
+                "messages": [dlq.entry_json(e) for e in entries[:limit]]}
+
+    async def dlq_resend(self, request: Request) -> dict[str, Any]:
+        body = request.json()
+        group = str(body.get("group") or "").strip()
+        if not group:
+            raise ValueError("a group is required")
+        ids = body.get("msg_ids")
+        if body.get("all"):
+            wanted = None
+        elif isinstance(ids, list) and ids:
+            wanted = {str(i) for i in ids}
+        else:
+            raise ValueError("give msg_ids (a non-empty list) or all: true")
+        return await dlq.resend(self.admin, await self._dlq_producer(), group, wanted)
+
+    async def _dlq_producer(self) -> AsyncProducer:
+        async with self._producer_lock:
+            if self._producer is None:
+                producer = AsyncProducer(dlq.DASHBOARD_PRODUCER_GROUP, self.namesrv)
+                await producer.start()
+                self._producer = producer
+            return self._producer
