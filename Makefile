@@ -10,7 +10,7 @@ CPP_STAMP := $(CPP_VENV)/.installed
 PY5_VENV := $(COMPAT)/py5/.venv
 PY5_STAMP := $(PY5_VENV)/.installed
 
-.PHONY: all venv node compat-cpp compat-py5 demo test test-fast test-pure chaos lint bench clean
+.PHONY: all venv node compat-cpp compat-py5 chromium demo test test-fast test-pure chaos lint bench clean
 
 all: test
 
@@ -49,19 +49,23 @@ $(PY5_STAMP): $(COMPAT)/py5/requirements.txt
 
 compat-py5: $(PY5_STAMP)
 
+# Debian's headless-capable Chromium for the dashboard's browser tests (marker `browser`).
+chromium:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 demo: venv
 	$(PY) -m examples.pipeline.run
 
-test: venv node compat-cpp compat-py5
+test: venv node compat-cpp compat-py5 chromium
 	$(PY) -m pytest -q tests
 
 test-fast: venv
-	$(PY) -m pytest -q tests -m "not spark and not compat and not slow"
+	$(PY) -m pytest -q tests -m "not spark and not compat and not slow and not browser"
 
 # The fast suite once more on the pure-Python codec, the fallback of an install without the
 # compiled one.
 test-pure: venv
-	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q tests -m "not spark and not compat and not slow"
+	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q tests -m "not spark and not compat and not slow and not browser"
 
 # Every replication mode under every fault schedule, several rounds each (tests/chaos); `make
 # test` runs a short set of the same.

@@ -1,0 +1,142 @@
+"""The dashboard's page in a real headless Chromium against a real server: the DOM after its
+scripts ran holds the cluster's brokers, topics with offsets, groups with lag, a message's
+trace and the DLQ, and its screenshots are real renderings (size, colours of the page)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dash_util import colours, dump_dom, get_json, png_pixels, post_json, screenshot, start_dashboard
+
+from conftest import Standalone, start_standalone, wait_until
+from ferrymq import AdminClient, Message, Producer
+from ferrymq.aio import AdminClient as AsyncAdminClient
+from ferrymq.common.message import MessageQueue
+
+pytestmark = pytest.mark.browser
+
+HEADER_RGB = bytes((0x1D, 0x23, 0x30))  # the page's header bar
+LAG_LINE_RGB = bytes((0x24, 0x63, 0xEB))  # the lag chart's line
+MANY_TOPICS = 1000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    srv = start_standalone(tmp_path_factory.mktemp("dash-browser") / "store")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def dash(server: Standalone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc = start_dashboard(server.namesrv, tmp_path_factory.mktemp("dashlog"), "--lag-interval", "0.2")
+    try:
+        yield proc.ready["dashboard"]
+    finally:
+        proc.stop()
+
+
+def main_of(dom: str) -> str:
+    match = re.search(r'<main id="main">(.*)</main>', dom, re.S)
+    assert match, dom[:2000]
+    return match.group(1)
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def assert_rendered(png: Path, size: tuple[int, int], *expected: bytes) -> None:
+    width, height, rows = png_pixels(png)
+    assert (width, height) == size
+    bpp = len(rows[0]) // width
+    seen = colours(rows, bpp)
+    assert len(seen) > 20, f"{png.name}: only {len(seen)} colours: a blank page?"
+    present = {r[x : x + 3] for r in rows for x in range(0, len(r), bpp)}
+    for colour in expected:
+        assert colour in present, f"{png.name}: no pixel of colour #{colour.hex()}"
+
+
+def test_cluster_page_shows_the_broker_its_role_and_address(server: Standalone, dash: str, tmp_path: Path) -> None:
+    body = main_of(dump_dom(f"http://{dash}/#/cluster", tmp_path))
+    assert f'data-addr="{server.broker}"' in body
+    text = text_of(body)
+    assert "cluster DefaultCluster" in text
+    assert re.search(rf"broker-a 0 ASYNC_MASTER {re.escape(server.broker)}", text), text
+    png = screenshot(f"http://{dash}/#/cluster", tmp_path, "cluster.png")
+    assert_rendered(png, (1280, 900), HEADER_RGB)
+
+
+def test_topics_page_stays_usable_with_a_thousand_topics(server: Standalone, dash: str, tmp_path: Path) -> None:
+    async def create_all() -> None:
+        async with AsyncAdminClient(server.namesrv) as admin:
+            sem = asyncio.Semaphore(32)
+
+            async def one(i: int) -> None:
+                async with sem:
+                    await admin.create_topic(f"many-{i:04d}", 2)
+
+            await asyncio.gather(*(one(i) for i in range(MANY_TOPICS)))
+
+    asyncio.run(create_all())
+    with Producer("dash-browser-producer", server.namesrv) as producer:
+        for _ in range(3):
+            producer.send(Message("many-0999", b"x"))
+    wait_until(lambda: get_json(dash, "/api/topics?q=many-&stats=0")["total"] == MANY_TOPICS,
+               message="every topic routed")
+
+    first = text_of(main_of(dump_dom(f"http://{dash}/#/topics?q=many-", tmp_path)))
+    assert f"1–50 of {MANY_TOPICS}" in first
+    assert "many-0000" in first and "many-0049" in first and "many-0050" not in first
+
+    last = main_of(dump_dom(f"http://{dash}/#/topics?q=many-&offset=950", tmp_path))
+    rows = re.findall(r'<tr data-topic="(many-\d{4})">(.*?)</tr>', last)
+    assert [name for name, _ in rows] == [f"many-{i:04d}" for i in range(950, 1000)]
+    cells = text_of(dict(rows)["many-0999"]).split()
+    # name, kind, queues, broker, messages, max offset
+    assert cells[:6] == ["many-0999", "normal", "2", "broker-a", "3", "3"], cells
+
+    one = text_of(main_of(dump_dom(f"http://{dash}/#/topics?q=many-0777", tmp_path)))
+    assert "1–1 of 1" in one and "many-0777" in one
+    png = screenshot(f"http://{dash}/#/topics?q=many-", tmp_path, "topics.png", size=(1280, 1600))
+    assert_rendered(png, (1280, 1600), HEADER_RGB)
+
+
+def test_group_page_shows_lag_a_chart_and_queue_progress(server: Standalone, dash: str, tmp_path: Path) -> None:
+    post_json(dash, "/api/topics", {"name": "browser-lag", "queues": 1})
+    with Producer("dash-browser-producer", server.namesrv) as producer:
+        for i in range(7):
+            producer.send(Message("browser-lag", f"m{i}".encode()))
+    with AdminClient(server.namesrv) as admin:
+        admin.update_consumer_offset("browser-lag-group", MessageQueue("browser-lag", "broker-a", 0), 2)
+    wait_until(lambda: len(get_json(dash, "/api/group?name=browser-lag-group")["history"]) >= 3,
+               timeout=20, message="three lag samples")
+
+    groups = text_of(main_of(dump_dom(f"http://{dash}/#/groups", tmp_path)))
+    assert "browser-lag-group 5" in groups
+    body = main_of(dump_dom(f"http://{dash}/#/group/browser-lag-group", tmp_path))
+    assert "total lag 5" in text_of(body)
+    assert re.search(r'<polyline class="lag" points="[\d., ]+"', body), "no lag line drawn"
+    assert "browser-lag broker-a 0 7 2 5" in text_of(body)
+    png = screenshot(f"http://{dash}/#/group/browser-lag-group", tmp_path, "group.png")
+    assert_rendered(png, (1280, 900), HEADER_RGB, LAG_LINE_RGB)
+
+
+def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalone, dash: str, tmp_path: Path) -> None:
+    post_json(dash, "/api/topics", {"name": "browser-msg", "queues": 1})
+    with Producer("dash-browser-producer", server.namesrv) as producer:
+        sent: Any = producer.send(Message("browser-msg", b"hello browser", keys="k-browser"))
+    body = main_of(dump_dom(f"http://{dash}/#/message?id={sent.msg_id}", tmp_path))
+    text = text_of(body)
+    assert f"Message {sent.msg_id}" in text and "hello browser" in text and "k-browser" in text
+    timeline = re.findall(r'<li class="([\w-]+)">', body)
+    assert timeline[:2] == ["sent", "stored"]
+    by_key = text_of(main_of(dump_dom(f"http://{dash}/#/message?topic=browser-msg&key=k-browser", tmp_path)))
+    assert "1 message(s) with key k-browser" in by_key and sent.msg_id in by_key
