@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .auth import credentials
+
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.server import DashboardConfig, run_dashboard
@@ -16,6 +18,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         port=args.port,
         lag_interval=args.lag_interval,
         lag_history=args.lag_history,
+        **credentials(args),
     ))
 
 

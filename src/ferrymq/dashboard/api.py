@@ -42,8 +42,10 @@ def topic_kind(topic: str, reserved_names: frozenset[str]) -> str:
 
 
 class DashboardApi:
-    def __init__(self, admin: AsyncAdminClient, sampler: LagSampler, namesrv: str) -> None:
+    def __init__(self, admin: AsyncAdminClient, sampler: LagSampler, namesrv: str,
+                 credentials: tuple[str | None, str | None] = (None, None)) -> None:
         self.admin = admin
+        self.credentials = credentials
         self.sampler = sampler
         self.namesrv = namesrv
         self._producer: AsyncProducer | None = None
@@ -233,7 +235,9 @@ class DashboardApi:
     async def _dlq_producer(self) -> AsyncProducer:
         async with self._producer_lock:
             if self._producer is None:
-                producer = AsyncProducer(dlq.DASHBOARD_PRODUCER_GROUP, self.namesrv)
+                access_key, secret_key = self.credentials
+                producer = AsyncProducer(dlq.DASHBOARD_PRODUCER_GROUP, self.namesrv,
+                                         access_key=access_key, secret_key=secret_key)
                 await producer.start()
                 self._producer = producer
             return self._producer

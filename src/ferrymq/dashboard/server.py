@@ -36,6 +36,9 @@ class DashboardConfig:
     lag_interval: float = 10.0
     lag_history: int = 360
     timeout: float = 5.0
+    # ACL account the dashboard signs its requests with (an admin one, for its write actions).
+    access_key: str | None = None
+    secret_key: str | None = None
 
 
 def load_assets() -> dict[str, tuple[bytes, str]]:
@@ -55,9 +58,11 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
 class Dashboard:
     def __init__(self, config: DashboardConfig) -> None:
         self.config = config
-        self.admin = AsyncAdminClient(config.namesrv, timeout=config.timeout)
+        self.admin = AsyncAdminClient(config.namesrv, timeout=config.timeout,
+                                      access_key=config.access_key, secret_key=config.secret_key)
         self.sampler = LagSampler(self.admin, SamplerConfig(config.lag_interval, config.lag_history))
-        self.api = DashboardApi(self.admin, self.sampler, config.namesrv)
+        self.api = DashboardApi(self.admin, self.sampler, config.namesrv,
+                                credentials=(config.access_key, config.secret_key))
         self.assets = load_assets()
         self.http = HttpServer(self.handle, config.host, config.port)
 
