@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
+from collections.abc import Callable
 
 from ..common.codes import ResponseCode
 from ..remoting.command import RemotingCommand
@@ -17,6 +19,10 @@ from .watch import AclFile
 
 log = logging.getLogger("ferrymq.acl")
 
+# One log line per address, access key and reason this often: a misconfigured client retrying in a loop
+# must not flood the log.
+LOG_INTERVAL = 10.0
+
 
 class GuardScope(enum.Enum):
     BROKER = "broker"  # every request
@@ -24,10 +30,13 @@ class GuardScope(enum.Enum):
 
 
 class AclGuard:
-    def __init__(self, source: AclFile, scope: GuardScope = GuardScope.BROKER) -> None:
+    def __init__(self, source: AclFile, scope: GuardScope = GuardScope.BROKER, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.scope = scope
         self.refused = 0
+        self._clock = clock
+        self._logged: dict[tuple[str, str, str], float] = {}
 
     def __call__(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         if self.scope is GuardScope.NAMESRV and req.code not in NAMESRV_GUARDED_CODES:
@@ -36,5 +45,15 @@ class AclGuard:
         if denial is None:
             return None
         self.refused += 1
-        log.debug("refused request code %d from %s: %s", req.code, conn.remote_addr, denial.reason)
+        self._log(host_of(conn.remote_addr), denial.access_key or "", req.code, denial.reason)
         return RemotingCommand.make_response_to(req, ResponseCode.NO_PERMISSION, remark=denial.remark)
+
+    def _log(self, host: str, access_key: str, code: int, reason: str) -> None:
+        now = self._clock()
+        key = (host, access_key, reason)
+        if now - self._logged.get(key, float("-inf")) < LOG_INTERVAL:
+            return
+        if len(self._logged) > 10_000:
+            self._logged.clear()
+        self._logged[key] = now
+        log.warning("refused request code %d from %s: %s (%d refused so far)", code, host, reason, self.refused)

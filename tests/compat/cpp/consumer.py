@@ -148,6 +148,8 @@ def main() -> None:
     if CFG.get("instanceName"):
         consumer.set_instance_name(str(CFG["instanceName"]))
     consumer.set_namesrv_addr(CFG["namesrv"])
+    if CFG.get("accessKey"):
+        consumer.set_session_credentials(CFG["accessKey"], CFG["secretKey"], CFG.get("channel") or "ALIYUN")
     consumer.set_thread_count(int(CFG["threadCount"]))
     consumer.set_message_batch_max_size(1)
     for topic in topics:

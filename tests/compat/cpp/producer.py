@@ -75,6 +75,8 @@ def main() -> None:
     if CFG.get("instanceName"):
         dll.SetProducerInstanceName(handle, common.b(str(CFG["instanceName"])))
     producer.set_namesrv_addr(CFG["namesrv"])
+    if CFG.get("accessKey"):
+        producer.set_session_credentials(CFG["accessKey"], CFG["secretKey"], CFG.get("channel") or "ALIYUN")
     try:
         producer.start()
     except Exception as exc:

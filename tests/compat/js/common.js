@@ -86,6 +86,11 @@ function clientOptions(cfg) {
   if (cfg.instanceName) {
     opts.instanceName = String(cfg.instanceName);
   }
+  // ACL (RocketMQ's plain_acl.yml accounts): ali-ons signs every request with these.
+  if (cfg.accessKey) {
+    opts.accessKey = String(cfg.accessKey);
+    opts.secretKey = String(cfg.secretKey);
+  }
   return opts;
 }
 

@@ -1,0 +1,131 @@
+"""ali-ons (accessKey/secretKey options) and rocketmq-client-cpp (session credentials),
+unchanged, against a broker with ACL on: each signs as RocketMQ's AclClientRPCHook does and
+ferrymq checks it. Allowed: their account's topic, sent and consumed. Denied: a topic the
+account may only subscribe to (NO_PERMISSION, nothing stored), a wrong secret key, and no
+credentials at all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compat_util import Clients, bodies_received, by_body, max_offsets, run_producer
+
+from conftest import Standalone, start_standalone, wait_until
+from ferrymq import AdminClient
+
+pytestmark = pytest.mark.compat
+
+ADMIN = {"access_key": "adminKey1", "secret_key": "adminSecret1"}
+APP = {"accessKey": "appKey01", "secretKey": "appSecret01"}
+RULES = """
+accounts:
+  - accessKey: adminKey1
+    secretKey: adminSecret1
+    admin: true
+  - accessKey: appKey01
+    secretKey: appSecret01
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [ons-acl-rw=PUB|SUB, ons-acl-ro=SUB, cpp-acl-rw=PUB|SUB, cpp-acl-ro=SUB]
+"""
+TOPICS = ("ons-acl-rw", "ons-acl-ro", "cpp-acl-rw", "cpp-acl-ro")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    home = tmp_path_factory.mktemp("acl-compat")
+    (home / "plain_acl.yml").write_text(RULES)
+    srv = start_standalone(home / "store", "--acl-file", str(home / "plain_acl.yml"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> Iterator[AdminClient]:
+    with AdminClient(server.namesrv, **ADMIN) as client:
+        for topic in TOPICS:
+            client.create_topic(topic, 2)
+        yield client
+
+
+@pytest.fixture
+def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
+    c = Clients(server, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] in ("send_error", "error", "fatal")]
+
+
+def _broker_said(server: Standalone, text: str) -> None:
+    """The clients report a refusal in their own words (ali-ons: "Send [4] times, still
+    failed"); the broker's log says which rule refused it."""
+    wait_until(lambda: any(text in line for line in server.log_lines), 10, message=f"broker log: {text}")
+
+
+# --- ali-ons --------------------------------------------------------------------------------
+def test_ali_ons_signed_producer_and_consumer_work_on_their_topic(clients: Clients, admin: AdminClient) -> None:
+    topic, n = "ons-acl-rw", 50
+    consumer = clients.ons_consumer(topic=topic, group="ons-acl-g", consumeFromWhere="first", **APP)
+    consumer.wait_event("ready", 30)
+    sent = run_producer(clients.ons_producer(topic=topic, count=n, **APP), n, 60)
+    assert all(s["sendStatus"] == "SEND_OK" for s in sent)
+    consumer.wait_received(bodies_received({s["body"] for s in sent}), 60, f"all {n} messages")
+    assert not [b for b, evs in by_body(consumer.received()).items() if len(evs) > 1]
+    assert sum(max_offsets(admin, topic).values()) == n
+
+
+def test_ali_ons_denied_send_stores_nothing(server: Standalone, clients: Clients, admin: AdminClient) -> None:
+    producer = clients.ons_producer(topic="ons-acl-ro", count=1, **APP)
+    producer.wait_event("done", 60)
+    assert not producer.of("sent") and _errors(producer.events), producer.diag()
+    _broker_said(server, "accessKey=appKey01 has no PUB permission on topic ons-acl-ro")
+    assert sum(max_offsets(admin, "ons-acl-ro").values()) == 0
+
+
+@pytest.mark.parametrize("creds", [{"accessKey": "appKey01", "secretKey": "wrongSecret"}, {}],
+                         ids=["wrong-secret", "unsigned"])
+def test_ali_ons_without_valid_credentials_is_refused(server: Standalone, clients: Clients, admin: AdminClient,
+                                                      creds: dict[str, str]) -> None:
+    producer = clients.ons_producer(topic="ons-acl-rw", count=1, sendMsgTimeout=2000, **creds)
+    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    assert not producer.of("sent"), producer.diag()
+    _broker_said(server, "signature check failed for accessKey=appKey01" if creds else "carries no AccessKey")
+    assert sum(max_offsets(admin, "ons-acl-rw").values()) == 50  # what the allowed test sent, no more
+
+
+# --- rocketmq-client-cpp --------------------------------------------------------------------
+def test_cpp_session_credentials_producer_and_consumer_work_on_their_topic(clients: Clients,
+                                                                           admin: AdminClient) -> None:
+    topic, n = "cpp-acl-rw", 50
+    consumer = clients.cpp_consumer(topic=topic, group="cpp-acl-g", **APP)
+    consumer.wait_event("ready", 30)
+    sent = run_producer(clients.cpp_producer(topic=topic, count=n, **APP), n, 60)
+    assert all(s["sendStatus"] == "OK" for s in sent)
+    consumer.wait_received(bodies_received({s["body"] for s in sent}), 60, f"all {n} messages")
+    assert sum(max_offsets(admin, topic).values()) == n
+
+
+def test_cpp_denied_send_stores_nothing(server: Standalone, clients: Clients, admin: AdminClient) -> None:
+    producer = clients.cpp_producer(topic="cpp-acl-ro", count=1, **APP)
+    producer.wait_event("done", 60)
+    assert not producer.of("sent") and _errors(producer.events), producer.diag()
+    _broker_said(server, "accessKey=appKey01 has no PUB permission on topic cpp-acl-ro")
+    assert sum(max_offsets(admin, "cpp-acl-ro").values()) == 0
+
+
+def test_cpp_wrong_secret_is_refused(server: Standalone, clients: Clients, admin: AdminClient) -> None:
+    producer = clients.cpp_producer(topic="cpp-acl-rw", count=1, accessKey="appKey01", secretKey="wrongSecret")
+    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    assert not producer.of("sent"), producer.diag()
+    _broker_said(server, "signature check failed for accessKey=appKey01")
+    assert sum(max_offsets(admin, "cpp-acl-rw").values()) == 50
