@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a master silent this long is replaced (default 3000)")
     p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=500,
                    help="how often the controller looks for expired masters (default 500)")
+    p.add_argument("--acl-file", type=Path, help="plain_acl.yml: broker registrations must be signed by "
+                   "one of its admin accounts (see docs/security.md)")
     _add_metrics_flag(p)
     p.set_defaults(func=_cmd_namesrv)
 

@@ -1,0 +1,55 @@
+"""A name server run with --acl-file and brokers as separate processes: a broker registers only
+when it signs with an admin account of the name server's file (broker config keys access_key /
+secret_key); one with a non-admin account or no credentials stays out of the routes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acl_util import RULES, write_rules
+
+from conftest import wait_until
+from ferrymq import AdminClient
+from ferrymq.embedded.process import ServerProcess
+
+
+def _broker(tmp_path: Path, name: str, namesrv: str, creds: str) -> ServerProcess:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'broker_name = "{name}"\n{creds}')
+    return ServerProcess(name, lambda: ["broker", "--namesrv", namesrv, "--broker-port", "0", "--grpc-port", "-1",
+                                        "--ha-port", "0", "--store-dir", str(tmp_path / name), "--config",
+                                        str(config)], tmp_path / f"{name}.log", "broker")
+
+
+def _log(proc: ServerProcess) -> str:
+    return proc.log_path.read_text(errors="replace")
+
+
+def test_name_server_registers_only_brokers_signing_as_an_admin(tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    write_rules(acl, RULES)
+    ns = ServerProcess("namesrv", lambda: ["namesrv", "--port", "0", "--acl-file", str(acl)], tmp_path / "ns.log",
+                       "namesrv")
+    ns.start()
+    brokers = [
+        _broker(tmp_path, "broker-none", ns.ready["namesrv"], ""),
+        _broker(tmp_path, "broker-app", ns.ready["namesrv"], 'access_key = "appKey01"\nsecret_key = "appSecret01"\n'),
+        _broker(tmp_path, "broker-ok", ns.ready["namesrv"], 'accessKey = "adminKey1"\nsecretKey = "adminSecret1"\n'),
+    ]
+    try:
+        for b in brokers:
+            b.start()
+        none, app, ok = brokers
+        assert "carries no AccessKey" in _log(none)
+        assert "refused the registration: ACL: request code 103 needs an admin account; accessKey=appKey01" in _log(app)
+        with AdminClient(ns.ready["namesrv"]) as admin:
+            assert set(admin.cluster_brokers()) == {"broker-ok"}
+        assert "refused" not in _log(ok)
+        # Stopping unregisters with the same credentials.
+        ok.stop()
+        with AdminClient(ns.ready["namesrv"]) as admin:
+            wait_until(lambda: not admin.cluster_brokers(), 10, message="broker-ok to unregister")
+    finally:
+        for b in brokers:
+            b.kill()
+        ns.kill()
