@@ -130,6 +130,12 @@ class BrokerConfig:
     # SQL92 subscriptions (docs/filtering.md). On by default, unlike RocketMQ's
     # enablePropertyFilter: off, such subscriptions are refused as RocketMQ refuses them.
     enable_property_filter: bool = True
+    # Message trace (docs/trace.md): the broker records every state change of every message
+    # in RMQ_SYS_TRACE_TOPIC, a batch of events per record every trace_flush_interval_ms; at
+    # most trace_max_buffered changes wait in memory (beyond that they are counted, not kept).
+    trace_enable: bool = True
+    trace_flush_interval_ms: int = 5
+    trace_max_buffered: int = 200_000
 
     @property
     def broker_addr(self) -> str:
@@ -211,6 +217,10 @@ class BrokerConfig:
             raise ConfigError("timer_max_delay_sec", "must be >= 1")
         if self.mapped_file_size_timer_log < 4096:
             raise ConfigError("mapped_file_size_timer_log", "must be >= 4096 bytes")
+        if self.trace_flush_interval_ms < 1:
+            raise ConfigError("trace_flush_interval_ms", "must be >= 1")
+        if self.trace_max_buffered < 1:
+            raise ConfigError("trace_max_buffered", "must be >= 1")
         if self.timer_flush_interval_ms < 1:
             raise ConfigError("timer_flush_interval_ms", "must be >= 1")
         return self
@@ -266,6 +276,7 @@ _CAMEL_ALIASES = {
     "aclFile": "acl_file",
     "accessKey": "access_key",
     "secretKey": "secret_key",
+    "traceEnable": "trace_enable",
 }
 
 

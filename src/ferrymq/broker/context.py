@@ -19,6 +19,7 @@ from .stats import TrafficStats
 from .topics import TopicManager
 
 if TYPE_CHECKING:
+    from .trace import TraceRecorder
     from .transaction import TransactionService
 
 
@@ -47,6 +48,10 @@ class BrokerContext(Protocol):
 
     @property
     def events(self) -> MessageEvents: ...
+
+    @property
+    def trace(self) -> TraceRecorder | None:
+        """The message trace recorder; None when trace_enable is off."""
 
     @property
     def waiters(self) -> PullWaiters | None: ...

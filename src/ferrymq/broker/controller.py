@@ -41,6 +41,7 @@ from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
 from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_timer, to_timer
 from .topics import TopicManager
+from .trace import TraceRecorder
 from .transaction import TransactionService
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ class Broker:
         self._registered_ok = False
         self.events = MessageEvents()
         self.stats = TrafficStats()
+        self.trace: TraceRecorder | None = None
+        if config.trace_enable:
+            self.trace = TraceRecorder(self, flush_interval_ms=config.trace_flush_interval_ms,
+                                       max_buffered=config.trace_max_buffered)
+            self.events.subscribe(self.trace.on_event, stored=False)
+            self.offsets.on_advance = self.trace.on_commit
         self.server = RemotingServer(ServerConfig(
             host=config.host, port=config.listen_port, max_frame_size=config.max_frame_size,
             idle_timeout=config.server_channel_max_idle_time_seconds,
@@ -183,6 +190,8 @@ class Broker:
         ]
         if self.acl is not None:
             self._tasks.append(asyncio.create_task(self.acl.run(), name="ferrymq-acl-reload"))
+        if self.trace is not None:
+            self._tasks.append(asyncio.create_task(self.trace.run(), name="ferrymq-trace"))
         if store.recovered_abnormally:
             log.warning("store was not shut down cleanly; recovered")
         log.info("broker %s listening on %s (store %s, replication on %s)", cfg.broker_name,
@@ -278,6 +287,9 @@ class Broker:
         with contextlib.suppress(Exception):
             await self._topics_writer.idle()
         self.topics.persist()
+        if self.trace is not None and self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.trace.flush()  # the last few milliseconds of changes
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)
 
@@ -297,7 +309,9 @@ class Broker:
         if result.status.stored:
             self.stats.add_put(len(msgs))
             self.stats.count_put(msgs, result)
-        if result.status.stored and self.events.active:
+        if result.status.stored and self.trace is not None:
+            self.trace.stored(msgs, result)
+        if result.status.stored and self.events.wants_stored:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,
                                               a.queue_offset, msg_id=property_value(

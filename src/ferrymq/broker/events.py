@@ -20,6 +20,11 @@ class MessageEventKind(Enum):
     SENT_BACK = "sent_back"
     SCHEDULED_DELIVERY = "scheduled_delivery"
     DEAD_LETTERED = "dead_lettered"
+    # Pop consumption: handed out invisible (detail "offsets"), acknowledged, new deadline.
+    POPPED = "popped"
+    ACKED = "acked"
+    INVISIBLE_CHANGED = "invisible_changed"
+    ROLLED_BACK = "rolled_back"  # a transaction's half message, ended by a rollback
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +46,21 @@ Listener = Callable[[MessageEvent], None]
 class MessageEvents:
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._stored_listeners = 0
 
-    def subscribe(self, listener: Listener) -> None:
+    def subscribe(self, listener: Listener, *, stored: bool = True) -> None:
+        """stored=False: the listener ignores STORED events, so puts need not build one per
+        message for it."""
         self._listeners.append(listener)
+        self._stored_listeners += stored
 
     @property
     def active(self) -> bool:
         return bool(self._listeners)
+
+    @property
+    def wants_stored(self) -> bool:
+        return self._stored_listeners > 0
 
     def emit(self, event: MessageEvent) -> None:
         for listener in self._listeners:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ class OffsetManager:
         # On a slave: (key, queue) a consumer committed here while the master was away; kept
         # when ahead of the master's copy, and sent to the master (docs/replication.md).
         self.local_commits: set[tuple[str, int]] | None = None
+        # Told (group, topic, queue, from, to) when a commit moves an offset forward: the
+        # messages in between were consumed by the group (message trace).
+        self.on_advance: Callable[[str, str, int, int, int], None] | None = None
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -178,7 +182,10 @@ class OffsetManager:
                     return 0
                 offset = first
             self._first_pull.pop((key, queue_id), None)
+            moved_from = -1 if progress is None else progress.offset
             self._apply(key, queue_id, offset, now_ms, acked)
+            if self.on_advance is not None and 0 <= moved_from < offset:
+                self.on_advance(group, topic, queue_id, moved_from, offset)
             if self.local_commits is not None:
                 self.local_commits.add((key, queue_id))
             self._seq += 1

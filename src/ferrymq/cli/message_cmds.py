@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..client.admin import AdminClient
+from ..client.admin_results import MessageTrace
 from ..client.consumer.types import ConsumeFromWhere
 from ..client.consumers import LitePullConsumer
 from ..client.errors import NoRouteError
@@ -241,12 +242,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 tracks += admin.message_tracks(copy)
             except NoRouteError:
                 continue  # an internal topic (the delay schedule) no group consumes
+        trace = admin.message_trace(msg.msg_id)
     if args.json:
         print_json(
             {
                 "msg_id": msg.msg_id,
                 "copies": [_copy_json(c) for c in copies],
                 "tracks": [t.to_json() for t in tracks],
+                "trace_enable": trace.trace_enable,
+                "timeline": [e.to_json() for e in trace.events],
             }
         )
         return 0
@@ -262,14 +266,39 @@ def cmd_trace(args: argparse.Namespace) -> int:
     )
     if not tracks:
         stdout.print("no consumer group consumes its topic", markup=False)
-        return 0
-    print_table(
-        None,
-        ["group", "topic", "offset", "track", "group offset"],
-        ([t.group, t.topic, t.queue_offset, t.track, t.consumer_offset] for t in tracks),
-        right=["offset", "group offset"],
-    )
+    else:
+        print_table(
+            None,
+            ["group", "topic", "offset", "track", "group offset"],
+            ([t.group, t.topic, t.queue_offset, t.track, t.consumer_offset] for t in tracks),
+            right=["offset", "group offset"],
+        )
+    _print_timeline(trace)
     return 0
+
+
+def _print_timeline(trace: MessageTrace) -> None:
+    if not trace.events:
+        off = [b for b, on in trace.trace_enable.items() if not on]
+        why = f" (trace_enable is off on {', '.join(off)})" if off else ""
+        stdout.print(f"no recorded trace{why}", markup=False)
+        return
+    print_table(
+        "timeline",
+        ["time", "event", "where", "group", "client", "detail"],
+        (
+            [
+                fmt_time(e.ts),
+                e.kind,
+                f"{e.topic}:{e.queue_id}:{e.queue_offset}" if e.queue_offset >= 0 else e.topic or "-",
+                e.group or "-",
+                e.client or "-",
+                " ".join(f"{k}={v}" for k, v in sorted(e.detail.items())
+                         if k not in ("offset_msg_id", "keys")) or "-",
+            ]
+            for e in trace.events
+        ),
+    )
 
 
 def _queue(admin: AdminClient, topic: str, queue_id: int, broker: str | None) -> MessageQueue:
@@ -370,7 +399,7 @@ def add(
     c = msub.add_parser(
         "trace",
         parents=[common],
-        help="a message's stored copies and which groups have consumed it",
+        help="a message's stored copies, which groups have consumed it and its recorded timeline",
     )
     c.add_argument("id")
     c.add_argument(

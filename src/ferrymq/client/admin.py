@@ -82,3 +82,4 @@ class AdminClient(Facade[AsyncAdminClient]):
     query_by_uniq_key = blocking(AsyncAdminClient.query_by_uniq_key)
     find_by_uniq_key = blocking(AsyncAdminClient.find_by_uniq_key)
     message_tracks = blocking(AsyncAdminClient.message_tracks)
+    message_trace = blocking(AsyncAdminClient.message_trace)

@@ -12,7 +12,7 @@ from typing import Any
 from ..acl.signing import credentials_from, signer_for
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
-from ..common.ids import decode_offset_msg_id, decode_uniq_id
+from ..common.ids import decode_offset_msg_id, decode_uniq_id, is_offset_msg_id, is_uniq_id
 from ..common.message import MessageExt, MessageQueue
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -24,8 +24,9 @@ from ..common.names import (
     validate_topic,
 )
 from ..common.record import decode_records
+from ..common.trace_events import TraceEvent
 from ..remoting import ClientConfig, RemotingClient
-from .admin_results import BrokerStatus, MessageTrack
+from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
 from .errors import ClientStateError, MessageNotFoundError, NoRouteError
@@ -555,6 +556,24 @@ class AsyncAdminClient:
                 MessageTrack(msg.topic, msg.queue_id, msg.queue_offset, group, track, consumed, offset)
             )
         return tracks
+
+    async def message_trace(self, msg_id: str) -> MessageTrace:
+        """The recorded timeline of the message with unique id `msg_id` (an offset message id
+        is resolved to its unique id first), merged over every broker, oldest first."""
+        if is_offset_msg_id(msg_id) and not is_uniq_id(msg_id):
+            msg_id = (await self.view_message(msg_id)).msg_id
+        named = await self.brokers()
+        names = list(named)
+        bodies = await _gather(self.api.message_trace(named[n], msg_id) for n in names)
+        events: list[TraceEvent] = []
+        enabled: dict[str, bool] = {}
+        for name, body in zip(names, bodies, strict=True):
+            _, on, found = parse_message_trace(body)
+            enabled[name] = on
+            events += found
+        # Each broker's list is in order; across brokers, time orders them (stable sort).
+        events.sort(key=lambda e: e.ts)
+        return MessageTrace(msg_id, tuple(events), enabled)
 
     async def _query(self, topic: str, key: str, *, max_num: int, unique: bool) -> list[MessageExt]:
         route = await self.topic_route(topic, refresh=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common import jsonx
+from ..common.trace_events import TraceEvent
 
 # GET_BROKER_RUNTIME_INFO keys shown as columns (RocketMQ's clusterList shows a similar few).
 RUNTIME_SUMMARY = (
@@ -144,3 +145,29 @@ class MessageTrack:
             "consumed": self.consumed,
             "consumer_offset": self.consumer_offset,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTrace:
+    """A message's recorded life over every broker (docs/trace.md): `events` oldest first;
+    `trace_enable` per broker asked (False: that broker records nothing new)."""
+
+    msg_id: str
+    events: tuple[TraceEvent, ...]
+    trace_enable: dict[str, bool] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "msg_id": self.msg_id,
+            "trace_enable": dict(self.trace_enable),
+            "events": [e.to_json() for e in self.events],
+        }
+
+
+def parse_message_trace(body: bytes) -> tuple[str, bool, list[TraceEvent]]:
+    """(broker, trace enabled, events) of a QUERY_MESSAGE_TRACE answer."""
+    doc = jsonx.loads(body or b"{}")
+    if not isinstance(doc, dict):
+        raise ValueError("message trace answer is not a JSON object")
+    events = [TraceEvent.from_json(e) for e in doc.get("events") or [] if isinstance(e, dict)]
+    return str(doc.get("broker", "")), bool(doc.get("traceEnable", False)), events

@@ -509,6 +509,10 @@ class MQClientAPI:
         resp = await self.invoke_ok(addr, RequestCode.QUERY_STORE_DAMAGE)
         return resp.body or b""
 
+    async def message_trace(self, addr: str, msg_id: str) -> bytes:
+        resp = await self.invoke_ok(addr, RequestCode.QUERY_MESSAGE_TRACE, fields(msgId=msg_id))
+        return resp.body or b""
+
     async def skip_store_range(
         self, addr: str, topic: str, queue_id: int, from_offset: int, to_offset: int
     ) -> None:

@@ -47,8 +47,9 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
 
 def register_all(broker: BrokerContext, server: RemotingServer) -> None:
     from ..pop import processors as pop
+    from ..trace import processor as trace
     from . import admin, consumer, pull, send, store_admin, transaction
 
-    for module in (send, pull, consumer, admin, store_admin, pop, transaction):
+    for module in (send, pull, consumer, admin, store_admin, pop, transaction, trace):
         for code, handler in module.HANDLERS.items():
             server.register(code, _guard(broker, handler))

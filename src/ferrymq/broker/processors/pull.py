@@ -132,7 +132,8 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         stats.pull_latency.observe(time.perf_counter() - started)
         if broker.events.active:
             broker.events.emit(MessageEvent(MessageEventKind.DELIVERED, topic, queue_id, offset,
-                                            count=result.count, group=group, client=conn.remote_addr))
+                                            count=result.count, group=group, client=conn.remote_addr,
+                                            detail={"next": str(result.next_begin_offset)}))
         return reply(req, code, ext_fields=header, body=result.data)
     remark = {
         ResponseCode.PULL_NOT_FOUND: "no new message",

@@ -1,0 +1,197 @@
+"""The broker's trace recorder: state changes are appended to an in-memory buffer on the hot
+paths (one append per put batch, per pull, per commit that moves an offset); a task turns the
+buffer into trace records every few milliseconds and writes them through the store to
+RMQ_SYS_TRACE_TOPIC, so they are replicated, indexed and expired like any message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...common import props as P
+from ...common.names import (
+    CID_SYS_RMQ_TRANS,
+    TIMER_TOPIC,
+    TOOLS_CONSUMER_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from ...common.record import properties_map
+from ...store import PutResult, StoreMessage
+from ..events import MessageEvent, MessageEventKind
+from . import codec as C
+
+if TYPE_CHECKING:
+    from ..context import BrokerContext
+
+log = logging.getLogger("ferrymq.broker.trace")
+
+# Messages the broker writes for its own bookkeeping: not part of any message's life.
+_UNTRACED_TOPICS = frozenset({C.TRACE_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+_UNTRACED_GROUPS = frozenset({TOOLS_CONSUMER_GROUP, CID_SYS_RMQ_TRANS})
+
+
+class TraceRecorder:
+    def __init__(self, broker: BrokerContext, *, flush_interval_ms: int, max_buffered: int) -> None:
+        self._broker = broker
+        self._interval = flush_interval_ms / 1000
+        self._max = max_buffered
+        self._buf: list[tuple[Any, ...]] = []
+        self._flushing = asyncio.Lock()
+        self.dropped = 0  # entries lost to a full buffer (overload) or a refused write
+        self.records_written = 0
+        self.events_written = 0
+
+    # --- the hot-path side: one append each ----------------------------------------------------
+    def stored(self, msgs: Sequence[StoreMessage], result: PutResult) -> None:
+        self._add(("put", self._broker.now_ms(), msgs, result.messages))
+
+    def on_event(self, event: MessageEvent) -> None:
+        # Puts arrive whole through stored(), offset moves through on_commit (with the
+        # offset they moved from).
+        if event.kind not in (MessageEventKind.STORED, MessageEventKind.COMMITTED):
+            self._add(("ev", self._broker.now_ms(), event))
+
+    def on_commit(self, group: str, topic: str, queue_id: int, old: int, new: int) -> None:
+        self._add(("commit", self._broker.now_ms(), group, topic, queue_id, old, new))
+
+    def _add(self, entry: tuple[Any, ...]) -> None:
+        if len(self._buf) >= self._max:
+            self.dropped += 1
+            return
+        self._buf.append(entry)
+
+    # --- off the hot path --------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            with contextlib.suppress(Exception):
+                await self.flush()
+
+    async def flush(self) -> int:
+        """Write what is buffered now; returns the number of events written. A flush under
+        way is finished first, so on return everything buffered before the call is stored."""
+        async with self._flushing:
+            return await self._flush()
+
+    async def _flush(self) -> int:
+        if not self._buf:
+            return 0
+        entries, self._buf = self._buf, []
+        try:
+            events = self._raw_events(entries)
+        except Exception:
+            log.exception("trace events could not be built; %d dropped", len(entries))
+            self.dropped += len(entries)
+            return 0
+        if not events:
+            return 0
+        store = self._broker.store
+        if store is None or self._broker.refuse_writes():
+            self.dropped += len(events)  # a slave: the master records what it sees
+            return 0
+        name = self._broker.config.broker_name
+        now = self._broker.now_ms()
+        host = str(store.config.store_host)
+        msgs = [StoreMessage(topic=C.TRACE_TOPIC, queue_id=0, body=rec.body,
+                             properties={P.PROPERTY_KEYS: rec.keys, C.PROPERTY_BROKER_TRACE: "1"},
+                             born_timestamp=now, born_host=host)
+                for rec in C.encode_records(name, events)]
+        result = await store.put_messages_async(msgs)
+        if not result.status.stored:
+            log.warning("trace records not stored (%s): %d events lost", result.status.name,
+                        len(events))
+            self.dropped += len(events)
+            return 0
+        self.records_written += len(msgs)
+        self.events_written += len(events)
+        return len(events)
+
+    def _raw_events(self, entries: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        clients: dict[tuple[str, str], str] = {}
+        for entry in entries:
+            tag = entry[0]
+            if tag == "put":
+                _, ts, msgs, appended = entry
+                for m, a in zip(msgs, appended, strict=False):
+                    if m.topic in _UNTRACED_TOPICS:
+                        continue
+                    out.append(_stored(ts, m, a))
+            elif tag == "commit":
+                _, ts, group, topic, qid, old, new = entry
+                if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
+                    continue
+                out.append({"ts": ts, "k": C.R_COMMITTED, "t": topic, "q": qid, "o": old,
+                            "e": new, "g": group})
+            else:
+                _, ts, ev = entry
+                raw = self._event(ts, ev, clients)
+                if raw is not None:
+                    out.append(raw)
+        return out
+
+    def _event(self, ts: int, ev: MessageEvent, clients: dict[tuple[str, str], str]) -> dict[str, Any] | None:
+        if ev.group in _UNTRACED_GROUPS or ev.topic in _UNTRACED_TOPICS:
+            return None
+        kind = ev.kind.value
+        raw: dict[str, Any] = {"ts": ts, "k": kind, "t": ev.topic, "q": ev.queue_id,
+                               "o": ev.queue_offset}
+        if ev.group:
+            raw["g"] = ev.group
+        if ev.client:
+            raw["c"] = self._client_name(ev.group, ev.client, clients)
+        if ev.msg_id and ev.kind not in (MessageEventKind.DELIVERED,):
+            raw["id"] = ev.msg_id
+        detail = dict(ev.detail)
+        offsets = detail.pop("offsets", None)
+        if offsets is not None:
+            raw["os"] = [int(o) for o in offsets.split(",") if o]
+        nxt = detail.pop("next", None)
+        if ev.kind is MessageEventKind.DELIVERED:
+            raw["e"] = int(nxt) if nxt is not None else ev.queue_offset + ev.count
+        if detail:
+            raw["d"] = detail
+        return raw
+
+    def _client_name(self, group: str, addr: str, cache: dict[tuple[str, str], str]) -> str:
+        """A consumer's client id with its address ("id@addr"), when it is registered."""
+        key = (group, addr)
+        found = cache.get(key)
+        if found is None:
+            found = addr
+            info = self._broker.clients.consumer_group(group) if group else None
+            if info is not None:
+                for ch in list(info.channels.values()):
+                    if ch.addr == addr:
+                        found = f"{ch.client_id}@{addr}"
+                        break
+            cache[key] = found
+        return found
+
+
+def _stored(ts: int, m: StoreMessage, a: Any) -> dict[str, Any]:
+    props = properties_map(m.properties)
+    raw: dict[str, Any] = {
+        "ts": a.store_timestamp or ts, "k": C.R_STORED, "t": m.topic, "q": m.queue_id,
+        "o": a.queue_offset, "p": a.phys_offset,
+        "id": props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or a.offset_msg_id,
+    }
+    detail: dict[str, str] = {"offset_msg_id": a.offset_msg_id}
+    if m.reconsume_times:
+        detail["reconsume_times"] = str(m.reconsume_times)
+    for name, key in ((P.PROPERTY_DELAY_TIME_LEVEL, "delay_level"),
+                      (P.PROPERTY_REAL_TOPIC, "real_topic"), (P.PROPERTY_TAGS, "tags"),
+                      (P.PROPERTY_KEYS, "keys"), (P.PROPERTY_TIMER_OUT_MS, "deliver_ms")):
+        value = props.get(name)
+        if value:
+            detail[key] = value
+    if m.topic == TIMER_TOPIC and "deliver_ms" not in detail:
+        deliver = props.get(P.PROPERTY_TIMER_DELIVER_MS)
+        if deliver:
+            detail["deliver_ms"] = deliver
+    raw["d"] = detail
+    return raw
