@@ -12,7 +12,18 @@ import pytest
 from cli_util import ferrymq, json_out
 
 from conftest import start_standalone, wait_until
-from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, PushConsumer
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    LocalTransactionState,
+    Message,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionProducer,
+)
+from ferrymq.broker.trace.codec import TRACE_TOPIC, ClientTrace, encode_client_trace
 from ferrymq.common.trace_events import TraceEvent
 
 
@@ -166,3 +177,65 @@ def test_trace_off_records_nothing(untraced: Any, tmp_path: Path) -> None:
     assert doc["copies"][0]["offset_msg_id"] == sent["offset_msg_id"]
     assert not (tmp_path / "store" / "consumequeue" / "RMQ_SYS_TRACE_TOPIC").exists()
     assert "trace_enable is off" in ferrymq(untraced, "msg", "trace", sent["msg_id"]).stdout
+
+
+class _Tx:
+    def execute_local_transaction(self, msg: Any, arg: Any) -> Any:
+        return arg
+
+    def check_local_transaction(self, msg: Any) -> Any:
+        return LocalTransactionState.ROLLBACK_MESSAGE
+
+
+def test_transactions_pop_delay_and_client_trace_data(standalone: Any) -> None:
+    for topic in ("tr-tx", "tr-pop", "tr-delay"):
+        ferrymq(standalone, "topic", "create", topic, "--queues", "1")
+    with TransactionProducer("tr-tx-p", standalone.namesrv, listener=_Tx()) as tx:
+        committed = tx.send_message_in_transaction(Message("tr-tx", b"paid"),
+                                                   LocalTransactionState.COMMIT_MESSAGE)
+        rolled = tx.send_message_in_transaction(Message("tr-tx", b"void"),
+                                                LocalTransactionState.ROLLBACK_MESSAGE)
+    popped = json_out(standalone, "send", "tr-pop", "popped")
+    delayed = json_out(standalone, "send", "tr-delay", "later", "--delay-level", "1")
+    consumer = SimpleConsumer("tr-pop-g", standalone.namesrv, await_duration=5.0)
+    consumer.subscribe("tr-pop")
+    with consumer, AdminClient(standalone.namesrv) as admin:
+        (view,) = wait_until(lambda: consumer.receive(1, 30.0), timeout=30, message="a pop")
+        consumer.change_invisible_duration(view, 20.0)
+        consumer.ack(view)
+
+        events = admin.message_trace(committed.msg_id).events
+        assert _in_order(events, _is("prepared", topic="RMQ_SYS_TRANS_HALF_TOPIC"),
+                         _is("transaction_committed", topic="tr-tx")), _kinds(events)
+        events = admin.message_trace(rolled.msg_id).events
+        assert _kinds(events) == ["prepared", "transaction_rolled_back"]
+        assert events[1].group == "tr-tx-p"
+        events = admin.message_trace(popped["msg_id"]).events
+        assert _in_order(events, _is("stored"), _is("popped", group="tr-pop-g"),
+                         _is("invisible_changed", group="tr-pop-g", detail_invisible_ms="20000"),
+                         _is("acked", group="tr-pop-g")), _kinds(events)
+        assert "127.0.0.1:" in next(e for e in events if e.kind == "popped").client
+        events = wait_until(
+            lambda: (lambda ev: ev if "stored" in _kinds(ev) else None)(
+                admin.message_trace(delayed["msg_id"]).events),
+            timeout=30, message="the delayed message's delivery traced")
+        assert _kinds(events)[:2] == ["scheduled", "stored"], _kinds(events)
+        assert events[0].detail["delay_level"] == "1" and events[1].topic == "tr-delay"
+
+        # A RocketMQ client's trace data (TraceDataEncoder text, keyed by message id) is merged.
+        text = encode_client_trace([
+            ClientTrace("Pub", popped["msg_id"], ts=events[0].ts - 1, region="DefaultRegion",
+                        group="java-producer", topic="tr-pop", cost_ms=3, success=True,
+                        store_host="127.0.0.1:10911", offset_msg_id=popped["offset_msg_id"]),
+            ClientTrace("SubBefore", popped["msg_id"], ts=events[0].ts + 10, group="java-g",
+                        request_id="r1", retry_times=0),
+            ClientTrace("SubAfter", popped["msg_id"], ts=events[0].ts + 20, request_id="r1",
+                        cost_ms=10, success=True, context_code=0),
+        ])
+        with Producer("java-trace-p", standalone.namesrv) as p:
+            p.send(Message(TRACE_TOPIC, text.encode(), keys=popped["msg_id"]))
+        events = admin.message_trace(popped["msg_id"]).events
+        client = [e for e in events if e.source == "client"]
+        assert [e.kind for e in client] == ["client_pub", "client_sub_before", "client_sub_after"]
+        assert client[0].group == "java-producer" and client[0].detail["success"] == "true"
+        assert client[2].detail["cost_ms"] == "10"

@@ -74,7 +74,8 @@ async def pop_message(broker: BrokerContext, conn: Connection, req: RemotingComm
         result = await pop_service(broker).pop(group, topic, queue_id, max_nums, invisible,
                                       None if sub.matches_all and sub.selector is None else sub,
                                       order=order,
-                                      init_mode=init_mode, poll_ms=poll_ms)
+                                      init_mode=init_mode, poll_ms=poll_ms,
+                                      client=conn.remote_addr)
     except PopRefused as exc:
         return reply(req, ResponseCode.INVALID_PARAMETER, exc.reason)
     revive_qid = POP_ORDER_REVIVE_QUEUE if order else REVIVE_QID

@@ -196,7 +196,7 @@ class PopService:
     # --- pop -------------------------------------------------------------------------------------
     async def pop(self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
                   sub: Subscription | None, *, order: bool = False, init_mode: int = INIT_MAX,
-                  poll_ms: int = 0) -> PopResult:
+                  poll_ms: int = 0, client: str = "") -> PopResult:
         """Up to max_nums messages of `topic` (queue_id < 0: any of its read queues),
         invisible to the group for invisible_ms. With nothing to hand out, waits up to
         poll_ms for an arrival, an acknowledgement or an expiring lease."""
@@ -223,6 +223,8 @@ class PopService:
             result = await self._pop_round(group, topic, qids, max_nums, invisible_ms, sub, order,
                                            init_mode)
             remaining = end - loop.time()
+            if result.messages and self.broker.events.active:
+                self._popped(group, client, result)
             if result.messages or remaining <= 0:
                 return result
             wait = min(remaining, MAX_WAIT_SLICE)
@@ -231,6 +233,14 @@ class PopService:
             if deadlines:
                 wait = min(wait, max(0.005, (min(deadlines) - self.broker.now_ms()) / 1000))
             await self.waiters.wait(topic, wait)
+
+    def _popped(self, group: str, client: str, result: PopResult) -> None:
+        for qid, msgs in result.by_queue().items():
+            self.broker.events.emit(MessageEvent(
+                MessageEventKind.POPPED, msgs[0].topic, qid, msgs[0].queue_offset,
+                count=len(msgs), group=group, client=client,
+                detail={"offsets": ",".join(str(m.queue_offset) for m in msgs),
+                        "invisible_ms": str(result.invisible_ms)}))
 
     async def _pop_round(self, group: str, topic: str, qids: Sequence[int], max_nums: int,
                          invisible_ms: int, sub: Subscription | None, order: bool,
@@ -345,7 +355,12 @@ class PopService:
         if self.broker.offsets.progress(group, topic, queue_id) is None:
             return 0  # the group never popped this queue: nothing to acknowledge
         state, seq = self._state(group, topic, queue_id, INIT_MAX)
-        acked = sum(state.ack(o) is AckOutcome.ACKED for o in offsets)
+        done = [o for o in offsets if state.ack(o) is AckOutcome.ACKED]
+        acked = len(done)
+        if acked and self.broker.events.active:
+            self.broker.events.emit(MessageEvent(
+                MessageEventKind.ACKED, topic, queue_id, done[0], count=acked, group=group,
+                detail={"offsets": ",".join(map(str, done))}))
         if acked:
             seq = self._commit(group, topic, queue_id, state)
             self.waiters.notify(topic)
@@ -364,6 +379,10 @@ class PopService:
         outcome = state.change(offset, pop_time, now, max(0, invisible_ms))
         if outcome is ChangeOutcome.CHANGED:
             self.waiters.notify(topic)
+            if self.broker.events.active:
+                self.broker.events.emit(MessageEvent(
+                    MessageEventKind.INVISIBLE_CHANGED, topic, queue_id, offset, group=group,
+                    detail={"invisible_ms": str(invisible_ms)}))
         return ChangeResult(outcome, now, invisible_ms)
 
 

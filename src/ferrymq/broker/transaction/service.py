@@ -38,6 +38,7 @@ from ...common.names import (
 from ...common.record import MessageDecodeError, decode_record, encode_record, pack_host
 from ...remoting import RemotingCommand, RemotingError
 from ...store import PutResult, PutStatus, StoreMessage
+from ..events import MessageEvent, MessageEventKind
 from . import records as R
 
 if TYPE_CHECKING:
@@ -254,6 +255,10 @@ class TransactionService:
                 result = await self.broker.put([R.committed(msg, commit_log_offset)])
                 if not result.status.stored:
                     return EndOutcome(_put_code(result.status), result.reason or result.status.name)
+            elif commit_or_rollback == R.TRANSACTION_ROLLBACK_TYPE and self.broker.events.active:
+                self.broker.events.emit(MessageEvent(
+                    MessageEventKind.ROLLED_BACK, msg.topic, msg.queue_id, msg.queue_offset,
+                    group=producer_group, msg_id=msg.msg_id))
             await self._close(live)
         return EndOutcome(ResponseCode.SUCCESS)
 
