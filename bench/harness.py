@@ -28,6 +28,7 @@ REGISTRY: list[str] = [
     "pop_dup_bench",
     "timer_bench",
     "grpc_bench",
+    "acl_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
