@@ -59,6 +59,9 @@ def config_properties(cfg: BrokerConfig) -> dict[str, str]:
     values = {camel(n): _text(getattr(cfg, n)) for n in sorted(_FIELDS)}
     # Unset means the default rule (docs/grpc.md): show the port that rule gives.
     values[camel("grpc_listen_port")] = str(cfg.grpc_port)
+    # Any signed account may read the configuration; the broker's own secret is not for it.
+    if cfg.secret_key:
+        values[camel("secret_key")] = "******"
     return values
 
 
