@@ -58,6 +58,7 @@ _EXPORTS = {
     "NoRouteError": "ferrymq.client.errors",
     "NameServerUnreachableError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
+    "TlsClientSettings": "ferrymq.remoting.tls",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from .common.message import MessageQueue as MessageQueue
     from .common.sql92 import SelectorError as SelectorError
     from .remoting.errors import RemotingError as RemotingError
+    from .remoting.tls import TlsClientSettings as TlsClientSettings
 
 
 def __getattr__(name: str) -> Any:

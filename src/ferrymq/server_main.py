@@ -88,7 +88,8 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port:
         namesrv = NameServer(NamesrvConfig(
             host=broker_config.host, port=namesrv_port,
             acl_file=Path(broker_config.acl_file) if broker_config.acl_file else None,
-            acl_reload_interval_ms=broker_config.acl_reload_interval_ms))
+            acl_reload_interval_ms=broker_config.acl_reload_interval_ms,
+            tls=broker_config.tls_server()))
     except AclConfigError as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1

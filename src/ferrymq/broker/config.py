@@ -11,6 +11,7 @@ from typing import Any
 
 from ..common.delay import DEFAULT_DELAY_LEVELS, DelayLevelError
 from ..common.delay import parse_delay_levels as _parse_levels
+from ..remoting.tls import ClientAuth, TlsClientSettings, TlsConfigError, TlsMode, TlsServerSettings
 from ..store import FlushDiskType
 
 
@@ -136,6 +137,21 @@ class BrokerConfig:
     trace_enable: bool = True
     trace_flush_interval_ms: int = 5
     trace_max_buffered: int = 200_000
+    # TLS (docs/security.md), RocketMQ's tls.server.* keys: the remoting, HA and gRPC ports in
+    # disabled, permissive (TLS and plain on one port) or enforcing mode.
+    tls_server_mode: str = "disabled"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_key_password: str = ""
+    tls_server_trust_cert_path: str = ""  # CA(s) for client certificates
+    tls_server_need_client_auth: str = "none"  # none, optional or require
+    # RocketMQ's tls.enable and tls.client.*: the broker's own connections (to name servers,
+    # a slave to its master) over TLS.
+    tls_enable: bool = False
+    tls_client_trust_cert_path: str = ""  # "" = the system's CAs
+    tls_client_auth_server: bool = True  # verify the server's certificate
+    tls_client_cert_path: str = ""
+    tls_client_key_path: str = ""
 
     @property
     def broker_addr(self) -> str:
@@ -153,6 +169,21 @@ class BrokerConfig:
         if self.grpc_listen_port is not None:
             return self.grpc_listen_port
         return DEFAULT_GRPC_PORT if self.listen_port else 0
+
+    def tls_server(self) -> TlsServerSettings:
+        return TlsServerSettings(
+            mode=TlsMode.parse(self.tls_server_mode), cert_path=self.tls_server_cert_path,
+            key_path=self.tls_server_key_path, key_password=self.tls_server_key_password,
+            trust_cert_path=self.tls_server_trust_cert_path,
+            need_client_auth=ClientAuth.parse(self.tls_server_need_client_auth),
+        )
+
+    def tls_client(self) -> TlsClientSettings:
+        return TlsClientSettings(
+            enabled=self.tls_enable, trust_cert_path=self.tls_client_trust_cert_path,
+            verify=self.tls_client_auth_server, cert_path=self.tls_client_cert_path,
+            key_path=self.tls_client_key_path,
+        )
 
     @property
     def flush_type(self) -> FlushDiskType:
@@ -223,6 +254,10 @@ class BrokerConfig:
             raise ConfigError("trace_max_buffered", "must be >= 1")
         if self.timer_flush_interval_ms < 1:
             raise ConfigError("timer_flush_interval_ms", "must be >= 1")
+        try:
+            self.tls_server().validate()
+        except TlsConfigError as exc:
+            raise ConfigError(exc.key, exc.reason) from None
         return self
 
 
@@ -277,7 +312,31 @@ _CAMEL_ALIASES = {
     "accessKey": "access_key",
     "secretKey": "secret_key",
     "traceEnable": "trace_enable",
+    # RocketMQ's TLS system properties, as quoted keys ("tls.server.mode" = ...) or as tables.
+    "tls.server.mode": "tls_server_mode",
+    "tls.server.certPath": "tls_server_cert_path",
+    "tls.server.keyPath": "tls_server_key_path",
+    "tls.server.keyPassword": "tls_server_key_password",
+    "tls.server.trustCertPath": "tls_server_trust_cert_path",
+    "tls.server.need.client.auth": "tls_server_need_client_auth",
+    "tls.enable": "tls_enable",
+    "tls.client.trustCertPath": "tls_client_trust_cert_path",
+    "tls.client.authServer": "tls_client_auth_server",
+    "tls.client.certPath": "tls_client_cert_path",
+    "tls.client.keyPath": "tls_client_key_path",
 }
+
+
+def _dotted(prefix: str, table: dict[str, Any]) -> dict[str, Any]:
+    """`[tls.server] mode = ...` (or `tls.server.mode = ...`) as "tls.server.mode"."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            flat.update(_dotted(name, value))
+        else:
+            flat[name] = value
+    return flat
 
 
 def load_config(path: Path | None, base: BrokerConfig | None = None, **overrides: Any) -> BrokerConfig:
@@ -288,6 +347,8 @@ def load_config(path: Path | None, base: BrokerConfig | None = None, **overrides
         with open(path, "rb") as fh:
             raw = tomllib.load(fh)
         section = raw.get("broker", raw)
+        if isinstance(section.get("tls"), dict):
+            section = {**section, **_dotted("tls", section["tls"])}
         names = {f.name: f for f in dataclasses.fields(BrokerConfig)}
         for key, value in section.items():
             if isinstance(value, dict):

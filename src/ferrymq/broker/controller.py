@@ -86,6 +86,7 @@ class Broker:
             write_buffer_high=config.write_buffer_high_water_mark,
             write_buffer_low=config.write_buffer_low_water_mark,
             partial_frame_budget=config.partial_frame_budget,
+            tls=config.tls_server(),
         ))
         self.acl: AclFile | None = None
         if config.acl_file:
@@ -94,7 +95,8 @@ class Broker:
             self.acl = AclFile(Path(config.acl_file), poll_interval=config.acl_reload_interval_ms / 1000)
             self.server.set_request_hook(AclGuard(self.acl, GuardScope.BROKER))
         self.credentials = credentials_from(config.access_key, config.secret_key)
-        self.namesrv_client = RemotingClient(ClientConfig(), signer=self._sign)
+        # Also the connection a slave copies its master's metadata over.
+        self.namesrv_client = RemotingClient(ClientConfig(tls=config.tls_client()), signer=self._sign)
         self.store: MessageStore | None = None
         self.waiters: PullWaiters | None = None
         self.schedule: ScheduleService | None = None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from ..common.errors import FerryMQError
 from . import auth, cluster_cmds, dashboard_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
 from .failures import CommandFailed, describe, report
+from .tls_flags import add_tls_client_flags, apply_tls_client_flags
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
@@ -41,6 +42,7 @@ def _guarded(fn: Command) -> Command:
             # The clients log their routine (rebalance, queue moves) at INFO; a command's
             # output is its result.
             logging.getLogger("ferrymq.client").setLevel(logging.WARNING)
+        apply_tls_client_flags(args)
         try:
             return fn(args)
         except (CommandFailed, FerryMQError, TimeoutError, OSError, ValueError) as exc:
@@ -62,6 +64,7 @@ def common_options() -> argparse.ArgumentParser:
         help="machine-readable output; a failure prints {\"error\": {...}} on stdout",
     )
     auth.add_options(common)
+    add_tls_client_flags(common)
     return common
 
 

@@ -12,6 +12,7 @@ from typing import NoReturn, cast
 from .. import __version__
 from ..broker.config import BrokerConfig, ConfigError, load_config
 from .failures import EXIT_USAGE, Failure, report
+from .tls_flags import add_tls_server_flags, tls_server_overrides
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,6 +45,7 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
     _add_metrics_flag(p)
     p.add_argument("--acl-file", help="RocketMQ's plain_acl.yml: requests must be signed by its accounts "
                    "(hot-reloaded; see docs/security.md)")
+    add_tls_server_flags(p)
     if standalone:
         p.add_argument("--namesrv-port", type=int, default=9876, help="name server port, 0 picks a free one")
     else:
@@ -57,6 +59,9 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
                        "(default: learnt from the name server)")
         p.add_argument("--controller", help="controller mode: the controller's address "
                        "(a name server run with --enable-controller)")
+        p.add_argument("--tls", action="store_true", default=None,
+                       help="connect to the name server (and a slave to its master) over TLS, "
+                            "checking certificates against --tls-ca")
 
 
 def _add_metrics_flag(p: argparse.ArgumentParser) -> None:
@@ -79,10 +84,21 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
         "grpc_listen_port": args.grpc_port,
         "acl_file": args.acl_file,
     }
+    overrides.update(tls_server_overrides(args))
+    if args.tls_ca:
+        overrides["tls_client_trust_cert_path"] = args.tls_ca
     if not standalone:
         overrides.update(namesrv_addr=args.namesrv, broker_role=args.role, broker_id=args.broker_id,
-                         ha_master_address=args.master_ha_addr, controller_addr=args.controller)
-    return load_config(args.config, **overrides)
+                         ha_master_address=args.master_ha_addr, controller_addr=args.controller,
+                         tls_enable=args.tls)
+    cfg = load_config(args.config, **overrides)
+    if standalone and cfg.tls_server().enabled:
+        # The broker registers with the name server of its own process, which may refuse plain
+        # connections; without a CA to check against, the loopback peer is itself.
+        cfg = cfg.replace(tls_enable=True, tls_client_auth_server=bool(cfg.tls_client_trust_cert_path),
+                          tls_client_cert_path=cfg.tls_server_cert_path,
+                          tls_client_key_path=cfg.tls_server_key_path)
+    return cfg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--acl-file", type=Path, help="plain_acl.yml: broker registrations must be signed by "
                    "one of its admin accounts (see docs/security.md)")
     _add_metrics_flag(p)
+    add_tls_server_flags(p)
     p.set_defaults(func=_cmd_namesrv)
 
     p = sub.add_parser(
@@ -144,7 +161,10 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
     from ..namesrv import NamesrvConfig
     from ..server_main import run_namesrv
 
+    given = {k: v for k, v in tls_server_overrides(args).items() if v is not None}
+    tls = BrokerConfig().replace(**given).validate().tls_server()
     return run_namesrv(NamesrvConfig(
+        tls=tls,
         host=args.host,
         port=args.port,
         enable_controller=args.enable_controller,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ..remoting.tls import TlsClientSettings
 from .admin_async import AsyncAdminClient
 from .blocking import Facade, blocking
 from .loop import LoopThread
@@ -20,9 +21,10 @@ class AdminClient(Facade[AsyncAdminClient]):
     def __init__(
         self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0,
         access_key: str | None = None, secret_key: str | None = None,
+        tls: TlsClientSettings | bool | None = None,
     ) -> None:
         self._impl = AsyncAdminClient(namesrv, timeout=timeout, route_ttl=route_ttl,
-                                      access_key=access_key, secret_key=secret_key)
+                                      access_key=access_key, secret_key=secret_key, tls=tls)
         self._loop: LoopThread = LoopThread("ferrymq-admin")
         # A call waits for its requests plus scheduling slack; a hung broker cannot hang us.
         self._call_timeout = timeout * 4 + 5

@@ -26,6 +26,7 @@ from ..common.names import (
 from ..common.record import decode_records
 from ..common.trace_events import TraceEvent
 from ..remoting import ClientConfig, RemotingClient
+from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
@@ -49,9 +50,12 @@ class AsyncAdminClient:
     def __init__(
         self, namesrv: str = "127.0.0.1:9876", *, timeout: float = 3.0, route_ttl: float = 5.0,
         access_key: str | None = None, secret_key: str | None = None,
+        tls: TlsClientSettings | bool | None = None,
     ) -> None:
+        """`tls`: settings, True/False, or None for what $FERRYMQ_TLS says (docs/security.md)."""
         self.namesrv = namesrv
         self.credentials = credentials_from(access_key, secret_key)
+        self.tls = resolve_client_tls(tls)
         self.timeout = timeout
         self.route_ttl = route_ttl
         self._remoting: RemotingClient | None = None
@@ -64,7 +68,7 @@ class AsyncAdminClient:
         if self._closed:
             raise ClientStateError("AdminClient", "closed", "send requests")
         if self._api is None:
-            self._remoting = RemotingClient(ClientConfig(), signer=signer_for(self.credentials))
+            self._remoting = RemotingClient(ClientConfig(tls=self.tls), signer=signer_for(self.credentials))
             self._api = MQClientAPI(self._remoting, self.namesrv, timeout=self.timeout)
         return self._api
 

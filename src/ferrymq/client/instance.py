@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..acl.signing import Credentials, signer_for
@@ -35,6 +35,7 @@ from ..remoting import (
     RemotingConnectError,
     RemotingError,
 )
+from ..remoting.tls import TlsClientSettings
 from .api import MQClientAPI, mq_from_key, split_addrs
 from .loop import LoopThread
 from .route import TopicRoute, read_addr
@@ -53,6 +54,8 @@ class InstanceConfig:
     master_recheck_interval: float = 1.0
     # ACL: every request is signed with these (instances with other credentials are not shared).
     credentials: Credentials | None = None
+    # TLS to name servers and brokers (docs/security.md); resolved when the client is made.
+    tls: TlsClientSettings = field(default_factory=TlsClientSettings)
 
 
 class ProducerMember(Protocol):
@@ -92,7 +95,7 @@ class ClientInstance:
     def __init__(self, config: InstanceConfig, index: int) -> None:
         self.config = config
         self.client_id = f"{local_ip(config.namesrv)}@{os.getpid()}#{index}"
-        self.remoting = RemotingClient(ClientConfig(), signer=signer_for(config.credentials))
+        self.remoting = RemotingClient(ClientConfig(tls=config.tls), signer=signer_for(config.credentials))
         self.api = MQClientAPI(self.remoting, config.namesrv, timeout=config.request_timeout)
         self.routes: dict[str, TopicRoute] = {}
         self._route_fetches: dict[str, asyncio.Future[TopicRoute | None]] = {}

@@ -28,6 +28,7 @@ from ..common.names import (
 )
 from ..common.record import SYSFLAG_COMPRESSED, encode_batch, record_size
 from ..remoting import RemotingCommand, RemotingError
+from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .accumulator import Accumulator, AutoBatchConfig, Pending, split_batch_result
 from .errors import (
     BrokerError,
@@ -145,6 +146,7 @@ class AsyncProducer(Lifecycle):
         total_batch_max_bytes: int = 32 * 1024 * 1024,
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: TlsClientSettings | bool | None = None,
     ) -> None:
         super().__init__()
         validate_group(group)
@@ -162,7 +164,7 @@ class AsyncProducer(Lifecycle):
         self.fault = LatencyFaultTolerance(isolation_seconds=fault_isolation)
         self.instance_config = InstanceConfig(
             namesrv, route_refresh_interval, heartbeat_interval, send_timeout,
-            credentials=credentials_from(access_key, secret_key),
+            credentials=credentials_from(access_key, secret_key), tls=resolve_client_tls(tls),
         )
         self._inst: ClientInstance | None = None
         self._topics: set[str] = set()

@@ -13,6 +13,7 @@ from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
+from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
 from .controller_api import ControllerApi
 from .routes import RouteRegistry
@@ -36,6 +37,7 @@ class NamesrvConfig:
     # must then be signed by an admin account of it. None: no checks.
     acl_file: Path | None = None
     acl_reload_interval_ms: int = 1000
+    tls: TlsServerSettings = field(default_factory=TlsServerSettings)  # docs/security.md
 
 
 class NameServer:
@@ -49,7 +51,7 @@ class NameServer:
         when the config enables controller mode."""
         self.config = config
         self.registry = registry or RouteRegistry(broker_expire_ms=config.broker_expire_ms)
-        self.server = RemotingServer(ServerConfig(host=config.host, port=config.port))
+        self.server = RemotingServer(ServerConfig(host=config.host, port=config.port, tls=config.tls))
         self._scan_task: asyncio.Task[None] | None = None
         self._controller_task: asyncio.Task[None] | None = None
         self._injected_controller = controller

@@ -12,6 +12,7 @@ from ...acl.signing import credentials_from
 from ...common import props as P
 from ...common.message import MessageExt, MessageQueue
 from ...common.names import is_retry_topic, retry_topic, validate_group, validate_topic
+from ...remoting.tls import resolve_client_tls
 from ..errors import ClientError
 from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from ..lifecycle import Lifecycle, State
@@ -43,6 +44,7 @@ class ConsumerBase(Lifecycle):
             options.heartbeat_interval,
             options.request_timeout,
             credentials=credentials_from(options.access_key, options.secret_key),
+            tls=resolve_client_tls(options.tls),
         )
         self.subscriptions: dict[str, Subscription] = {}
         self._retry_sub: Subscription | None = None

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...remoting.tls import TlsClientSettings
 from .allocate import AllocateStrategy
 from .types import ConsumeFromWhere, MessageModel
 
@@ -53,6 +54,8 @@ class ConsumerOptions:
     # ACL: sign every request with this account of the broker's plain_acl.yml.
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    # TLS to name servers and brokers: settings, True/False, or None for $FERRYMQ_TLS.
+    tls: TlsClientSettings | bool | None = None
 
     def validate(self) -> ConsumerOptions:
         if self.consume_threads < 1:

@@ -17,6 +17,7 @@ from ...common.codes import ResponseCode
 from ...common.message import MessageExt, MessageQueue
 from ...common.names import validate_group, validate_topic
 from ...common.popinfo import ExtraInfo
+from ...remoting.tls import TlsClientSettings, resolve_client_tls
 from ..errors import BrokerError, ClientError
 from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from ..lifecycle import Lifecycle, State
@@ -125,6 +126,7 @@ class AsyncSimpleConsumer(Lifecycle):
         route_refresh_interval: float = 30.0,
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: TlsClientSettings | bool | None = None,
     ) -> None:
         """`await_duration`: how long a receive() that finds nothing waits on the broker for a
         message (long polling, at most 20 s). `orderly`: a queue's next message is received
@@ -141,7 +143,8 @@ class AsyncSimpleConsumer(Lifecycle):
         self.consume_from_where = consume_from_where
         self.instance_config = InstanceConfig(namesrv, route_refresh_interval, heartbeat_interval,
                                               request_timeout,
-                                              credentials=credentials_from(access_key, secret_key))
+                                              credentials=credentials_from(access_key, secret_key),
+                                              tls=resolve_client_tls(tls))
         self.subscriptions: dict[str, Subscription] = {}
         self._inst: ClientInstance | None = None
         self._rr = 0
