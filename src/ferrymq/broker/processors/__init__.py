@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from ...common.codes import ResponseCode
 from ...common.headers import HeaderError
+from ...common.histogram import Histogram
 from ...common.names import InvalidNameError
 from ...remoting import Connection, RemotingCommand, RemotingServer
 from ..clients import SubscriptionParseError, UnsupportedFilterError
@@ -26,11 +28,16 @@ def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
 Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
-def _guard(broker: BrokerContext, handler: Handler) -> Served:
+def _guard(broker: BrokerContext, handler: Handler, latency: Histogram | None = None) -> Served:
+    """`handler` with request errors answered; with `latency`, its handling time (arrival at
+    the handler to the answer) observed there."""
+    perf_counter = time.perf_counter
+
     @functools.wraps(handler)
     async def run(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         if broker.store is None:
             return reply(req, ResponseCode.SYSTEM_BUSY, "broker is starting")
+        started = perf_counter() if latency is not None else 0.0
         try:
             return await handler(broker, conn, req)
         except HeaderError as exc:
@@ -41,6 +48,9 @@ def _guard(broker: BrokerContext, handler: Handler) -> Served:
             return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
         except SubscriptionParseError as exc:
             return reply(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        finally:
+            if latency is not None:
+                latency.observe(perf_counter() - started)
 
     return run
 
@@ -52,4 +62,5 @@ def register_all(broker: BrokerContext, server: RemotingServer) -> None:
 
     for module in (send, pull, consumer, admin, store_admin, pop, transaction, trace):
         for code, handler in module.HANDLERS.items():
-            server.register(code, _guard(broker, handler))
+            latency = broker.stats.send_latency if code in send.TIMED else None
+            server.register(code, _guard(broker, handler, latency))
