@@ -29,6 +29,7 @@ REGISTRY: list[str] = [
     "timer_bench",
     "grpc_bench",
     "acl_bench",
+    "metrics_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
