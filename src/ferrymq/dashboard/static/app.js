@@ -452,7 +452,7 @@ async function viewDlq(seq, params) {
       {title: "reconsumed", num: true, key: "reconsume_times"},
       {title: "stored", render: m => fmtTime(m.store_timestamp)},
       {title: "body", render: m => m.body_preview},
-    ], data.messages, {id: "dlq", empty: "nothing to re-drive"}),
+    ], data.messages, {id: "dlq", empty: "nothing to re-drive", rowAttrs: m => ({"data-msg-id": m.msg_id})}),
   );
 }
 
