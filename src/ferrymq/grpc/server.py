@@ -11,6 +11,7 @@ import grpc
 
 from ..broker.context import BrokerContext
 from ..common.delay import parse_delay_levels
+from ..remoting.tls import ClientAuth, TlsServerSettings
 from .consume import Consumer
 from .pb import definition_pb2 as pb
 from .pb import service_pb2_grpc as sgrpc
@@ -67,8 +68,12 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
         ])
         sgrpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        tls = self._broker.config.tls_server()
         try:
-            bound = server.add_insecure_port(f"{self._host}:{port}")
+            if tls.enabled:
+                bound = server.add_secure_port(f"{self._host}:{port}", server_credentials(tls))
+            else:
+                bound = server.add_insecure_port(f"{self._host}:{port}")
         except RuntimeError:
             bound = 0
         if bound == 0:
@@ -77,7 +82,7 @@ class GrpcServer:
         self._server = server
         self._port = bound
         self._expirer = asyncio.create_task(self._expire_loop(), name="ferrymq-grpc-expire")
-        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s", self.addr)
+        log.info("gRPC endpoint (apache.rocketmq.v2) listening on %s%s", self.addr, " (TLS)" if tls.enabled else "")
         return self.addr
 
     async def _expire_loop(self) -> None:
@@ -93,3 +98,26 @@ class GrpcServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+
+
+def server_credentials(tls: TlsServerSettings) -> grpc.ServerCredentials:
+    """The gRPC port follows the remoting ports' TLS settings, except that it cannot tell TLS
+    from plain on one port: permissive serves TLS only there (docs/security.md)."""
+    if tls.key_password:
+        raise OSError("the gRPC endpoint cannot use a password-protected TLS key (tls_server_key_password); "
+                      "give an unencrypted key or turn the endpoint off (grpc_listen_port = -1)")
+    chain = _read(tls.cert_path, "tls_server_cert_path")
+    key = _read(tls.key_path, "tls_server_key_path")
+    roots = None
+    if tls.need_client_auth is not ClientAuth.NONE and tls.trust_cert_path:
+        roots = _read(tls.trust_cert_path, "tls_server_trust_cert_path")
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=roots,
+                                       require_client_auth=tls.need_client_auth is ClientAuth.REQUIRE)
+
+
+def _read(path: str, key: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise OSError(exc.errno, f"TLS file for the gRPC endpoint ({key}): {exc.strerror}", path) from None
