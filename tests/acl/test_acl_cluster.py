@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acl_util import RULES, write_rules
+from acl_util import ADMIN, APP, RULES, write_rules
 
 from conftest import wait_until
-from ferrymq import AdminClient
+from ferrymq import AdminClient, Message, Producer
+from ferrymq.embedded.cluster import start_cluster
 from ferrymq.embedded.process import ServerProcess
 
 
@@ -53,3 +54,33 @@ def test_name_server_registers_only_brokers_signing_as_an_admin(tmp_path: Path) 
         for b in brokers:
             b.kill()
         ns.kill()
+
+
+def test_controller_mode_group_with_acl_everywhere(tmp_path: Path) -> None:
+    """Name server (with the controller) and both replicas check the file; the replicas sign
+    their registrations, controller heartbeats and the slave's metadata copies as the admin
+    account: a master is elected, the slave follows it, and an application's sends replicate."""
+    acl = tmp_path / "plain_acl.yml"
+    write_rules(acl, RULES)
+    admin_keys = {"access_key": "adminKey1", "secret_key": "adminSecret1"}
+    with start_cluster(tmp_path / "group", controller=True, slaves=1, namesrv_extra=["--acl-file", str(acl)],
+                       broker_config={"acl_file": str(acl), **admin_keys}) as cluster:
+        master = cluster.wait_master()
+        slave = next(b for b in cluster.brokers if b is not master)
+        with AdminClient(cluster.namesrv.addr, **ADMIN) as admin:
+            admin.create_topic("acl-rw", 2)
+            with Producer("acl-group-pg", cluster.namesrv.addr, **APP) as producer:
+                for i in range(10):
+                    producer.send(Message("acl-rw", f"r{i}".encode()))
+
+            def replicated() -> bool:
+                statuses = {s.broker_id: s for s in admin.cluster_list()}
+                master_status = statuses.get(0)
+                slave_status = statuses.get(slave.broker_id)
+                return (master_status is not None and slave_status is not None and slave_status.error is None
+                        and slave.broker_id in (master_status.replication.in_sync_slaves or ())
+                        and slave_status.replication.lag_bytes == 0)
+
+            wait_until(replicated, 30, message="the slave to be registered, in sync and caught up")
+        for broker in cluster.brokers:
+            assert "refused" not in _log(broker), _log(broker)[-2000:]

@@ -16,7 +16,17 @@ import pytest
 from acl_util import ADMIN, APP, RULES, run_cli, start_acl_standalone, write_rules
 
 from conftest import Standalone, wait_until
-from ferrymq import AdminClient, ConsumeFromWhere, LitePullConsumer, Message, Producer
+from ferrymq import (
+    AdminClient,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    LitePullConsumer,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
 from ferrymq.acl import Credentials, sign
 from ferrymq.client.errors import NoPermissionError, SendError
 from ferrymq.common import jsonx
@@ -52,6 +62,38 @@ def test_signed_clients_send_and_consume_what_their_account_allows(server: Stand
         got: set[str] = set()
         wait_until(lambda: got.update(m.msg_id for m in consumer.poll(0.5)) or sent <= got, 30,
                    message="the account's consumer to receive what it sent")
+
+
+def test_push_consumer_retries_and_simple_consumer_acks_under_acl(server: Standalone) -> None:
+    """Heartbeats, pulls of the topic and of the group's retry topic, send-backs, offset commits
+    and pop/ack all pass for an account with SUB on the topic and the group."""
+    seen: dict[str, int] = {}
+
+    def listener(msgs: list[MessageExt], ctx: object) -> ConsumeStatus:
+        for m in msgs:
+            seen[m.body.decode()] = seen.get(m.body.decode(), 0) + 1
+        # The first delivery of "retry-me" fails: it comes back through %RETRY%acl-push-g.
+        return ConsumeStatus.RECONSUME_LATER if any(
+            m.body == b"retry-me" and m.reconsume_times == 0 for m in msgs) else ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("acl-push-g", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            pull_suspend_timeout=1.0, **APP)
+    consumer.subscribe("acl-rw")
+    consumer.register_listener(listener)
+    with consumer, Producer("acl-push-pg", server.namesrv, **APP) as producer:
+        producer.send(Message("acl-rw", b"retry-me"))
+        wait_until(lambda: seen.get("retry-me", 0) >= 2, 30, message="the failed message to be redelivered")
+    with SimpleConsumer("acl-pop-g", server.namesrv, **APP) as simple:
+        simple.subscribe("acl-rw")
+        got: list[MessageExt] = []
+
+        def received() -> bool:
+            got.extend(simple.receive(16, 30.0))
+            return any(m.body == b"retry-me" for m in got)
+
+        wait_until(received, 30, message="pop to receive")
+        for m in got:
+            simple.ack(m)
 
 
 def test_denied_send_gets_no_permission_and_stores_nothing(server: Standalone) -> None:
