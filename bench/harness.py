@@ -30,6 +30,7 @@ REGISTRY: list[str] = [
     "grpc_bench",
     "acl_bench",
     "metrics_bench",
+    "trace_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")

@@ -314,8 +314,6 @@ class Broker:
         if result.status.stored:
             self.stats.add_put(len(msgs))
             self.stats.count_put(msgs, result)
-        if result.status.stored and self.trace is not None:
-            self.trace.stored(msgs, result)
         if result.status.stored and self.events.wants_stored:
             for m, a in zip(msgs, result.messages, strict=False):
                 self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,

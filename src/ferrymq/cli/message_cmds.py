@@ -278,10 +278,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _print_timeline(trace: MessageTrace) -> None:
+    off = [b for b, on in trace.trace_enable.items() if not on]
+    if off:
+        stdout.print(f"trace_enable is off on {', '.join(off)}: deliveries and consumption "
+                     "there are not recorded", markup=False)
     if not trace.events:
-        off = [b for b, on in trace.trace_enable.items() if not on]
-        why = f" (trace_enable is off on {', '.join(off)})" if off else ""
-        stdout.print(f"no recorded trace{why}", markup=False)
+        stdout.print("no recorded trace", markup=False)
         return
     print_table(
         "timeline",

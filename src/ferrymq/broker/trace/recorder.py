@@ -1,26 +1,27 @@
 """The broker's trace recorder: state changes are appended to an in-memory buffer on the hot
-paths (one append per put batch, per pull, per commit that moves an offset); a task turns the
-buffer into trace records every few milliseconds and writes them through the store to
-RMQ_SYS_TRACE_TOPIC, so they are replicated, indexed and expired like any message."""
+paths (one append per pull, per commit that moves an offset, per send-back or pop request); a
+task turns the buffer into trace records every few milliseconds and writes them through the
+store to RMQ_SYS_TRACE_TOPIC, so they are replicated, indexed and expired like any message.
+
+Stores need no record: every stored copy of a message (its topic, a retry, the DLQ, the delay
+schedule, a half message) is found by its unique id in the store's own key index, with its
+store time and position (timeline.py). A put costs nothing more with trace on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...common import props as P
 from ...common.names import (
     CID_SYS_RMQ_TRANS,
-    TIMER_TOPIC,
     TOOLS_CONSUMER_GROUP,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
-from ...common.record import properties_map
-from ...store import PutResult, StoreMessage
+from ...store import StoreMessage
 from ..events import MessageEvent, MessageEventKind
 from . import codec as C
 
@@ -46,12 +47,9 @@ class TraceRecorder:
         self.events_written = 0
 
     # --- the hot-path side: one append each ----------------------------------------------------
-    def stored(self, msgs: Sequence[StoreMessage], result: PutResult) -> None:
-        self._add(("put", self._broker.now_ms(), msgs, result.messages))
-
     def on_event(self, event: MessageEvent) -> None:
-        # Puts arrive whole through stored(), offset moves through on_commit (with the
-        # offset they moved from).
+        # Stored copies are read from the store itself; offset moves come through on_commit
+        # (with the offset they moved from).
         if event.kind not in (MessageEventKind.STORED, MessageEventKind.COMMITTED):
             self._add(("ev", self._broker.now_ms(), event))
 
@@ -115,13 +113,7 @@ class TraceRecorder:
         clients: dict[tuple[str, str], str] = {}
         for entry in entries:
             tag = entry[0]
-            if tag == "put":
-                _, ts, msgs, appended = entry
-                for m, a in zip(msgs, appended, strict=False):
-                    if m.topic in _UNTRACED_TOPICS:
-                        continue
-                    out.append(_stored(ts, m, a))
-            elif tag == "commit":
+            if tag == "commit":
                 _, ts, group, topic, qid, old, new = entry
                 if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
                     continue
@@ -172,26 +164,3 @@ class TraceRecorder:
             cache[key] = found
         return found
 
-
-def _stored(ts: int, m: StoreMessage, a: Any) -> dict[str, Any]:
-    props = properties_map(m.properties)
-    raw: dict[str, Any] = {
-        "ts": a.store_timestamp or ts, "k": C.R_STORED, "t": m.topic, "q": m.queue_id,
-        "o": a.queue_offset, "p": a.phys_offset,
-        "id": props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or a.offset_msg_id,
-    }
-    detail: dict[str, str] = {"offset_msg_id": a.offset_msg_id}
-    if m.reconsume_times:
-        detail["reconsume_times"] = str(m.reconsume_times)
-    for name, key in ((P.PROPERTY_DELAY_TIME_LEVEL, "delay_level"),
-                      (P.PROPERTY_REAL_TOPIC, "real_topic"), (P.PROPERTY_TAGS, "tags"),
-                      (P.PROPERTY_KEYS, "keys"), (P.PROPERTY_TIMER_OUT_MS, "deliver_ms")):
-        value = props.get(name)
-        if value:
-            detail[key] = value
-    if m.topic == TIMER_TOPIC and "deliver_ms" not in detail:
-        deliver = props.get(P.PROPERTY_TIMER_DELIVER_MS)
-        if deliver:
-            detail["deliver_ms"] = deliver
-    raw["d"] = detail
-    return raw

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...common import props as P
 from ...common import trace_events as K
 from ...common.names import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -63,10 +64,42 @@ def _records(store: MessageStore, key: str) -> list[_Record]:
     return out
 
 
+def stored_copies(store: MessageStore, msg_id: str) -> list[dict[str, Any]]:
+    """The message's stored copies in every topic of this store, as raw stored events, from
+    the store's own unique-key index (one hash lookup per topic)."""
+    out: list[dict[str, Any]] = []
+    for topic in sorted(store.queues()):
+        if topic == C.TRACE_TOPIC:
+            continue
+        for phys in store.query_by_uniq_key(topic, msg_id):
+            raw = store.read_record(phys)
+            if raw is None:
+                continue
+            try:
+                m = decode_record(raw, decompress=False)
+            except MessageDecodeError:
+                continue
+            props = m.properties
+            detail: dict[str, str] = {"offset_msg_id": m.offset_msg_id}
+            if m.reconsume_times:
+                detail["reconsume_times"] = str(m.reconsume_times)
+            for name, key in ((P.PROPERTY_DELAY_TIME_LEVEL, "delay_level"),
+                              (P.PROPERTY_REAL_TOPIC, "real_topic"), (P.PROPERTY_TAGS, "tags"),
+                              (P.PROPERTY_KEYS, "keys"), (P.PROPERTY_TIMER_OUT_MS, "deliver_ms")):
+                value = props.get(name)
+                if value:
+                    detail[key] = value
+            out.append({"ts": m.store_timestamp, "k": C.R_STORED, "t": m.topic,
+                        "q": m.queue_id, "o": m.queue_offset, "p": phys, "id": msg_id,
+                        "d": detail})
+    return out
+
+
 def lookup(store: MessageStore, msg_id: str, broker_name: str) -> list[TraceEvent]:
     """Every recorded event of the message with unique id `msg_id` on this broker."""
     seen: set[int] = set()
-    stored: list[tuple[int, int, str, dict[str, Any]]] = []  # (phys, seq, broker, raw)
+    stored: list[tuple[int, int, str, dict[str, Any]]] = [
+        (int(ev["p"]), 0, broker_name, ev) for ev in stored_copies(store, msg_id)]
     by_id: list[tuple[int, int, str, dict[str, Any]]] = []
     clients: list[C.ClientTrace] = []
     for rec in _records(store, msg_id):
@@ -79,8 +112,8 @@ def lookup(store: MessageStore, msg_id: str, broker_name: str) -> list[TraceEven
         for i, ev in enumerate(rec.events):
             if ev.get("id") != msg_id:
                 continue
-            item = (rec.phys, i, rec.broker or broker_name, ev)
-            (stored if ev.get("k") == C.R_STORED else by_id).append(item)
+            if ev.get("k") != C.R_STORED:
+                by_id.append((rec.phys, i, rec.broker or broker_name, ev))
     positions = {(str(ev["t"]), int(ev["q"]), int(ev["o"])) for _, _, _, ev in stored}
     ranged: list[tuple[int, int, str, dict[str, Any]]] = []
     range_seen = {(phys, i) for phys, i, _, _ in by_id}
