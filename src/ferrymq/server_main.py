@@ -20,6 +20,7 @@ from .metrics import MetricsServer, metrics_server
 from .namesrv import NameServer, NamesrvConfig
 from .namesrv.controller import ControllerStateError
 from .remoting.loop import install_uvloop
+from .remoting.tls import TlsMode, TlsServerSettings, server_context
 from .store import StoreError
 
 log = logging.getLogger("ferrymq")
@@ -44,10 +45,12 @@ def _grpc_field(broker: Broker) -> str:
 
 
 class _Metrics:
-    """The optional `/metrics` endpoint (--metrics-port; None: off)."""
+    """The optional `/metrics` endpoint (--metrics-port; None: off). HTTPS with the server's
+    certificate when its TLS mode is enforcing; permissive ports accept plain clients, so the
+    endpoint stays plain HTTP there."""
 
-    def __init__(self, port: int | None, host: str) -> None:
-        self.port, self.host = port, host
+    def __init__(self, port: int | None, host: str, tls: TlsServerSettings) -> None:
+        self.port, self.host, self.tls = port, host, tls
         self.server: MetricsServer | None = None
 
     async def start(self, broker: Broker | None, namesrv: NameServer | None) -> str:
@@ -60,7 +63,8 @@ class _Metrics:
         sources = [BrokerCollector(broker).collect] if broker is not None else []
         if namesrv is not None:
             sources.append(NamesrvCollector(namesrv).collect)
-        self.server = metrics_server(sources, host=self.host, port=self.port)
+        context = server_context(self.tls) if self.tls.mode is TlsMode.ENFORCING else None
+        self.server = metrics_server(sources, host=self.host, port=self.port, tls=context)
         return f" metrics={await self.server.start()}"
 
     async def stop(self) -> None:
@@ -94,7 +98,7 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     holder: dict[str, Broker] = {}
-    metrics = _Metrics(metrics_port, broker_config.host)
+    metrics = _Metrics(metrics_port, broker_config.host, broker_config.tls_server())
 
     async def start() -> str:
         ns_addr = await namesrv.start()
@@ -122,7 +126,7 @@ def run_namesrv(config: NamesrvConfig, metrics_port: int | None = None) -> int:
     except AclConfigError as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
-    metrics = _Metrics(metrics_port, config.host)
+    metrics = _Metrics(metrics_port, config.host, config.tls)
 
     async def start() -> str:
         return f"namesrv={await namesrv.start()}" + await metrics.start(None, namesrv)
@@ -141,7 +145,7 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     except AclConfigError as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
-    metrics = _Metrics(metrics_port, config.host)
+    metrics = _Metrics(metrics_port, config.host, config.tls_server())
 
     async def start() -> str:
         addr = await broker.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
@@ -12,9 +13,10 @@ from .http import METRICS_PATH, MetricsServer
 __all__ = ["METRICS_PATH", "MetricsServer", "metrics_server"]
 
 
-def metrics_server(sources: Sequence[Callable[[], list[Metric]]], *, host: str, port: int) -> MetricsServer:
+def metrics_server(sources: Sequence[Callable[[], list[Metric]]], *, host: str, port: int,
+                   tls: ssl.SSLContext | None = None) -> MetricsServer:
     """An endpoint exporting `sources` (the broker's and/or the name server's collectors) and the
-    process's own figures (CPU, memory, open files, Python GC)."""
+    process's own figures (CPU, memory, open files, Python GC); HTTPS only with `tls`."""
 
     def collect() -> list[Metric]:
         families: list[Metric] = []
@@ -24,4 +26,4 @@ def metrics_server(sources: Sequence[Callable[[], list[Metric]]], *, host: str, 
             families += std.collect()
         return families
 
-    return MetricsServer(collect, host=host, port=port)
+    return MetricsServer(collect, host=host, port=port, tls=tls)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -34,9 +35,11 @@ class _Frozen(Collector):
 
 class MetricsServer:
     def __init__(self, collect: Callable[[], list[Metric]], *, host: str = "127.0.0.1", port: int = 0,
-                 read_timeout_s: float = 10.0) -> None:
-        """`collect` runs on the loop at each scrape and returns every metric family."""
+                 read_timeout_s: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
+        """`collect` runs on the loop at each scrape and returns every metric family; with
+        `tls` the endpoint is HTTPS only."""
         self._collect = collect
+        self._tls = tls
         self._host = host
         self._port = port
         self._read_timeout_s = read_timeout_s
@@ -46,10 +49,11 @@ class MetricsServer:
         self.scrapes = 0
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        self._server = await asyncio.start_server(self._serve, self._host, self._port, ssl=self._tls,
+                                                  ssl_handshake_timeout=self._read_timeout_s if self._tls else None)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.addr = f"{host}:{port}"
-        log.info("metrics on http://%s%s", self.addr, METRICS_PATH)
+        log.info("metrics on %s://%s%s", "https" if self._tls else "http", self.addr, METRICS_PATH)
         return self.addr
 
     async def stop(self) -> None:
@@ -73,7 +77,7 @@ class MetricsServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._read_timeout_s)
             status, ctype, body = await self._answer(head)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError, ssl.SSLError):
             writer.close()
             return
         finally:
