@@ -66,6 +66,7 @@ class Replication:
             heartbeat_interval_ms=cfg.ha_heartbeat_interval_ms,
             max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup_ms,
             max_gap_not_in_sync=cfg.ha_max_gap_not_in_sync,
+            tls=cfg.tls_server(),
         ), master_addr=lambda: broker.addr, clock=broker.now_ms)
         self.ha_addr = await self.master.start()
         if cfg.controller_addr:
@@ -135,7 +136,8 @@ class Replication:
             self.drop_slaves()
         if self.slave is None:
             cfg = self.broker.config
-            self.slave = HaSlave(store, HaSlaveConfig(cfg.broker_name, cfg.broker_id, self.broker.addr),
+            self.slave = HaSlave(store, HaSlaveConfig(cfg.broker_name, cfg.broker_id, self.broker.addr,
+                                                      tls=cfg.tls_client()),
                                  self._master_ha, on_metadata=self._sync_now.set)
             self.slave.start()
         else:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..remoting.tls import TlsServerSettings
+from ..remoting.tls_streams import TlsStreamServer, start_stream_server
 from ..store import MessageStore
 from ..store.epochs import agreed_end
 from ..store.replica import ReplicaError
@@ -43,6 +45,7 @@ class HaMasterConfig:
     max_time_slave_not_catchup_ms: int = 15_000
     max_gap_not_in_sync: int = 256 << 20
     hello_timeout_s: float = 10.0
+    tls: TlsServerSettings = field(default_factory=TlsServerSettings)  # the remoting ports' (docs/security.md)
 
 
 class SyncSetPolicy(Protocol):
@@ -83,7 +86,7 @@ class HaMaster:
         # (RocketMQ 4's SYNC_MASTER); in controller mode min_in_sync_replicas - 1, since the
         # in-sync set alone decides who may be elected.
         self.min_slaves = 1
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.base_events.Server | TlsStreamServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,7 +101,7 @@ class HaMaster:
         self._thread = threading.get_ident()
         self.waiters = ReplicationWaiters(loop, self._acked)
         self.store.add_arrival_listener(self._on_arrival)
-        self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port)
+        self._server = await start_stream_server(self._serve, self.config.host, self.config.port, self.config.tls)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = f"{host}:{port}"
         self._spawn(self._housekeep())

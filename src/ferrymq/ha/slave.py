@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..remoting.tls import TlsClientSettings, client_context, describe_client_tls_error
 from ..store import MessageStore
 from ..store.replica import ReplicaError, Span
 from .protocol import (
@@ -37,6 +39,7 @@ class HaSlaveConfig:
     connect_timeout_s: float = 3.0
     # No frame for this long (the master beats every second) means the link is dead.
     read_timeout_s: float = 10.0
+    tls: TlsClientSettings = field(default_factory=TlsClientSettings)  # the broker's own (tls_enable)
 
 
 class HaSlave:
@@ -57,6 +60,7 @@ class HaSlave:
         self.connected_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._ssl: ssl.SSLContext | None = client_context(config.tls) if config.tls.enabled else None
 
     @property
     def lag_bytes(self) -> int:
@@ -101,8 +105,15 @@ class HaSlave:
     async def _session(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
         cfg = self.config
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
-                                                cfg.connect_timeout_s)
+        tls = self._ssl is not None
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, int(port), ssl=self._ssl, server_hostname=host if tls else None,
+                ssl_handshake_timeout=cfg.connect_timeout_s if tls else None), cfg.connect_timeout_s)
+        except (ssl.SSLError, ConnectionResetError) as exc:
+            if not tls:
+                raise
+            raise ConnectionError(describe_client_tls_error(exc)) from None
         self._writer = writer
         store = self.store
         try:
