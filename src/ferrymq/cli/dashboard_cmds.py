@@ -18,6 +18,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         port=args.port,
         lag_interval=args.lag_interval,
         lag_history=args.lag_history,
+        https_cert=args.https_cert or "",
+        https_key=args.https_key or "",
         **credentials(args),
     ))
 
@@ -35,4 +37,7 @@ def add(
                    help="seconds between two samples of every group's lag (default 10)")
     p.add_argument("--lag-history", type=int, default=360,
                    help="samples kept per group for the lag chart (default 360: an hour at 10 s)")
+    p.add_argument("--https-cert", help="serve the page over HTTPS with this PEM certificate chain "
+                                        "(the cluster itself is reached with --tls/--tls-ca)")
+    p.add_argument("--https-key", help="the PEM private key of --https-cert")
     p.set_defaults(func=cmd_dashboard)

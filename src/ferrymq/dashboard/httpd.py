@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,8 +138,11 @@ def encode_response(resp: Response, *, keep_alive: bool, head_only: bool = False
 class HttpServer:
     """Serves `handler` on host:port (0: a free port, see `address` once started)."""
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """With `tls`, HTTPS only."""
         self.handler = handler
+        self.tls = tls
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -152,7 +156,8 @@ class HttpServer:
         return f"{host}:{port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEADER_BYTES)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_HEADER_BYTES,
+                                                  ssl=self.tls, ssl_handshake_timeout=10.0 if self.tls else None)
 
     async def close(self) -> None:
         if self._server is not None:

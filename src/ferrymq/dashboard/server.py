@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..client.admin_async import AsyncAdminClient
+from ..remoting.tls import TlsMode, TlsServerSettings, server_context
 from .api import DashboardApi
 from .httpd import HttpError, HttpServer, Request, Response
 from .lag import LagSampler, SamplerConfig
@@ -39,6 +40,9 @@ class DashboardConfig:
     # ACL account the dashboard signs its requests with (an admin one, for its write actions).
     access_key: str | None = None
     secret_key: str | None = None
+    # HTTPS (docs/security.md): the page is served with this certificate and key when given.
+    https_cert: str = ""
+    https_key: str = ""
 
 
 def load_assets() -> dict[str, tuple[bytes, str]]:
@@ -64,7 +68,11 @@ class Dashboard:
         self.api = DashboardApi(self.admin, self.sampler, config.namesrv,
                                 credentials=(config.access_key, config.secret_key))
         self.assets = load_assets()
-        self.http = HttpServer(self.handle, config.host, config.port)
+        tls = None
+        if config.https_cert:
+            tls = server_context(TlsServerSettings(mode=TlsMode.ENFORCING, cert_path=config.https_cert,
+                                                   key_path=config.https_key))
+        self.http = HttpServer(self.handle, config.host, config.port, tls=tls)
 
     @property
     def address(self) -> str:
@@ -111,7 +119,8 @@ async def serve(config: DashboardConfig, ready: Callable[[str], None]) -> None:
 def run_dashboard(config: DashboardConfig) -> int:
     def announce(address: str) -> None:
         print(f"dashboard={address}", flush=True)
-        log.info("dashboard for name server %s on http://%s/", config.namesrv, address)
+        log.info("dashboard for name server %s on %s://%s/", config.namesrv,
+                 "https" if config.https_cert else "http", address)
 
     try:
         asyncio.run(serve(config, announce))
