@@ -160,15 +160,27 @@ def test_group_shows_its_online_consumers(server: Standalone, dash: str) -> None
 def test_message_lookup_by_id_and_key_with_its_trace(server: Standalone, dash: str) -> None:
     post_json(dash, "/api/topics", {"name": "dash-msg", "queues": 1})
     (sent,) = send(server, "dash-msg", ["look at me"], keys="order-42")
-    with AdminClient(server.namesrv) as admin:
-        admin.update_consumer_offset("dash-msg-group", MessageQueue("dash-msg", "broker-a", 0), 1)
+    got: list[str] = []
+    consumer = PushConsumer("dash-msg-group", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            rebalance_interval=0.3, pull_suspend_timeout=1.0)
+    consumer.subscribe("dash-msg")
+    consumer.register_listener(lambda msgs, ctx: (got.extend(m.msg_id for m in msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
+    with consumer:
+        wait_until(lambda: got == [sent.msg_id], message="the message consumed")
+        # Recorded once its offset is committed (the broker writes its trace every few ms).
+        wait_until(lambda: any((e["kind"], e["group"]) == ("consumed", "dash-msg-group")
+                               for e in get_json(dash, f"/api/message?id={sent.msg_id}")["trace"]["events"][1:]),
+                   message="the consumed event")
     found = get_json(dash, f"/api/message?id={sent.msg_id}")
     msg, trace = found["message"], found["trace"]
     assert (msg["msg_id"], msg["topic"], msg["keys"]) == (sent.msg_id, "dash-msg", "order-42")
     assert msg["body"] == "look at me"
     assert msg["offset_msg_id"] == sent.offset_msg_id
-    kinds = [e["kind"] for e in trace["events"]]
-    assert kinds[:2] == ["sent", "stored"]
+    assert trace["recorded"] and trace["trace_enable"] == {"broker-a": True}
+    kinds = [(e["kind"], e.get("group")) for e in trace["events"]]
+    assert kinds[:2] == [("sent", None), ("stored", "")], kinds
+    assert ("delivered", "dash-msg-group") in kinds and ("consumed", "dash-msg-group") in kinds
+    assert [e["t"] for e in trace["events"]] == sorted(e["t"] for e in trace["events"])
     assert [(t["group"], t["consumed"]) for t in trace["tracks"]] == [("dash-msg-group", True)]
     cli = cli_json(server.namesrv, "msg", "trace", sent.msg_id)
     assert [t["group"] for t in cli["tracks"]] == [t["group"] for t in trace["tracks"]]
@@ -213,6 +225,14 @@ def test_dlq_is_listed_and_re_driven_once_with_the_cli_s_bookkeeping(server: Sta
     rest = post_json(dash, "/api/dlq/resend", {"group": "dash-dlq-group", "all": True})
     assert len(rest["resent"]) == 2
     assert get_json(dash, "/api/dlq?group=dash-dlq-group")["messages"] == []
+    # The recorded trace of a message tells its whole story.
+    events = get_json(dash, f"/api/message?id={sent[0].msg_id}")["trace"]["events"]
+    story = [e["kind"] for e in events]
+    for kind in ("stored", "delivered", "dead_lettered", "dlq_stored", "redriven"):
+        assert kind in story, story
+    assert story.index("dead_lettered") < story.index("redriven")
+    dead = next(e for e in events if e["kind"] == "dead_lettered")
+    assert dead["group"] == "dash-dlq-group" and dead["text"].startswith("dead-lettered by dash-dlq-group")
     # Re-driven messages reach the group again through its retry topic.
     got: list[str] = []
     healthy = PushConsumer("dash-dlq-group", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,

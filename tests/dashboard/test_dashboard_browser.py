@@ -14,7 +14,7 @@ import pytest
 from dash_util import colours, dump_dom, get_json, png_pixels, post_json, screenshot, start_dashboard
 
 from conftest import Standalone, start_standalone, wait_until
-from ferrymq import AdminClient, Message, Producer
+from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from ferrymq.aio import AdminClient as AsyncAdminClient
 from ferrymq.common.message import MessageQueue
 
@@ -133,10 +133,21 @@ def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalon
     post_json(dash, "/api/topics", {"name": "browser-msg", "queues": 1})
     with Producer("dash-browser-producer", server.namesrv) as producer:
         sent: Any = producer.send(Message("browser-msg", b"hello browser", keys="k-browser"))
-    body = main_of(dump_dom(f"http://{dash}/#/message?id={sent.msg_id}", tmp_path))
+    consumer = PushConsumer("browser-msg-group", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            rebalance_interval=0.3, pull_suspend_timeout=1.0)
+    consumer.subscribe("browser-msg")
+    consumer.register_listener(lambda msgs, ctx: ConsumeStatus.CONSUME_SUCCESS)
+    with consumer:
+        wait_until(lambda: "consumed" in [e["kind"] for e in get_json(
+            dash, f"/api/message?id={sent.msg_id}")["trace"]["events"]], message="the consumed event recorded")
+        url = f"http://{dash}/#/message?id={sent.msg_id}"
+        body = main_of(dump_dom(url, tmp_path))  # with the group online
     text = text_of(body)
     assert f"Message {sent.msg_id}" in text and "hello browser" in text and "k-browser" in text
-    timeline = re.findall(r'<li class="([\w-]+)">', body)
-    assert timeline[:2] == ["sent", "stored"]
+    timeline = re.findall(r'<li class="[\w-]+" data-kind="([\w-]+)">', body)
+    assert timeline[:2] == ["sent", "stored"] and {"delivered", "consumed"} <= set(timeline), timeline
+    assert "delivered to browser-msg-group" in text and "consumed by browser-msg-group" in text
+    assert "browser-msg-group browser-msg 0 CONSUMED 1" in text  # the group's track
+    assert_rendered(screenshot(url, tmp_path, "message.png"), (1280, 900), HEADER_RGB)
     by_key = text_of(main_of(dump_dom(f"http://{dash}/#/message?topic=browser-msg&key=k-browser", tmp_path)))
     assert "1 message(s) with key k-browser" in by_key and sent.msg_id in by_key

@@ -1,6 +1,6 @@
 """Message lookup for the dashboard: by id (unique or offset id) or by key, and a message's
-trace as a timeline of what happened to it (stored, retried, dead-lettered, re-driven) and
-where each consuming group stands with it."""
+trace: the timeline the brokers recorded (AdminClient.message_trace) and where each consuming
+group stands with it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,29 @@ from ..common.errors import FerryMQError
 from ..common.ids import is_offset_msg_id, is_uniq_id
 from ..common.message import MessageExt
 from ..common.names import SCHEDULE_TOPIC, is_dlq_topic, is_retry_topic
+from ..common.trace_events import (
+    ACKED,
+    CLIENT_END_TRANSACTION,
+    CLIENT_PUB,
+    CLIENT_SUB_AFTER,
+    CLIENT_SUB_BEFORE,
+    CONSUMED,
+    DEAD_LETTERED,
+    DELIVERED,
+    DLQ_STORED,
+    FAILED,
+    INVISIBLE_CHANGED,
+    POPPED,
+    PREPARED,
+    REDRIVEN,
+    RETRY,
+    SCHEDULED,
+    STORED,
+    TIMER_SCHEDULED,
+    TRANSACTION_COMMITTED,
+    TRANSACTION_ROLLED_BACK,
+    TraceEvent,
+)
 
 BODY_PREVIEW = 4096
 
@@ -52,36 +75,63 @@ def detail_json(msg: MessageExt) -> dict[str, Any]:
     return out
 
 
-def _event(msg: MessageExt) -> dict[str, Any]:
-    """One stored copy as a timeline event."""
+def _copy_event(msg: MessageExt) -> dict[str, Any]:
+    """One stored copy as a timeline event: what a broker that records no trace still shows."""
     if is_dlq_topic(msg.topic):
-        kind, text = "dead-lettered", f"moved to {msg.topic} after {msg.reconsume_times} attempts"
+        kind, text = "dlq_stored", f"stored in {msg.topic} after {msg.reconsume_times} attempts"
     elif is_retry_topic(msg.topic):
-        redriven = msg.reconsume_times == 0 and P.PROPERTY_ORIGIN_MESSAGE_ID in msg.properties
-        kind = "re-driven" if redriven else "retry"
-        text = (f"sent back to {msg.topic} from the dead-letter queue" if redriven
-                else f"retry #{msg.reconsume_times} stored in {msg.topic}")
+        kind, text = "retry", f"retry #{msg.reconsume_times} stored in {msg.topic}"
     elif msg.topic == SCHEDULE_TOPIC:
         level = msg.properties.get(P.PROPERTY_DELAY_TIME_LEVEL, "?")
         kind, text = "scheduled", f"waiting in the delay schedule (level {level})"
     else:
         kind, text = "stored", f"stored in {msg.topic}"
-    return {
-        "t": msg.store_timestamp,
-        "kind": kind,
-        "text": text,
-        "topic": msg.topic,
-        "broker": msg.broker,
-        "queue_id": msg.queue_id,
-        "queue_offset": msg.queue_offset,
-        "offset_msg_id": msg.offset_msg_id,
-        "reconsume_times": msg.reconsume_times,
+    return {"t": msg.store_timestamp, "kind": kind, "text": text, "topic": msg.topic, "broker": msg.broker,
+            "queue_id": msg.queue_id, "queue_offset": msg.queue_offset, "group": "", "client": "",
+            "source": "store", "detail": {"offset_msg_id": msg.offset_msg_id}}
+
+
+def describe(e: TraceEvent) -> str:
+    """A recorded trace event in words."""
+    d, who = e.detail, e.group or "a group"
+    client = f" ({e.client})" if e.client else ""
+    texts = {
+        STORED: f"stored in {e.topic}",
+        SCHEDULED: f"waiting in the delay schedule (level {d.get('delay_level', '?')})",
+        TIMER_SCHEDULED: f"waiting in the timer until {d.get('deliver_ms', '?')}",
+        PREPARED: "half message stored: transaction prepared",
+        TRANSACTION_COMMITTED: "transaction committed",
+        TRANSACTION_ROLLED_BACK: "transaction rolled back",
+        DELIVERED: f"delivered to {who}{client}",
+        CONSUMED: f"consumed by {who}",
+        FAILED: f"{who} failed to consume it{client}; it will be retried",
+        RETRY: f"retry #{d.get('retry_level', '?')} stored in {e.topic}",
+        DEAD_LETTERED: f"dead-lettered by {who}: sent back too often",
+        DLQ_STORED: f"stored in {e.topic}",
+        REDRIVEN: f"re-driven from the dead-letter queue to {e.topic}",
+        POPPED: f"popped by {who}{client}",
+        ACKED: f"acknowledged by {who}{client}",
+        INVISIBLE_CHANGED: f"invisible time changed by {who}{client}",
+        CLIENT_PUB: f"sent by client{client or ' (RocketMQ trace)'}",
+        CLIENT_SUB_BEFORE: f"handed to the listener of {who}{client}",
+        CLIENT_SUB_AFTER: f"listener of {who}{client} returned "
+                          f"{'success' if d.get('success', 'true') == 'true' else 'failure'}",
+        CLIENT_END_TRANSACTION: f"client ended the transaction{client}",
     }
+    return texts.get(e.kind, e.kind)
+
+
+def _recorded_event(e: TraceEvent) -> dict[str, Any]:
+    return {"t": e.ts, "kind": e.kind, "text": describe(e), "topic": e.topic, "broker": e.broker,
+            "queue_id": e.queue_id, "queue_offset": e.queue_offset, "group": e.group, "client": e.client,
+            "source": e.source, "detail": dict(e.detail)}
 
 
 async def trace(admin: AsyncAdminClient, msg: MessageExt) -> dict[str, Any]:
-    """Every stored copy of the message in time order, born time first, and for each copy
-    whether each group consuming its topic has consumed it (`msg trace`'s data)."""
+    """The message's timeline as the brokers recorded it (every state change: stored,
+    delivered, consumed, failed, retried, dead-lettered, re-driven, and RocketMQ clients' own
+    trace data), born time first; and where each group consuming a topic it was stored in
+    stands with it. A broker that records nothing gives its stored copies instead."""
     copies = (await admin.find_by_uniq_key(msg.msg_id) if is_uniq_id(msg.msg_id) else []) or [msg]
     tracks: list[dict[str, Any]] = []
     for copy in copies:
@@ -89,11 +139,9 @@ async def trace(admin: AsyncAdminClient, msg: MessageExt) -> dict[str, Any]:
             tracks += [t.to_json() for t in await admin.message_tracks(copy)]
         except NoRouteError:
             continue  # an internal topic (the delay schedule) no group consumes
+    recorded = await admin.message_trace(msg.msg_id)
     born = {"t": msg.born_timestamp, "kind": "sent", "text": f"sent by {msg.born_host or 'a producer'}",
-            "topic": msg.topic}
-    events = [born, *(_event(c) for c in copies)]
-    for t in tracks:
-        if t["consumed"] and t["track"] in ("CONSUMED", "NOT_ONLINE", "PULL"):
-            text = f"consumed by {t['group']} (offset {t['consumer_offset']} past {t['queue_offset']})"
-            events.append({"t": None, "kind": "consumed", "topic": t["topic"], "text": text})
-    return {"msg_id": msg.msg_id, "events": events, "tracks": tracks, "copies": len(copies)}
+            "topic": msg.topic, "source": "message"}
+    events = [_recorded_event(e) for e in recorded.events] or [_copy_event(c) for c in copies]
+    return {"msg_id": msg.msg_id, "events": [born, *events], "tracks": tracks, "copies": len(copies),
+            "recorded": bool(recorded.events), "trace_enable": dict(recorded.trace_enable)}

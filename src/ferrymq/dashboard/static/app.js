@@ -397,12 +397,20 @@ function messageDetail(m) {
 
 function traceTimeline(trace) {
   const events = [...trace.events].sort((a, b) => (a.t ?? Infinity) - (b.t ?? Infinity));
+  const off = Object.entries(trace.trace_enable || {}).filter(([, on]) => !on).map(([b]) => b);
+  const where = e => e.queue_offset !== undefined && e.queue_offset >= 0 ?
+    `${e.broker}:${e.queue_id} offset ${e.queue_offset}` : (e.broker || "");
+  const details = e => Object.entries(e.detail || {}).map(([k, v]) => `${k}=${v}`).join(" ");
   return h("div", {class: "card", id: "trace"},
     h("h2", null, "Trace"),
-    h("ul", {class: "timeline"}, events.map(e => h("li", {class: e.kind},
-      h("strong", null, e.kind), " ", h("span", {class: "muted"}, e.t ? fmtTime(e.t) : ""), h("div", null, e.text),
-      e.broker !== undefined ? h("div", {class: "muted mono"},
-        `${e.broker}:${e.queue_id} offset ${e.queue_offset}${e.offset_msg_id ? " · " + e.offset_msg_id : ""}`) : null))),
+    trace.recorded ? null : h("p", {class: "muted"}, "no recorded trace: the stored copies are shown"),
+    off.length ? h("p", {class: "muted"}, `trace_enable is off on ${off.join(", ")}: deliveries there are not recorded`) : null,
+    h("ul", {class: "timeline"}, events.map(e => h("li", {class: e.kind, "data-kind": e.kind},
+      h("strong", null, e.kind.replace(/_/g, " ")), " ",
+      e.source === "client" ? h("span", {class: "badge"}, "client trace") : null, " ",
+      h("span", {class: "muted"}, e.t ? fmtTime(e.t) : ""),
+      h("div", null, e.text),
+      h("div", {class: "muted mono"}, [where(e), details(e)].filter(Boolean).join(" · "))))),
     h("h2", null, "Consumer groups"),
     table([
       {title: "group", render: t => link(`#/group/${encodeURIComponent(t.group)}`, t.group)},
