@@ -1,6 +1,7 @@
-"""ali-ons (accessKey/secretKey options) and rocketmq-client-cpp (session credentials),
-unchanged, against a broker with ACL on: each signs as RocketMQ's AclClientRPCHook does and
-ferrymq checks it. Allowed: their account's topic, sent and consumed. Denied: a topic the
+"""ali-ons (accessKey/secretKey options), rocketmq-client-cpp (session credentials) and the
+official RocketMQ 5 Python SDK over gRPC (Credentials), unchanged, against a broker with ACL on:
+the first two sign as RocketMQ's AclClientRPCHook does, the SDK as RocketMQ 5's proxy expects,
+and ferrymq checks it. Allowed: their account's topic, sent and consumed. Denied: a topic the
 account may only subscribe to (NO_PERMISSION, nothing stored), a wrong secret key, and no
 credentials at all."""
 
@@ -29,9 +30,11 @@ accounts:
     secretKey: appSecret01
     defaultTopicPerm: DENY
     defaultGroupPerm: SUB
-    topicPerms: [ons-acl-rw=PUB|SUB, ons-acl-ro=SUB, cpp-acl-rw=PUB|SUB, cpp-acl-ro=SUB]
+    topicPerms: [ons-acl-rw=PUB|SUB, ons-acl-ro=SUB, cpp-acl-rw=PUB|SUB, cpp-acl-ro=SUB, sdk-acl-rw=PUB|SUB,
+                 sdk-acl-ro=SUB]
+    groupPerms: [sdk-acl-banned=DENY]
 """
-TOPICS = ("ons-acl-rw", "ons-acl-ro", "cpp-acl-rw", "cpp-acl-ro")
+TOPICS = ("ons-acl-rw", "ons-acl-ro", "cpp-acl-rw", "cpp-acl-ro", "sdk-acl-rw", "sdk-acl-ro")
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +69,11 @@ def _errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["event"] in ("send_error", "error", "fatal")]
 
 
-def _broker_said(server: Standalone, text: str) -> None:
+def _broker_said(server: Standalone, *texts: str) -> None:
     """The clients report a refusal in their own words (ali-ons: "Send [4] times, still
     failed"); the broker's log says which rule refused it."""
-    wait_until(lambda: any(text in line for line in server.log_lines), 10, message=f"broker log: {text}")
+    wait_until(lambda: any(all(t in line for t in texts) for line in server.log_lines), 10,
+               message=f"broker log: {texts}")
 
 
 # --- ali-ons --------------------------------------------------------------------------------
@@ -129,3 +133,39 @@ def test_cpp_wrong_secret_is_refused(server: Standalone, clients: Clients, admin
     assert not producer.of("sent"), producer.diag()
     _broker_said(server, "signature check failed for accessKey=appKey01")
     assert sum(max_offsets(admin, "cpp-acl-rw").values()) == 50
+
+
+# --- RocketMQ 5 SDK over gRPC ---------------------------------------------------------------
+def test_sdk5_signed_producer_and_simple_consumer_work_on_their_topic(clients: Clients, admin: AdminClient) -> None:
+    topic, group, n = "sdk-acl-rw", "sdk-acl-g", 20
+    consumer = clients.sdk5("simple", topic=topic, group=group, expect=n, awaitSec=2, **APP)
+    consumer.wait_event("ready", 30)
+    # A new gRPC group starts at the queues' ends at its first receive: wait for that start.
+    mqs = admin.message_queues(topic)
+    wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
+               message=f"group {group} started")
+    sent = run_producer(clients.sdk5("produce", topic=topic, count=n, **APP), n, 60)
+    assert sum(max_offsets(admin, topic).values()) == n
+    consumer.wait_received(bodies_received({s["body"] for s in sent}), 60, f"all {n} messages")
+    assert consumer.wait_exit(60) == 0 and len(consumer.of("acked")) == n, consumer.diag()
+
+
+def test_sdk5_denied_send_stores_nothing(server: Standalone, clients: Clients, admin: AdminClient) -> None:
+    producer = clients.sdk5("produce", topic="sdk-acl-ro", count=1, **APP)
+    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    assert not producer.of("sent"), producer.diag()
+    _broker_said(server, "accessKey=appKey01 has no PUB permission on topic sdk-acl-ro")
+    assert sum(max_offsets(admin, "sdk-acl-ro").values()) == 0
+
+
+def test_sdk5_wrong_secret_and_denied_group_are_refused(server: Standalone, clients: Clients,
+                                                        admin: AdminClient) -> None:
+    producer = clients.sdk5("produce", topic="sdk-acl-rw", count=1, accessKey="appKey01", secretKey="wrongSecret")
+    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    assert not producer.of("sent"), producer.diag()
+    _broker_said(server, "refused gRPC call", "signature check failed for accessKey=appKey01")
+    consumer = clients.sdk5("simple", topic="sdk-acl-rw", group="sdk-acl-banned", idleExitMs=3_000, **APP)
+    consumer.wait_for(lambda evs: any(e["event"] in ("receive_error", "fatal", "closed") for e in evs), 60,
+                      "the banned group's consumer to be refused")
+    assert not consumer.of("received"), consumer.diag()
+    _broker_said(server, "accessKey=appKey01 has no SUB permission on group sdk-acl-banned")

@@ -7,12 +7,13 @@ the account must be an admin for admin requests and hold the permission each res
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..common.names import is_retry_topic
 from ..remoting.command import RemotingCommand
 from .permission import Perm, check_permission, perm_text
-from .resources import ResourceParseError, needs_of
+from .resources import Needs, ResourceParseError, needs_of
 from .rules import Account, AclRules
 from .signing import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, calc_signature, content_to_sign
 
@@ -52,37 +53,43 @@ def signature_ok(account: Account, cmd: RemotingCommand) -> bool:
 
 
 def check_request(rules: AclRules, cmd: RemotingCommand, remote_ip: str) -> Denial | None:
+    return decide(rules, remote_ip, cmd.ext_fields.get(ACCESS_KEY), f"request code {cmd.code}",
+                  lambda account: signature_ok(account, cmd), lambda: needs_of(cmd))
+
+
+def decide(rules: AclRules, remote_ip: str, access_key: str | None, what: str,
+           verify: Callable[[Account], bool], needs: Callable[[], Needs]) -> Denial | None:
+    """The decision for any protocol: `verify` checks the request's signature with an account's
+    secret, `needs` says what the request uses (only asked once the signature verified)."""
     if any(p.matches(remote_ip) for p in rules.global_white):
         return None
-    access_key = cmd.ext_fields.get(ACCESS_KEY)
     if not access_key:
-        return Denial(f"request code {cmd.code} from {remote_ip} carries no AccessKey (the broker requires "
-                      "signed requests)")
+        return Denial(f"{what} from {remote_ip} carries no AccessKey (the broker requires signed requests)")
     account = rules.accounts.get(access_key)
     if account is None:
         return Denial(f"no account {access_key!r}", access_key)
     if account.white_remote_address.matches(remote_ip):
         return None
-    if not signature_ok(account, cmd):
+    if not verify(account):
         return Denial(f"signature check failed for accessKey={access_key}", access_key)
     try:
-        needs = needs_of(cmd)
+        needed = needs()
     except ResourceParseError as exc:
         return Denial(str(exc), access_key)
-    if needs.resources.get(TRACE_TOPIC) == Perm.PUB:
+    if needed.resources.get(TRACE_TOPIC) == Perm.PUB:
         return None
-    if needs.admin and not account.admin:
-        return Denial(f"request code {cmd.code} needs an admin account; accessKey={access_key} is not one",
-                      access_key, needed="admin")
+    if needed.admin and not account.admin:
+        return Denial(f"{what} needs an admin account; accessKey={access_key} is not one", access_key,
+                      needed="admin")
     owned = account.resource_perms
     if owned is None and account.admin:
         return None
-    for resource, needed in needs.resources.items():
+    for resource, perm_needed in needed.resources.items():
         perm = owned.get(resource) if owned is not None else None
         if perm is None:
             perm = account.default_group_perm if is_retry_topic(resource) else account.default_topic_perm
-        if not check_permission(needed, perm):
-            return Denial(f"accessKey={access_key} has no {perm_text(needed)} permission on "
+        if not check_permission(perm_needed, perm):
+            return Denial(f"accessKey={access_key} has no {perm_text(perm_needed)} permission on "
                           f"{_describe(resource)} (it has {perm_text(perm)})", access_key, resource,
-                          perm_text(needed))
+                          perm_text(perm_needed))
     return None

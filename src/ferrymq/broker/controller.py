@@ -184,9 +184,6 @@ class Broker:
         await self.replication.start()
         if cfg.grpc_port >= 0:
             await self._start_grpc(cfg.grpc_port)
-            if self.acl is not None and self.grpc is not None:
-                log.warning("ACL covers the remoting port only: clients of the gRPC endpoint %s are not "
-                            "checked (turn it off with grpc_listen_port = -1 / --grpc-port -1)", self.grpc_addr)
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="ferrymq-register"),
             asyncio.create_task(self._persist_loop(), name="ferrymq-persist"),

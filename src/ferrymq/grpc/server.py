@@ -62,7 +62,10 @@ class GrpcServer:
 
     async def start(self, port: int) -> str:
         limit = self._broker.config.max_message_size + _MESSAGE_OVERHEAD
-        server = grpc.aio.server(options=[
+        acl = getattr(self._broker, "acl", None)
+        # The interceptor is imported only with ACL on: it needs PyYAML's rules module.
+        interceptors = [_acl_interceptor(acl)] if acl is not None else []
+        server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
@@ -98,6 +101,14 @@ class GrpcServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+
+
+def _acl_interceptor(acl: object) -> grpc.aio.ServerInterceptor:
+    from ..acl import AclFile
+    from ..acl.grpc_guard import GrpcAclInterceptor
+
+    assert isinstance(acl, AclFile)
+    return GrpcAclInterceptor(acl)
 
 
 def server_credentials(tls: TlsServerSettings) -> grpc.ServerCredentials:

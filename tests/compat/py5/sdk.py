@@ -97,7 +97,9 @@ def describe(msg: Any, action: str) -> dict[str, Any]:
 def configuration(cfg: dict[str, Any]) -> Any:
     from rocketmq import ClientConfiguration, Credentials
 
-    return ClientConfiguration(cfg["endpoint"], Credentials(), request_timeout=cfg.get("requestTimeoutSec", 5))
+    # accessKey/secretKey: ACL (the SDK signs every call, RocketMQ 5's MQv2-HMAC-SHA1).
+    creds = Credentials(cfg.get("accessKey", ""), cfg.get("secretKey", ""))
+    return ClientConfiguration(cfg["endpoint"], creds, request_timeout=cfg.get("requestTimeoutSec", 5))
 
 
 def produce(cfg: dict[str, Any]) -> int:
