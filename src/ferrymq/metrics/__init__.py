@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client.metrics_core import Metric
@@ -13,15 +13,15 @@ from .http import METRICS_PATH, MetricsServer
 __all__ = ["METRICS_PATH", "MetricsServer", "metrics_server"]
 
 
-def metrics_server(sources: Sequence[Callable[[], list[Metric]]], *, host: str, port: int,
+def metrics_server(sources: Sequence[Callable[[], Awaitable[list[Metric]]]], *, host: str, port: int,
                    tls: ssl.SSLContext | None = None) -> MetricsServer:
     """An endpoint exporting `sources` (the broker's and/or the name server's collectors) and the
     process's own figures (CPU, memory, open files, Python GC); HTTPS only with `tls`."""
 
-    def collect() -> list[Metric]:
+    async def collect() -> list[Metric]:
         families: list[Metric] = []
         for source in sources:
-            families += source()
+            families += await source()
         for std in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             families += std.collect()
         return families

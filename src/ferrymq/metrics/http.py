@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -34,10 +34,11 @@ class _Frozen(Collector):
 
 
 class MetricsServer:
-    def __init__(self, collect: Callable[[], list[Metric]], *, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, collect: Callable[[], Awaitable[list[Metric]]], *, host: str = "127.0.0.1", port: int = 0,
                  read_timeout_s: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
-        """`collect` runs on the loop at each scrape and returns every metric family; with
-        `tls` the endpoint is HTTPS only."""
+        """`collect` runs on the loop at each scrape and returns every metric family (a large
+        broker's is read in slices, the loop serving requests between them); with `tls` the
+        endpoint is HTTPS only."""
         self._collect = collect
         self._tls = tls
         self._host = host
@@ -67,7 +68,7 @@ class MetricsServer:
 
     async def render(self) -> bytes:
         """The exposition text of one scrape."""
-        families = self._collect()
+        families = await self._collect()
         return await asyncio.to_thread(generate_latest, _Frozen(families))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -16,7 +16,7 @@ class NamesrvCollector:
     def __init__(self, namesrv: NameServer) -> None:
         self.namesrv = namesrv
 
-    def collect(self) -> list[Metric]:
+    async def collect(self) -> list[Metric]:
         ns = self.namesrv
         node = ns.address
         reg = ns.registry
