@@ -17,6 +17,7 @@ from conftest import Standalone, start_standalone, wait_until
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from ferrymq.aio import AdminClient as AsyncAdminClient
 from ferrymq.common.message import MessageQueue
+from ferrymq.embedded import start_cluster
 
 pytestmark = pytest.mark.browser
 
@@ -151,3 +152,25 @@ def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalon
     assert_rendered(screenshot(url, tmp_path, "message.png"), (1280, 900), HEADER_RGB)
     by_key = text_of(main_of(dump_dom(f"http://{dash}/#/message?topic=browser-msg&key=k-browser", tmp_path)))
     assert "1 message(s) with key k-browser" in by_key and sent.msg_id in by_key
+
+
+def test_cluster_page_shows_a_master_and_its_slave_with_replication_lag(tmp_path: Path) -> None:
+    config = {"ha_heartbeat_interval_ms": 100, "ha_slave_sync_interval_ms": 200}
+    with start_cluster(tmp_path / "cluster", slaves=1, role="SYNC_MASTER", broker_config=config) as cluster:
+        master, slave = cluster.static_master(), cluster.slaves()[0]
+        proc = start_dashboard(cluster.namesrv.addr, tmp_path)
+        try:
+            dash = proc.ready["dashboard"]
+            wait_until(lambda: (lambda b: len(b) == 2 and b[1]["replication"]["ha_connected"]
+                                and b[0]["replication"]["in_sync_slaves"] == [1])(
+                get_json(dash, "/api/cluster")["brokers"]), timeout=30, message="the slave in sync")
+            body = main_of(dump_dom(f"http://{dash}/#/cluster", tmp_path))
+            rows = dict(re.findall(r'<tr data-addr="([\d.:]+)">(.*?)</tr>', body))
+            assert set(rows) == {master.addr, slave.addr}
+            m, s = text_of(rows[master.addr]), text_of(rows[slave.addr])
+            assert re.search(rf"broker-a 0 SYNC_MASTER {re.escape(master.addr)} ", m), m
+            assert "in sync: 1" in m and re.search(r"slave 1: 0 B / [\d,]+ ms behind \(in sync\)", m), m
+            assert re.search(rf"broker-a 1 SLAVE {re.escape(slave.addr)} ", s), s
+            assert re.search(r"connected 0 B / [\d,]+ ms behind", s), s
+        finally:
+            proc.stop()

@@ -123,7 +123,8 @@ function replicationText(b) {
     (r.in_sync_slaves.length ? r.in_sync_slaves.join(",") : "none");
   return h("span", null, `in sync: ${inSync}`,
     slaves.map(s => h("div", {class: "muted"},
-      `slave ${s.slaveId ?? s.slave_id ?? "?"} ${s.addr ?? ""}: ${fmtNum(s.lagBytes ?? s.lag_bytes)} B behind`)));
+      `slave ${s.brokerId ?? "?"}: ${fmtNum(s.lagBytes)} B / ${fmtNum(s.lagMs)} ms behind` +
+      (s.inSync ? " (in sync)" : " (not in sync)"))));
 }
 
 async function viewCluster(seq) {
