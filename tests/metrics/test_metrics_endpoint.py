@@ -168,3 +168,24 @@ def test_retry_and_dead_letter_counts(server: Any) -> None:
     assert value(samples, "rocketmq_topic_dlq_offset", group="g-fail") == 1
     assert value(samples, "rocketmq_topic_retry_offset", topic="%RETRY%g-fail") == 2
     assert value(samples, "rocketmq_messages_in_total", topic="%DLQ%g-fail") == 1
+
+
+def test_pop_deliveries_count_per_group(server: Any) -> None:
+    from ferrymq import SimpleConsumer
+
+    AdminClient(server.namesrv).create_topic("mt-pop", 2)
+    _fill(server.namesrv, "mt-pop", 3, 2)
+    consumer = SimpleConsumer("g-pop", namesrv=server.namesrv, await_duration=1)
+    consumer.subscribe("mt-pop")
+    received = []
+    with consumer:
+        def all_received() -> bool:
+            for view in consumer.receive(max_messages=16, invisible_duration=30):
+                received.append(view)
+                consumer.ack(view)
+            return len(received) >= 6
+
+        wait_until(all_received, timeout=30, message="6 popped")
+    samples = scrape(server.metrics)
+    assert value(samples, "rocketmq_messages_out_total", topic="mt-pop", consumer_group="g-pop") == 6
+    assert value(samples, "rocketmq_throughput_out_total", topic="mt-pop", consumer_group="g-pop") > 6 * 3

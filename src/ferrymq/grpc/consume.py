@@ -94,6 +94,7 @@ class Consumer:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
         else:
             broker.stats.add_got(len(result.messages))
+            broker.stats.count_got(topic, group, len(result.messages), sum(len(m.record) for m in result.messages))
             yield spb.ReceiveMessageResponse(status=ok())
             now = broker.now_ms()
             for popped in result.messages:
