@@ -4,6 +4,7 @@ ranges with `*` or `n-m` segments (`192.168.1.*`, `10.0.1-20.*`)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ class AddressPattern:
     def matches(self, ip: str) -> bool:
         if self.everything:
             return True
-        if not ip:
+        if not ip or not (self.addresses or self.segments):
             return False
         norm = normalize_ip(ip)
         if norm is None:
@@ -45,6 +46,7 @@ class AddressPattern:
 NOTHING = AddressPattern("")
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_ip(text: str) -> str | None:
     """The address as compared: IPv4 dotted, IPv6 exploded, an IPv4-mapped IPv6 as IPv4."""
     try:

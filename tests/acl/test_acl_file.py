@@ -1,0 +1,64 @@
+"""AclFile (the rules of a file kept current) and AclGuard's refusal log, on real files and a
+real Connection-less call path."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from acl_util import RULES, write_rules
+
+from ferrymq.acl import AclConfigError, AclFile, AclGuard
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.remoting import RemotingCommand
+
+
+def test_reload_applies_a_valid_change_and_keeps_the_rules_on_a_bad_one(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "plain_acl.yml"
+    write_rules(path, RULES)
+    acl = AclFile(path, poll_interval=0.01)
+    assert set(acl.rules.accounts) == {"adminKey1", "appKey01"}
+    assert not acl.reload_if_changed()  # unchanged: not read again
+    write_rules(path, RULES.replace("appKey01", "appKey02"))
+    assert acl.reload_if_changed() and set(acl.rules.accounts) == {"adminKey1", "appKey02"}
+    before = acl.rules
+    write_rules(path, "accounts: [{accessKey: short, secretKey: x}]")
+    with caplog.at_level(logging.ERROR, "ferrymq.acl"):
+        assert not acl.reload_if_changed()
+    assert acl.rules is before and acl.last_error is not None and "longer than 6" in acl.last_error
+    assert "the rules read before stay in force" in caplog.text
+    os.remove(path)
+    assert not acl.reload_if_changed() and acl.rules is before  # a vanished file keeps the rules too
+
+
+def test_a_bad_file_at_start_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "plain_acl.yml"
+    write_rules(path, "accounts: [{accessKey: abcdefgh, secretKey: 12345678, defaultTopicPerm: READ}]")
+    with pytest.raises(AclConfigError, match="is not DENY, PUB, SUB"):
+        AclFile(path)
+    with pytest.raises(AclConfigError, match="No such file"):
+        AclFile(tmp_path / "missing.yml")
+
+
+class _Peer:
+    remote_addr = "10.1.2.3:4567"
+
+
+def test_guard_answers_no_permission_and_logs_each_reason_once_per_interval(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "plain_acl.yml"
+    write_rules(path, RULES)
+    now = [0.0]
+    guard = AclGuard(AclFile(path), clock=lambda: now[0])
+    req = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+    with caplog.at_level(logging.WARNING, "ferrymq.acl"):
+        for _ in range(3):
+            resp = guard(_Peer(), req)  # type: ignore[arg-type]
+            assert resp is not None and resp.code == ResponseCode.NO_PERMISSION and resp.opaque == req.opaque
+        now[0] = 11.0
+        guard(_Peer(), req)  # type: ignore[arg-type]
+    lines = [r for r in caplog.records if "refused request code 28 from 10.1.2.3" in r.getMessage()]
+    assert len(lines) == 2 and guard.refused == 4
