@@ -31,6 +31,7 @@ REGISTRY: list[str] = [
     "acl_bench",
     "metrics_bench",
     "trace_bench",
+    "tls_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
