@@ -184,9 +184,12 @@ def describe_client_tls_error(exc: BaseException) -> str:
     """Why a client's TLS connection could not be set up, in words an operator acts on."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return (f"TLS certificate verification failed: {exc.verify_message or exc.reason} "
-                "(is the server's certificate signed by the CA given with --tls-ca / tls_ca, "
+                "(is the server's certificate signed by the CA given with --tls-ca / trust_cert_path, "
                 "and issued for this host name or address?)")
     if isinstance(exc, ssl.SSLError):
         return f"TLS handshake failed: {exc.reason or exc}"
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+    if isinstance(exc, (ConnectionResetError, EOFError)) or not str(exc):
+        reason = "the server closed the connection"
+    else:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     return f"TLS handshake failed: {reason} (does the server have TLS turned on?)"
