@@ -268,3 +268,30 @@ def test_client_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     explicit = TlsClientSettings(enabled=True, trust_cert_path="x")
     assert resolve_client_tls(explicit) is explicit
     assert isinstance(ssl.PROTOCOL_TLS_CLIENT, int)
+
+
+async def test_stream_server_permissive_serves_tls_and_plain(certs: TlsFiles) -> None:
+    """The replication port's server: the same first-byte choice under a stream callback."""
+    from ferrymq.remoting.tls import client_context
+    from ferrymq.remoting.tls_streams import start_stream_server
+
+    async def echo_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        secure = writer.get_extra_info("ssl_object") is not None
+        writer.write(b"tls:" + line if secure else b"plain:" + line)
+        await writer.drain()
+        writer.close()
+
+    server = await start_stream_server(echo_line, "127.0.0.1", 0, server_tls(certs, TlsMode.PERMISSIVE))
+    host, port = server.sockets[0].getsockname()[:2]
+    try:
+        ctx = client_context(TlsClientSettings(enabled=True, trust_cert_path=str(certs.ca)))
+        for ssl_ctx, expected in ((ctx, b"tls:hi\n"), (None, b"plain:hi\n")):
+            reader, writer = await asyncio.open_connection(host, port, ssl=ssl_ctx,
+                                                           server_hostname=host if ssl_ctx else None)
+            writer.write(b"hi\n")
+            assert await asyncio.wait_for(reader.read(), 5.0) == expected
+            writer.close()
+    finally:
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), 5.0)
