@@ -15,7 +15,7 @@ from ..remoting.command import RemotingCommand
 from .permission import Perm, check_permission, perm_text
 from .resources import Needs, ResourceParseError, needs_of
 from .rules import Account, AclRules
-from .signing import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, calc_signature, content_to_sign
+from .signing import ACCESS_KEY, SIGNATURE, UNIQUE_MSG_QUERY_FLAG, signature_of
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
@@ -42,13 +42,12 @@ def signature_ok(account: Account, cmd: RemotingCommand) -> bool:
     given = cmd.ext_fields.get(SIGNATURE)
     if not given:
         return False
-    expected = calc_signature(content_to_sign(cmd.ext_fields, cmd.body), account.secret_key)
-    if hmac.compare_digest(expected, given):
+    if hmac.compare_digest(signature_of(cmd.ext_fields, cmd.body, account.secret_key), given):
         return True
     if UNIQUE_MSG_QUERY_FLAG in cmd.ext_fields:
         # Older clients signed a unique-key query before adding this field.
-        content = content_to_sign(cmd.ext_fields, cmd.body, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
-        return hmac.compare_digest(calc_signature(content, account.secret_key), given)
+        expected = signature_of(cmd.ext_fields, cmd.body, account.secret_key, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG))
+        return hmac.compare_digest(expected, given)
     return False
 
 
