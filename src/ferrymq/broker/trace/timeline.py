@@ -172,8 +172,12 @@ def build(msg_id: str, stored: list[tuple[int, int, str, dict[str, Any]]],
                         detail=detail)
         keyed.append(((te.ts, n, _RANK[kind], phys, i), te))
     copies = [(int(ev["ts"]), n, str(ev["t"])) for n, (_, _, _, ev) in enumerate(stored)]
-    for phys, i, broker, ev in by_id + ranged:
-        for o in _offsets_of(ev, positions) or [int(ev.get("o", -1))]:
+    tagged = [(item, True) for item in by_id] + [(item, False) for item in ranged]
+    for (phys, i, broker, ev), named in tagged:
+        # An event found by the message's id stands even where no copy is known any more
+        # (expired); a range event only for the copies it covers.
+        fallback = [int(ev.get("o", -1))] if named else []
+        for o in _offsets_of(ev, positions) or fallback:
             pos = (str(ev.get("t", "")), int(ev.get("q", -1)), o)
             found = _event(msg_id, broker, ev, pos)
             if found is None:
