@@ -135,6 +135,9 @@ def test_a_failed_then_retried_message_and_a_redriven_dead_letter(tmp_path: Path
         assert "failed" in [e["kind"] for e in doc["timeline"]]
         assert doc["trace_enable"] == {"broker-a": True}
         assert doc["tracks"] and doc["copies"]  # the fields from before the timeline stay
+        runtime = json_out(server, "broker", "status", "broker-a")["runtime"]
+        assert runtime["traceEnable"] == "true" and int(runtime["traceEventsWritten"]) > 0
+        assert runtime["traceEventsDropped"] == "0"
         table = ferrymq(server, "msg", "trace", retried["msg_id"], env={"COLUMNS": "200"}).stdout
         assert "timeline" in table and "failed" in table and "%RETRY%tr-life-g" in table
 
@@ -178,6 +181,7 @@ def test_trace_off_records_nothing(untraced: Any, tmp_path: Path) -> None:
     assert doc["trace_enable"] == {"broker-a": False}
     assert doc["copies"][0]["offset_msg_id"] == sent["offset_msg_id"]
     assert not (tmp_path / "store" / "consumequeue" / "RMQ_SYS_TRACE_TOPIC").exists()
+    assert json_out(untraced, "broker", "status", "broker-a")["runtime"]["traceEnable"] == "false"
     assert "trace_enable is off" in ferrymq(untraced, "msg", "trace", sent["msg_id"]).stdout
 
 

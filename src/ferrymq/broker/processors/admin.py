@@ -155,6 +155,7 @@ async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCom
         **broker.stats.runtime_table(),
         **broker.connection_table(),
         **broker.ha_table(),
+        **(broker.trace.runtime_table() if broker.trace is not None else {"traceEnable": "false"}),
     }
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"table": table}))
 

@@ -42,9 +42,19 @@ class TraceRecorder:
         self._max = max_buffered
         self._buf: list[tuple[Any, ...]] = []
         self._flushing = asyncio.Lock()
+        # Set when the buffer stops being empty: an idle broker's writer sleeps instead of
+        # waking every interval.
+        self._pending = asyncio.Event()
         self.dropped = 0  # entries lost to a full buffer (overload) or a refused write
         self.records_written = 0
         self.events_written = 0
+
+    def runtime_table(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO keys: what was written, what is waiting, what was lost."""
+        return {"traceEnable": "true", "traceEventsWritten": str(self.events_written),
+                "traceRecordsWritten": str(self.records_written),
+                "traceEventsBuffered": str(len(self._buf)),
+                "traceEventsDropped": str(self.dropped)}
 
     # --- the hot-path side: one append each ----------------------------------------------------
     def on_event(self, event: MessageEvent) -> None:
@@ -60,12 +70,16 @@ class TraceRecorder:
         if len(self._buf) >= self._max:
             self.dropped += 1
             return
+        if not self._buf:
+            self._pending.set()
         self._buf.append(entry)
 
     # --- off the hot path --------------------------------------------------------------------
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            await self._pending.wait()
+            await asyncio.sleep(self._interval)  # let a batch gather
+            self._pending.clear()
             with contextlib.suppress(Exception):
                 await self.flush()
 
