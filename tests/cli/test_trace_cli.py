@@ -203,6 +203,7 @@ def test_transactions_pop_delay_and_client_trace_data(standalone: Any) -> None:
                                                 LocalTransactionState.ROLLBACK_MESSAGE)
     popped = json_out(standalone, "send", "tr-pop", "popped")
     delayed = json_out(standalone, "send", "tr-delay", "later", "--delay-level", "1")
+    timed = json_out(standalone, "send", "tr-delay", "timed", "--property", "TIMER_DELAY_MS=300")
     consumer = SimpleConsumer("tr-pop-g", standalone.namesrv, await_duration=5.0)
     consumer.subscribe("tr-pop")
     with consumer, AdminClient(standalone.namesrv) as admin:
@@ -227,6 +228,13 @@ def test_transactions_pop_delay_and_client_trace_data(standalone: Any) -> None:
             timeout=30, message="the delayed message's delivery traced")
         assert _kinds(events)[:2] == ["scheduled", "stored"], _kinds(events)
         assert events[0].detail["delay_level"] == "1" and events[1].topic == "tr-delay"
+        events = wait_until(
+            lambda: (lambda ev: ev if "stored" in _kinds(ev) else None)(
+                admin.message_trace(timed["msg_id"]).events),
+            timeout=30, message="the timer message's delivery traced")
+        assert _kinds(events)[:2] == ["timer_scheduled", "stored"], _kinds(events)
+        assert int(events[0].detail["deliver_ms"]) >= events[0].ts + 300 - 5
+        assert events[1].topic == "tr-delay" and events[1].ts >= int(events[0].detail["deliver_ms"]) - 100
 
         # A RocketMQ client's trace data (TraceDataEncoder text, keyed by message id) is merged.
         text = encode_client_trace([
