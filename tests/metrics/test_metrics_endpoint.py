@@ -111,6 +111,13 @@ def test_put_get_and_lag_per_queue(server: Any) -> None:
     assert value(after, "rocketmq_producer_tps", topic="mt") > 0
     assert grew("rocketmq_brokeruntime_msg_put_total_today_now") == 10
     assert grew("ferrymq_send_latency_seconds_count") >= 10
+    # rocketmq-exporter's put time distribution is the same histogram in RocketMQ's ranges.
+    pmdt = sum(v for (n, _), v in after.items() if n.startswith("rocketmq_brokeruntime_pmdt_"))
+    assert pmdt == value(after, "ferrymq_send_latency_seconds_count")
+    stored_bytes = sum(v for (n, _), v in after.items() if n == "rocketmq_throughput_in_total")
+    assert value(after, "rocketmq_brokeruntime_put_message_size_total") == stored_bytes
+    max_offset = value(after, "ferrymq_store_commitlog_max_offset")
+    assert value(after, "rocketmq_brokeruntime_commitlog_maxoffset") == max_offset > 0
     assert grew("ferrymq_send_latency_seconds_sum") > 0
     # Delivered per topic and group.
     assert value(after, "rocketmq_messages_out_total", topic="mt", consumer_group="g-mt") == 5

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-# Seconds, from 100 µs (a put into the page cache) to 10 s (a sync flush or a slave timing out).
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                   0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Seconds, from 100 µs (a put into the page cache) to 10 s (a sync flush or a slave timing out);
+# RocketMQ's put-time ranges (rocketmq_brokeruntime_pmdt_*) are among them.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2,
+                   0.25, 0.5, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 10.0)
 
 
 class Histogram:

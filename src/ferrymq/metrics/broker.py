@@ -38,6 +38,14 @@ OWN_LABELS = ["cluster", "broker"]
 # lagging queues must not stall its sends and pulls (a lagging queue costs two small reads).
 SLICE = 200
 
+# rocketmq_brokeruntime_pmdt_* ranges: (name, upper bound in seconds); the histogram's buckets
+# include every bound.
+PMDT: tuple[tuple[str, float | None], ...] = (
+    ("0ms", 0.001), ("0to10ms", 0.01), ("10to50ms", 0.05), ("50to100ms", 0.1), ("100to200ms", 0.2),
+    ("200to500ms", 0.5), ("500to1s", 1.0), ("1to2s", 2.0), ("2to3s", 3.0), ("3to4s", 4.0), ("4to5s", 5.0),
+    ("5to10s", 10.0), ("10stomore", None),
+)
+
 # Java's MessageModel ordinals, which rocketmq-exporter puts in msgModel.
 _MSG_MODEL = {"BROADCASTING": "0", "CLUSTERING": "1"}
 
@@ -121,21 +129,7 @@ class BrokerCollector:
         qps = GaugeMetricFamily("rocketmq_broker_qps", "Messages delivered per second (last minute)",
                                 labels=BROKER_LABELS)
         qps.add_metric([cluster, ip, name], got_rates[1])
-        rt = [cluster, ip, ip.split(":")[0], "", str(b.started_ms), __version__]
-        out: list[Metric] = [tps, qps]
-
-        def runtime(metric: str, doc: str, value: float) -> None:
-            g = GaugeMetricFamily(f"rocketmq_brokeruntime_{metric}", doc, labels=RUNTIME_LABELS)
-            g.add_metric(rt, value)
-            out.append(g)
-
-        runtime("msg_put_total_today_now", "Messages stored today", stats.put.total - stats.put.today_morning)
-        runtime("msg_gettotal_today_now", "Messages delivered today", stats.got.total - stats.got.today_morning)
-        runtime("msg_puttotal_todaymorning", "Messages stored before today", stats.put.today_morning)
-        runtime("msg_gettotal_todaymorning", "Messages delivered before today", stats.got.today_morning)
-        for window, p, g in zip(("10", "60", "600"), put_rates, got_rates, strict=True):
-            runtime(f"put_tps{window}", f"Messages stored per second over {window} s", p)
-            runtime(f"gettransfered_tps{window}", f"Messages delivered per second over {window} s", g)
+        out: list[Metric] = [tps, qps, *self._runtime_families(cluster, put_rates, got_rates)]
         conns = b.server.stats()
         c = GaugeMetricFamily("ferrymq_connections", "Open remoting connections", labels=OWN_LABELS)
         c.add_metric([cluster, name], conns.connections)
@@ -154,6 +148,64 @@ class BrokerCollector:
                 _histogram("ferrymq_pull_latency_seconds",
                            "Pull request handling time for pulls that found messages (a long-poll hold excluded)",
                            [cluster, name], stats.pull_latency)]
+        return out
+
+    def _runtime_families(self, cluster: str, put_rates: list[float], got_rates: list[float]) -> list[Metric]:
+        """rocketmq-exporter's rocketmq_brokeruntime_* (GET_BROKER_RUNTIME_INFO's figures), the
+        ones its overview dashboard charts and ferrymq has."""
+        b = self.broker
+        stats, store = b.stats, b.store
+        assert store is not None
+        ip = b.addr
+        rt = [cluster, ip, ip.split(":")[0], "", str(b.started_ms), __version__]
+        out: list[Metric] = []
+
+        def runtime(metric: str, doc: str, value: float) -> None:
+            g = GaugeMetricFamily(f"rocketmq_brokeruntime_{metric}", doc, labels=RUNTIME_LABELS)
+            g.add_metric(rt, value)
+            out.append(g)
+
+        # RocketMQ's "today now" is the running total; today's count is now - this morning.
+        runtime("msg_put_total_today_now", "Messages stored since the broker started", stats.put.total)
+        runtime("msg_gettotal_today_now", "Messages delivered since the broker started", stats.got.total)
+        runtime("msg_puttotal_todaymorning", "The stored total when today began", stats.put.today_morning)
+        runtime("msg_gettotal_todaymorning", "The delivered total when today began", stats.got.today_morning)
+        runtime("msg_puttotal_yesterdaymorning", "The stored total when yesterday began", stats.put.yesterday_morning)
+        runtime("msg_gettotal_yesterdaymorning", "The delivered total when yesterday began",
+                stats.got.yesterday_morning)
+        for window, p, g in zip(("10", "60", "600"), put_rates, got_rates, strict=True):
+            runtime(f"put_tps{window}", f"Messages stored per second over {window} s", p)
+            runtime(f"gettransfered_tps{window}", f"Messages delivered per second over {window} s", g)
+        stored_bytes = sum(row[1] for row in stats.topic_put.values())
+        stored_msgs = sum(row[0] for row in stats.topic_put.values())
+        runtime("put_message_size_total", "Bytes stored since the broker started", stored_bytes)
+        runtime("put_message_average_size", "Mean stored message size in bytes",
+                stored_bytes / stored_msgs if stored_msgs else 0.0)
+        ratio = store.disk_ratio()
+        runtime("commitlog_disk_ratio", "Used fraction of the commit log's disk", ratio)
+        runtime("consumequeue_disk_ratio", "Used fraction of the consume queues' disk (the same store)", ratio)
+        runtime("commitlog_maxoffset", "Commit-log max physical offset", store.max_phy_offset)
+        runtime("commitlog_minoffset", "Commit-log min physical offset", store.min_phy_offset)
+        runtime("remain_howmanydata_toflush", "Commit-log bytes not yet flushed",
+                max(0, store.max_phy_offset - store.flushed_offset))
+        # Consume queues are written in the same put as the log: nothing waits to be dispatched.
+        runtime("dispatch_behind_bytes", "Commit-log bytes not yet in the consume queues", 0)
+        with contextlib.suppress(OSError):
+            usage = shutil.disk_usage(store.root)
+            runtime("commitlogdir_capacity_total", "Size of the commit log's disk", usage.total)
+            runtime("commitlogdir_capacity_free", "Free bytes on the commit log's disk", usage.free)
+        # RocketMQ's put time distribution (pmdt): sends per handling-time range since start,
+        # from the send latency histogram.
+        counts = dict(zip(stats.send_latency.bounds, stats.send_latency.counts, strict=False))
+        over = stats.send_latency.counts[-1]
+        previous = 0.0
+        for label, bound in PMDT:
+            if bound is None:
+                runtime(f"pmdt_{label}", "Sends that took 10 s or more", over)
+                continue
+            n = sum(c for upper, c in counts.items() if previous < upper <= bound)
+            runtime(f"pmdt_{label}", f"Sends handled in {label}", n)
+            previous = bound
         return out
 
     async def _topic_families(self, cluster: str, name: str) -> list[Metric]:
