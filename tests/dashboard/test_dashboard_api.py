@@ -253,3 +253,21 @@ def test_the_dashboard_process_stops_cleanly_on_sigterm(server: Standalone, tmp_
     proc: ServerProcess = start_dashboard(server.namesrv, tmp_path)
     assert get_json(proc.ready["dashboard"], "/api/overview")["namesrv"] == server.namesrv
     assert proc.stop(timeout=15) == 0
+
+
+def test_an_unreachable_cluster_is_reported_not_fatal(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    proc = start_dashboard(dead, tmp_path, "--lag-interval", "0.2")
+    try:
+        addr = proc.ready["dashboard"]
+        status, err = http_error(addr, "/api/cluster")
+        assert status == 502 and err["message"], err
+        sampler = wait_until(lambda: (lambda s: s if s["last_error"] else None)(
+            get_json(addr, "/api/overview")["sampler"]), message="the sampler's failure")
+        assert sampler["rounds"] == 0
+    finally:
+        assert proc.stop(timeout=15) == 0

@@ -174,3 +174,19 @@ def test_cluster_page_shows_a_master_and_its_slave_with_replication_lag(tmp_path
             assert re.search(r"connected 0 B / [\d,]+ ms behind", s), s
         finally:
             proc.stop()
+
+
+def test_an_unreachable_cluster_shows_one_error_across_refreshes(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    proc = start_dashboard(dead, tmp_path)
+    try:
+        # Long enough for the page to retry twice.
+        body = main_of(dump_dom(f"http://{proc.ready['dashboard']}/#/cluster", tmp_path, budget_ms=12000))
+    finally:
+        proc.stop()
+    assert body.count('role="alert"') == 1 and "loading" not in body, body
+    assert f"connect to {dead} failed" in text_of(body)

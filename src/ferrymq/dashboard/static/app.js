@@ -489,7 +489,9 @@ async function render() {
     if (seq === renderSeq) setStatus(`updated ${fmtTime(Date.now()).slice(11)}`);
   } catch (err) {
     if (seq !== renderSeq) return;
-    main.append(errorBox(err));
+    // A failed refresh keeps what was shown, with one error above it, not one per attempt.
+    for (const el of main.querySelectorAll(":scope > .loading, :scope > .error")) el.remove();
+    main.prepend(errorBox(err));
     setStatus("failed");
     schedule(() => render());
   }
