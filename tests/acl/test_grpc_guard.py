@@ -46,6 +46,13 @@ def test_what_each_request_needs() -> None:
     assert needs_of_message(consumer_beat).resources == {"%RETRY%g": Perm.SUB}
     with pytest.raises(ResourceParseError):
         needs_of_message(spb.HeartbeatRequest(client_type=pb.ClientType.PUSH_CONSUMER))
+    publishing = spb.TelemetryCommand(settings=pb.Settings(publishing=pb.Publishing(topics=[_res("orders")])))
+    assert needs_of_message(publishing).resources == {"orders": Perm.PUB}
+    subscribing = spb.TelemetryCommand(settings=pb.Settings(subscription=pb.Subscription(
+        group=_res("g"), subscriptions=[pb.SubscriptionEntry(topic=_res("orders"))])))
+    assert needs_of_message(subscribing).resources == {"%RETRY%g": Perm.SUB, "orders": Perm.SUB}
+    with pytest.raises(ResourceParseError):
+        needs_of_message(spb.TelemetryCommand(settings=pb.Settings()))
     mixed = spb.SendMessageRequest(messages=[pb.Message(topic=_res("a")), pb.Message(topic=_res("b"))])
     with pytest.raises(ResourceParseError):
         needs_of_message(mixed)

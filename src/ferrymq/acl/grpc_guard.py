@@ -4,9 +4,8 @@ Clients send `authorization: MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-da
 Signature=HEX` and `x-mq-date-time`; the signature is hex(HmacSHA1(secretKey, date-time)).
 Each request then needs what RocketMQ's PlainAccessResource.parse(GeneratedMessageV3) says:
 PUB on a send's topic, SUB on the group and topic of receives, acks and assignments, ANY on a
-route's topic. A refusal ends the call with PERMISSION_DENIED and the reason. A telemetry
-stream is authenticated when it opens; the sends and receives it announces are checked when
-they are made."""
+route's topic, the topics and group a telemetry stream's settings announce. A refusal ends the
+call with PERMISSION_DENIED and the reason."""
 
 from __future__ import annotations
 
@@ -84,6 +83,16 @@ def needs_of_message(request: Any) -> Needs:
             group(request.group)
     elif isinstance(request, spb.QueryRouteRequest):
         needs.add(request.topic.name, Perm.ANY)
+    elif isinstance(request, spb.TelemetryCommand) and request.WhichOneof("command") == "settings":
+        settings = request.settings
+        if not settings.HasField("publishing") and not settings.HasField("subscription"):
+            raise ResourceParseError(0, "settings name neither publishing nor subscription")
+        for topic in settings.publishing.topics:
+            needs.add(topic.name, Perm.PUB)
+        if settings.HasField("subscription"):
+            group(settings.subscription.group)
+            for entry in settings.subscription.subscriptions:
+                needs.add(entry.topic.name, Perm.SUB)
     return needs
 
 
@@ -154,8 +163,22 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
                 denial = guard._decide(metadata, context.peer(), method, None)
                 if denial is not None:
                     await guard._refuse(context, denial)
-                async for item in inner_ss(requests, context):
+                refused: list[Denial] = []
+
+                async def checked() -> AsyncIterator[Any]:
+                    # A refused settings command ends the client's half of the stream; the call
+                    # then ends with PERMISSION_DENIED below.
+                    async for command in requests:
+                        found = guard._decide(metadata, context.peer(), method, command)
+                        if found is not None:
+                            refused.append(found)
+                            return
+                        yield command
+
+                async for item in inner_ss(checked(), context):
                     yield item
+                if refused:
+                    await guard._refuse(context, refused[0])
 
             return h._replace(stream_stream=stream_stream)  # type: ignore[no-any-return]
         return handler
