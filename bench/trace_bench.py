@@ -32,6 +32,7 @@ from ferrymq.remoting import ClientConfig, RemotingClient, RemotingCommand
 from ferrymq.remoting.loop import new_event_loop
 
 RUNS = 3
+CHUNK = 256  # pulls per trace flush in the CPU measurement
 TOPIC = "trace-bench"
 BATCH_TOPIC = "trace-bench-batch"
 
@@ -96,6 +97,52 @@ def trace_records(broker: str) -> int:
     return int(_on_loop(go))
 
 
+def cpu_cost(n: int, trace: bool) -> tuple[float, float]:
+    """(µs per pull + commit on the request path, µs per event for the writer): a broker in
+    this process, pull events emitted as the pull processor emits them, offsets committed as
+    a consumer commits them, then the buffer written."""
+    from ferrymq.broker.config import BrokerConfig
+    from ferrymq.broker.controller import Broker
+    from ferrymq.broker.events import MessageEvent, MessageEventKind
+    from ferrymq.namesrv.server import NameServer, NamesrvConfig
+
+    async def go(store: Path) -> tuple[float, float]:
+        namesrv = NameServer(NamesrvConfig(port=0))
+        await namesrv.start()
+        broker = Broker(BrokerConfig(store_dir=store, listen_port=0, namesrv_addr=namesrv.address,
+                                     grpc_listen_port=-1, trace_max_buffered=2 * n + 1,
+                                     trace_enable=trace))
+        await broker.start()
+        try:
+            recorder = broker.trace
+            if recorder is not None:
+                await recorder.flush()
+            # As the writer does, every few milliseconds' worth of pulls becomes records:
+            # the two sides are timed apart.
+            hot_s = writer_s = 0.0
+            written = 0
+            for chunk in range(0, n, CHUNK):
+                began = time.perf_counter()
+                for i in range(chunk, min(n, chunk + CHUNK)):
+                    if broker.events.active:  # what pull.py does per pull that found messages
+                        broker.events.emit(MessageEvent(
+                            MessageEventKind.DELIVERED, "t", i % 8, i * 32, count=32, group="g",
+                            client="127.0.0.1:5000", detail={"next": str(i * 32 + 32)}))
+                    broker.offsets.commit("g", "t", i % 8, i * 32 + 32)
+                hot_s += time.perf_counter() - began
+                if recorder is not None:
+                    began = time.perf_counter()
+                    written += await recorder.flush()
+                    writer_s += time.perf_counter() - began
+            return hot_s / n * 1e6, writer_s / max(written, 1) * 1e6
+        finally:
+            await broker.stop()
+            await namesrv.stop()
+
+    with tempfile.TemporaryDirectory(prefix="ferrymq-trace-cpu-") as tmp:
+        return tuple(_on_loop(lambda: go(Path(tmp) / "store")))  # type: ignore[return-value]
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     n = 5_000 if quick else 30_000
     n_batches = 200 if quick else 1500
@@ -136,6 +183,20 @@ def run(quick: bool) -> list[dict[str, Any]]:
                      "value": statistics.median(on_runs), "runs": on_runs,
                      "peer_name": "trace off", "peer_value": statistics.median(off_runs),
                      "peer_runs": off_runs})
+    hot_on, hot_off, writer_runs = [], [], []
+    for _ in range(RUNS):
+        for trace in (True, False):
+            hot, writer = cpu_cost(20_000 if quick else 100_000, trace)
+            (hot_on if trace else hot_off).append(hot)
+            if trace:
+                writer_runs.append(writer)
+    rows.append({"workload": "trace", "unit": "µs",
+                 "measurement": "request-path CPU per pull + offset commit, trace on",
+                 "value": statistics.median(hot_on), "runs": hot_on, "peer_name": "trace off",
+                 "peer_value": statistics.median(hot_off), "peer_runs": hot_off})
+    rows.append({"workload": "trace", "unit": "µs",
+                 "measurement": "writer CPU per recorded event (records built, stored, indexed)",
+                 "value": statistics.median(writer_runs), "runs": writer_runs})
     rows.append({"workload": "trace", "measurement": "trace records written per 1000 messages",
                  "unit": "records", "value": round(records_per_1000, 2), "runs": [records_per_1000]})
     return rows

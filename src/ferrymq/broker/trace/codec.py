@@ -9,11 +9,11 @@ for pop), g (group), c (client), id (unique id), p (commit-log offset), d (detai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ...common import jsonx
 from ...common import props as P
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -52,30 +52,35 @@ def offset_key(topic: str, queue_id: int, offset: int) -> str:
     return position_key(topic, queue_id, offset // BUCKET)
 
 
-def event_keys(ev: dict[str, Any]) -> Iterator[str]:
-    """The index keys one raw event needs."""
+def event_keys(ev: dict[str, Any], cache: dict[tuple[str, int, int], str] | None = None) -> list[str]:
+    """The index keys one raw event needs (`cache` keeps position keys built already)."""
+    out: list[str] = []
     msg_id = ev.get("id")
     if msg_id:
-        yield str(msg_id)
+        out.append(str(msg_id))
     topic, qid = ev.get("t"), ev.get("q")
     if topic is None or qid is None:
-        return
+        return out
     offsets = ev.get("os")
+    buckets: Iterable[int]
     if offsets is not None:
-        for b in sorted({int(o) // BUCKET for o in offsets}):
-            yield position_key(topic, qid, b)
-        return
-    start = int(ev.get("o", -1))
-    if start < 0:
-        return
-    end = int(ev.get("e", start + 1))
-    first, last = start // BUCKET, max(start, end - 1) // BUCKET
-    if last - first + 1 > MAX_BUCKETS:
-        yield position_key(topic, qid, first)
-        yield position_key(topic, qid, last)
-        return
-    for b in range(first, last + 1):
-        yield position_key(topic, qid, b)
+        buckets = sorted({int(o) // BUCKET for o in offsets})
+    else:
+        start = int(ev.get("o", -1))
+        if start < 0:
+            return out
+        end = int(ev.get("e", start + 1))
+        first, last = start // BUCKET, max(start, end - 1) // BUCKET
+        buckets = (first, last) if last - first + 1 > MAX_BUCKETS else range(first, last + 1)
+    for b in buckets:
+        if cache is None:
+            out.append(position_key(topic, qid, b))
+            continue
+        key = cache.get((topic, qid, b))
+        if key is None:
+            key = cache[(topic, qid, b)] = position_key(topic, qid, b)
+        out.append(key)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +100,22 @@ def encode_records(broker: str, events: Iterable[dict[str, Any]]) -> list[Encode
     def close() -> None:
         nonlocal batch, keys, chars
         if batch:
-            body = jsonx.dumps_bytes({"v": 1, "broker": broker, "events": batch})
+            # Plain JSON through the C encoder: this runs for every event recorded.
+            body = json.dumps({"v": 1, "broker": broker, "events": batch},
+                              separators=(",", ":")).encode()
             out.append(EncodedRecord(body, P.KEY_SEPARATOR.join(keys), len(batch)))
         batch, keys, chars = [], {}, 0
 
+    cache: dict[tuple[str, int, int], str] = {}
     for ev in events:
-        new = [k for k in dict.fromkeys(event_keys(ev)) if k not in keys]
-        cost = sum(len(k) + 1 for k in new)
+        mine = event_keys(ev, cache)
+        new = [k for k in mine if k not in keys]
+        cost = 0
+        for k in new:
+            cost += len(k) + 1
         if batch and (chars + cost > MAX_KEYS_CHARS or len(batch) >= MAX_EVENTS_PER_RECORD):
             close()
-            new = list(dict.fromkeys(event_keys(ev)))
+            new = list(dict.fromkeys(mine))
             cost = sum(len(k) + 1 for k in new)
         batch.append(ev)
         for k in new:
@@ -117,7 +128,7 @@ def encode_records(broker: str, events: Iterable[dict[str, Any]]) -> list[Encode
 def decode_record(body: bytes) -> tuple[str, list[dict[str, Any]]]:
     """(broker name, raw events) of a broker trace record's body."""
     try:
-        doc = jsonx.loads(body)
+        doc = json.loads(body)
     except ValueError as exc:
         raise TraceRecordError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):

@@ -4,7 +4,8 @@ this broker recorded it. Header `msgId` (the unique id); body JSON
 
 from __future__ import annotations
 
-from ...common import jsonx
+import json
+
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import req_str
 from ...remoting import Connection, RemotingCommand
@@ -22,9 +23,8 @@ async def query_message_trace(broker: BrokerContext, conn: Connection,
     if recorder is not None:
         await recorder.flush()  # what happened a moment ago is part of the answer
     events = lookup(store, msg_id, broker.config.broker_name)
-    body = jsonx.dumps_bytes({"broker": broker.config.broker_name,
-                              "traceEnable": recorder is not None,
-                              "events": [e.to_json() for e in events]})
+    body = json.dumps({"broker": broker.config.broker_name, "traceEnable": recorder is not None,
+                       "events": [e.to_json() for e in events]}, separators=(",", ":")).encode()
     return reply(req, ResponseCode.SUCCESS, body=body)
 
 
