@@ -41,7 +41,7 @@ from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
 from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_timer, to_timer
 from .topics import TopicManager
-from .trace import TraceRecorder
+from .trace import TRACED_EVENTS, TraceRecorder
 from .transaction import TransactionService
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class Broker:
         if config.trace_enable:
             self.trace = TraceRecorder(self, flush_interval_ms=config.trace_flush_interval_ms,
                                        max_buffered=config.trace_max_buffered)
-            self.events.subscribe(self.trace.on_event, stored=False)
+            self.events.subscribe(self.trace.on_event, kinds=TRACED_EVENTS)
             self.offsets.on_advance = self.trace.on_commit
         self.server = RemotingServer(ServerConfig(
             host=config.host, port=config.listen_port, max_frame_size=config.max_frame_size,

@@ -45,25 +45,31 @@ Listener = Callable[[MessageEvent], None]
 
 class MessageEvents:
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
-        self._stored_listeners = 0
+        self._listeners: list[tuple[Listener, frozenset[MessageEventKind] | None]] = []
+        self._wanted: set[MessageEventKind] = set()
 
-    def subscribe(self, listener: Listener, *, stored: bool = True) -> None:
-        """stored=False: the listener ignores STORED events, so puts need not build one per
-        message for it."""
-        self._listeners.append(listener)
-        self._stored_listeners += stored
+    def subscribe(self, listener: Listener, *,
+                  kinds: frozenset[MessageEventKind] | None = None) -> None:
+        """kinds: only these are passed to the listener, and emitters of other kinds need not
+        build an event for it (a put need not build one per message, a pull none)."""
+        self._listeners.append((listener, kinds))
+        self._wanted.update(MessageEventKind if kinds is None else kinds)
 
     @property
     def active(self) -> bool:
         return bool(self._listeners)
 
+    def wants(self, kind: MessageEventKind) -> bool:
+        return kind in self._wanted
+
     @property
     def wants_stored(self) -> bool:
-        return self._stored_listeners > 0
+        return MessageEventKind.STORED in self._wanted
 
     def emit(self, event: MessageEvent) -> None:
-        for listener in self._listeners:
+        for listener, kinds in self._listeners:
+            if kinds is not None and event.kind not in kinds:
+                continue
             try:
                 listener(event)
             except Exception:  # a broken observer must never fail a send or a pull

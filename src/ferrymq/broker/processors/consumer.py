@@ -136,7 +136,7 @@ async def update_consumer_offset(broker: BrokerContext, conn: Connection,
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
     offset = req_int(ext, "commitOffset")
     await broker.offsets.wait_durable(broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms()))
-    if broker.events.active:
+    if broker.events.wants(MessageEventKind.COMMITTED):
         broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, topic, queue_id, offset, group=group,
                                         client=conn.remote_addr))
     return reply(req, ResponseCode.SUCCESS)
@@ -167,7 +167,7 @@ async def update_consumer_progress(broker: BrokerContext, conn: Connection,
     seq = 0
     for u in updates:
         seq = max(seq, broker.offsets.commit(group, u.topic, u.queue_id, u.offset, now, acked=list(u.acked)))
-        if broker.events.active:
+        if broker.events.wants(MessageEventKind.COMMITTED):
             broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, u.topic, u.queue_id, u.offset,
                                             group=group, client=conn.remote_addr))
     await broker.offsets.wait_durable(seq)

@@ -130,10 +130,12 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         stats.count_got(topic, group, result.count, len(result.data))
         # Found pulls only, from the store read on: a held pull's wait is not its latency.
         stats.pull_latency.observe(time.perf_counter() - started)
-        if broker.events.active:
+        if broker.trace is not None:
+            broker.trace.delivered(topic, queue_id, offset, result.next_begin_offset, group,
+                                   conn.remote_addr)
+        if broker.events.wants(MessageEventKind.DELIVERED):
             broker.events.emit(MessageEvent(MessageEventKind.DELIVERED, topic, queue_id, offset,
-                                            count=result.count, group=group, client=conn.remote_addr,
-                                            detail={"next": str(result.next_begin_offset)}))
+                                            count=result.count, group=group, client=conn.remote_addr))
         return reply(req, code, ext_fields=header, body=result.data)
     remark = {
         ResponseCode.PULL_NOT_FOUND: "no new message",

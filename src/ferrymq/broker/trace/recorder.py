@@ -35,6 +35,15 @@ _UNTRACED_TOPICS = frozenset({C.TRACE_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MA
 _UNTRACED_GROUPS = frozenset({TOOLS_CONSUMER_GROUP, CID_SYS_RMQ_TRANS})
 
 
+# What the recorder takes as MessageEvents: rare per request. Deliveries and offset moves, one
+# per pull and per commit, come through delivered() and on_commit() without an event object;
+# stored copies are read from the store itself.
+TRACED_EVENTS = frozenset({
+    MessageEventKind.SENT_BACK, MessageEventKind.DEAD_LETTERED, MessageEventKind.POPPED,
+    MessageEventKind.ACKED, MessageEventKind.INVISIBLE_CHANGED, MessageEventKind.ROLLED_BACK,
+})
+
+
 class TraceRecorder:
     def __init__(self, broker: BrokerContext, *, flush_interval_ms: int, max_buffered: int) -> None:
         self._broker = broker
@@ -58,10 +67,13 @@ class TraceRecorder:
 
     # --- the hot-path side: one append each ----------------------------------------------------
     def on_event(self, event: MessageEvent) -> None:
-        # Stored copies are read from the store itself; offset moves come through on_commit
-        # (with the offset they moved from).
-        if event.kind not in (MessageEventKind.STORED, MessageEventKind.COMMITTED):
-            self._add(("ev", self._broker.now_ms(), event))
+        self._add(("ev", self._broker.now_ms(), event))
+
+    def delivered(self, topic: str, queue_id: int, offset: int, next_offset: int, group: str,
+                  client: str) -> None:
+        """A pull returned [offset, next_offset) of the queue to a consumer of the group."""
+        self._add(("pull", self._broker.now_ms(), topic, queue_id, offset, next_offset, group,
+                   client))
 
     def on_commit(self, group: str, topic: str, queue_id: int, old: int, new: int) -> None:
         self._add(("commit", self._broker.now_ms(), group, topic, queue_id, old, new))
@@ -133,11 +145,20 @@ class TraceRecorder:
                     continue
                 out.append({"ts": ts, "k": C.R_COMMITTED, "t": topic, "q": qid, "o": old,
                             "e": new, "g": group})
+            elif tag == "pull":
+                _, ts, topic, qid, start, end, group, client = entry
+                if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
+                    continue
+                raw: dict[str, Any] = {"ts": ts, "k": C.R_DELIVERED, "t": topic, "q": qid,
+                                       "o": start, "e": end, "g": group}
+                if client:
+                    raw["c"] = self._client_name(group, client, clients)
+                out.append(raw)
             else:
                 _, ts, ev = entry
-                raw = self._event(ts, ev, clients)
-                if raw is not None:
-                    out.append(raw)
+                found = self._event(ts, ev, clients)
+                if found is not None:
+                    out.append(found)
         return out
 
     def _event(self, ts: int, ev: MessageEvent, clients: dict[tuple[str, str], str]) -> dict[str, Any] | None:
