@@ -29,11 +29,17 @@ from ferrymq.remoting.loop import new_event_loop
 RUNS = 3
 IN_FLIGHT = 8
 
+# Says "ready" after its first scrape: the measurement starts once the scraper's own start-up
+# (an interpreter competing for the same cores) is over.
 _SCRAPER = """
 import sys, time, urllib.request
 url = sys.argv[1]
+first = True
 while True:
     urllib.request.urlopen(url, timeout=10).read()
+    if first:
+        print("ready", flush=True)
+        first = False
     time.sleep(1.0)
 """
 
@@ -69,7 +75,11 @@ def _one_run(metrics: bool, run_no: int, quick: bool, out: dict[str, list[float]
         scraper = None
         if metrics:
             url = f"http://{server.metrics}/metrics"
-            scraper = subprocess.Popen([sys.executable, "-c", _SCRAPER, url], stderr=subprocess.DEVNULL)
+            scraper = subprocess.Popen([sys.executable, "-c", _SCRAPER, url], stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+            assert scraper.stdout is not None
+            if scraper.stdout.readline().strip() != "ready":
+                raise RuntimeError("the scraper process did not scrape /metrics")
 
         async def go() -> None:
             client = RemotingClient(ClientConfig())
