@@ -63,7 +63,7 @@ def decide(rules: AclRules, remote_ip: str, access_key: str | None, what: str,
     if any(p.matches(remote_ip) for p in rules.global_white):
         return None
     if not access_key:
-        return Denial(f"{what} from {remote_ip} carries no AccessKey (the broker requires signed requests)")
+        return Denial(f"{what} from {remote_ip} carries no AccessKey (requests must be signed)")
     account = rules.accounts.get(access_key)
     if account is None:
         return Denial(f"no account {access_key!r}", access_key)

@@ -10,7 +10,6 @@ call with PERMISSION_DENIED and the reason."""
 from __future__ import annotations
 
 import hmac
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,12 +20,11 @@ from ..grpc.pb import definition_pb2 as pb
 from ..grpc.pb import service_pb2 as spb
 from .address import host_of
 from .check import Denial, decide
+from .guard import RefusalLog
 from .permission import Perm
 from .resources import Needs, ResourceParseError
 from .rules import Account
 from .watch import AclFile
-
-log = logging.getLogger("ferrymq.acl")
 
 _CONSUMERS = (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER)
 
@@ -105,7 +103,7 @@ def peer_host(peer: str) -> str:
 class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, source: AclFile) -> None:
         self.source = source
-        self.refused = 0
+        self.log = RefusalLog()
 
     def _decide(self, metadata: dict[str, str], peer: str, method: str, request: Any) -> Denial | None:
         auth = parse_authorization(metadata.get("authorization", ""))
@@ -118,9 +116,9 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
         return decide(self.source.rules, peer_host(peer), auth[0] if auth else None, f"gRPC {method}", verify,
                       lambda: needs_of_message(request) if request is not None else Needs())
 
-    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], denial: Denial) -> None:
-        self.refused += 1
-        log.warning("refused gRPC call from %s: %s", context.peer(), denial.reason)
+    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], method: str, denial: Denial) -> None:
+        self.log.refused_one(peer_host(context.peer()), denial.access_key or "", f"gRPC call {method}",
+                             denial.reason)
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial.remark)
 
     async def intercept_service(
@@ -141,7 +139,7 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 denial = guard._decide(metadata, context.peer(), method, request)
                 if denial is not None:
-                    await guard._refuse(context, denial)
+                    await guard._refuse(context, method, denial)
                 return await inner_uu(request, context)
 
             return h._replace(unary_unary=unary_unary)  # type: ignore[no-any-return]
@@ -151,7 +149,7 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
                 denial = guard._decide(metadata, context.peer(), method, request)
                 if denial is not None:
-                    await guard._refuse(context, denial)
+                    await guard._refuse(context, method, denial)
                 async for item in inner_us(request, context):
                     yield item
 
@@ -162,7 +160,7 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
             async def stream_stream(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
                 denial = guard._decide(metadata, context.peer(), method, None)
                 if denial is not None:
-                    await guard._refuse(context, denial)
+                    await guard._refuse(context, method, denial)
                 refused: list[Denial] = []
 
                 async def checked() -> AsyncIterator[Any]:
@@ -178,7 +176,7 @@ class GrpcAclInterceptor(grpc.aio.ServerInterceptor):
                 async for item in inner_ss(checked(), context):
                     yield item
                 if refused:
-                    await guard._refuse(context, refused[0])
+                    await guard._refuse(context, method, refused[0])
 
             return h._replace(stream_stream=stream_stream)  # type: ignore[no-any-return]
         return handler

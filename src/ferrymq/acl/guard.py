@@ -29,26 +29,17 @@ class GuardScope(enum.Enum):
     NAMESRV = "namesrv"  # only the requests that change routes
 
 
-class AclGuard:
-    def __init__(self, source: AclFile, scope: GuardScope = GuardScope.BROKER, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.source = source
-        self.scope = scope
+class RefusalLog:
+    """Says why requests are refused, at most once per address, account and reason every
+    LOG_INTERVAL seconds."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.refused = 0
         self._clock = clock
         self._logged: dict[tuple[str, str, str], float] = {}
 
-    def __call__(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-        if self.scope is GuardScope.NAMESRV and req.code not in NAMESRV_GUARDED_CODES:
-            return None
-        denial = check_request(self.source.rules, req, host_of(conn.remote_addr))
-        if denial is None:
-            return None
+    def refused_one(self, host: str, access_key: str, what: str, reason: str) -> None:
         self.refused += 1
-        self._log(host_of(conn.remote_addr), denial.access_key or "", req.code, denial.reason)
-        return RemotingCommand.make_response_to(req, ResponseCode.NO_PERMISSION, remark=denial.remark)
-
-    def _log(self, host: str, access_key: str, code: int, reason: str) -> None:
         now = self._clock()
         key = (host, access_key, reason)
         if now - self._logged.get(key, float("-inf")) < LOG_INTERVAL:
@@ -56,4 +47,26 @@ class AclGuard:
         if len(self._logged) > 10_000:
             self._logged.clear()
         self._logged[key] = now
-        log.warning("refused request code %d from %s: %s (%d refused so far)", code, host, reason, self.refused)
+        log.warning("refused %s from %s: %s (%d refused so far)", what, host, reason, self.refused)
+
+
+class AclGuard:
+    def __init__(self, source: AclFile, scope: GuardScope = GuardScope.BROKER, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.scope = scope
+        self.log = RefusalLog(clock)
+
+    @property
+    def refused(self) -> int:
+        return self.log.refused
+
+    def __call__(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        if self.scope is GuardScope.NAMESRV and req.code not in NAMESRV_GUARDED_CODES:
+            return None
+        host = host_of(conn.remote_addr)
+        denial = check_request(self.source.rules, req, host)
+        if denial is None:
+            return None
+        self.log.refused_one(host, denial.access_key or "", f"request code {req.code}", denial.reason)
+        return RemotingCommand.make_response_to(req, ResponseCode.NO_PERMISSION, remark=denial.remark)
