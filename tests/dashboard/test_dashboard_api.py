@@ -81,6 +81,12 @@ def test_a_topic_created_through_the_endpoint_is_listed_with_its_queue_offsets(
     assert detail["queues"] == cli
     assert sum(q["max_offset"] for q in detail["queues"]) == 4
     assert detail["queue_datas"] == [{"broker": "broker-a", "read_queues": 3, "write_queues": 3, "perm": 6}]
+    latest = get_json(dash, "/api/topic/messages?name=dash-made&limit=10")["messages"]
+    assert sorted(m["body"] for m in latest) == ["a", "b", "c", "d"]
+    stamps = [m["store_timestamp"] for m in latest]
+    assert stamps == sorted(stamps, reverse=True)  # newest first
+    two = get_json(dash, "/api/topic/messages?name=dash-made&limit=2")["messages"]
+    assert [m["msg_id"] for m in two] == [m["msg_id"] for m in latest[:2]]
 
 
 def test_topic_list_pages_and_filters_on_the_server(dash: str) -> None:

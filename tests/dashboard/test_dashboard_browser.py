@@ -150,6 +150,9 @@ def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalon
     assert "delivered to browser-msg-group" in text and "consumed by browser-msg-group" in text
     assert "browser-msg-group browser-msg 0 CONSUMED 1" in text  # the group's track
     assert_rendered(screenshot(url, tmp_path, "message.png"), (1280, 900), HEADER_RGB)
+    topic_page = main_of(dump_dom(f"http://{dash}/#/topic/browser-msg", tmp_path))
+    assert f'<tr data-msg-id="{sent.msg_id}">' in topic_page  # among the latest messages
+    assert "browser-msg-group" in text_of(topic_page)  # consumed by
     by_key = text_of(main_of(dump_dom(f"http://{dash}/#/message?topic=browser-msg&key=k-browser", tmp_path)))
     assert "1 message(s) with key k-browser" in by_key and sent.msg_id in by_key
 

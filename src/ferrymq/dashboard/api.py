@@ -18,6 +18,8 @@ from .httpd import HttpError, Request, Response
 from .lag import LagSampler
 
 MAX_PAGE = 200
+# The newest messages a topic page lists (one pull of this many per queue).
+MAX_LATEST = 32
 # How many topics' queue tables are asked at once for one page of the topic list.
 STATUS_FANOUT = 16
 
@@ -56,6 +58,7 @@ class DashboardApi:
             ("GET", "/api/topics"): self.topics,
             ("POST", "/api/topics"): self.create_topic,
             ("GET", "/api/topic"): self.topic,
+            ("GET", "/api/topic/messages"): self.topic_messages,
             ("GET", "/api/groups"): self.groups,
             ("GET", "/api/group"): self.group,
             ("GET", "/api/message"): self.message,
@@ -151,6 +154,12 @@ class DashboardApi:
             "queues": [q.to_json() for q in queues],
             "groups": sorted({g for names in lists for g in names}),
         }
+
+    async def topic_messages(self, request: Request) -> dict[str, Any]:
+        name = request.arg("name")
+        limit = max(1, min(request.int_arg("limit", 20), MAX_LATEST))
+        found = await messages.latest(self.admin, name, limit)
+        return {"topic": name, "messages": [messages.detail_json(m) for m in found]}
 
     async def create_topic(self, request: Request) -> dict[str, Any]:
         body = request.json()

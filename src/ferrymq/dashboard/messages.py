@@ -4,15 +4,17 @@ group stands with it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..cli.render import message_detail
 from ..client.admin_async import AsyncAdminClient
 from ..client.errors import MessageNotFoundError, NoRouteError
+from ..client.results import PullStatus, QueueStatus
 from ..common import props as P
 from ..common.errors import FerryMQError
 from ..common.ids import is_offset_msg_id, is_uniq_id
-from ..common.message import MessageExt
+from ..common.message import MessageExt, MessageQueue
 from ..common.names import SCHEDULE_TOPIC, is_dlq_topic, is_retry_topic
 from ..common.trace_events import (
     ACKED,
@@ -63,6 +65,23 @@ async def lookup(admin: AsyncAdminClient, msg_id: str, topic: str | None) -> Mes
             return found[0]
         errors.append("no topic has a message with this unique id")
     raise MessageNotFoundError(f"message {msg_id}: {'; '.join(errors)}")
+
+
+async def latest(admin: AsyncAdminClient, topic: str, limit: int) -> list[MessageExt]:
+    """The topic's newest `limit` messages over all its queues, newest first: the last
+    `limit` of each queue are read (without a group, committing nothing) and merged."""
+    queues = await admin.topic_status(topic)
+
+    async def tail(q: QueueStatus) -> list[MessageExt]:
+        start = max(q.min_offset, q.max_offset - limit)
+        if start >= q.max_offset:
+            return []
+        result = await admin.pull(MessageQueue(topic, q.broker, q.queue_id), start, limit)
+        return result.messages if result.status is PullStatus.FOUND else []
+
+    found = [m for msgs in await asyncio.gather(*(tail(q) for q in queues)) for m in msgs]
+    found.sort(key=lambda m: (m.store_timestamp, m.broker, m.queue_id, m.queue_offset), reverse=True)
+    return found[:limit]
 
 
 def detail_json(msg: MessageExt) -> dict[str, Any]:

@@ -228,6 +228,7 @@ function createTopicForm() {
 async function viewTopic(seq, name) {
   const data = await api("/api/topic?name=" + encodeURIComponent(name));
   if (seq !== renderSeq) return;
+  const latest = h("div", {id: "latest-messages"}, h("p", {class: "muted"}, "loading…"));
   fill(main, 
     h("h1", null, `Topic ${data.name}`),
     h("div", {class: "card"}, h("dl", {class: "kv"},
@@ -246,7 +247,20 @@ async function viewTopic(seq, name) {
       {title: "messages", num: true, render: r => fmtNum(r.max_offset - r.min_offset)},
       {title: "last stored", render: r => fmtTime(r.last_update)},
     ], data.queues, {id: "queues"}),
+    h("h2", null, "Latest messages"),
+    latest,
   );
+  const recent = await api("/api/topic/messages?" + new URLSearchParams({name, limit: "20"}));
+  if (seq !== renderSeq) return;
+  fill(latest, table([
+    {title: "msg_id", mono: true, render: m => link(`#/message?${new URLSearchParams({id: m.msg_id, topic: m.topic})}`, m.msg_id)},
+    {title: "queue", render: m => `${m.broker}:${m.queue_id}`},
+    {title: "offset", num: true, key: "queue_offset"},
+    {title: "tags", render: m => m.tags || "-"},
+    {title: "keys", render: m => m.keys || "-"},
+    {title: "stored", render: m => fmtTime(m.store_timestamp)},
+    {title: "body", render: m => m.body.slice(0, 80)},
+  ], recent.messages, {id: "latest", empty: "no messages", rowAttrs: m => ({"data-msg-id": m.msg_id})}));
   schedule(() => render());
 }
 
