@@ -3,8 +3,11 @@ real Connection-less call path."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,28 @@ def test_guard_answers_no_permission_and_logs_each_reason_once_per_interval(
         guard(_Peer(), req)  # type: ignore[arg-type]
     lines = [r for r in caplog.records if "refused request code 28 from 10.1.2.3" in r.getMessage()]
     assert len(lines) == 2 and guard.refused == 4
+
+
+def _acl_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ferrymq", "acl", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_checks_a_file_before_the_servers_reload_it(tmp_path: Path) -> None:
+    good = tmp_path / "plain_acl.yml"
+    write_rules(good, "globalWhiteRemoteAddresses: [10.0.0.*]\n" + RULES)
+    out = _acl_cli("check", str(good), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["globalWhiteRemoteAddresses"] == ["10.0.0.*"]
+    app = next(a for a in doc["accounts"] if a["accessKey"] == "appKey01")
+    assert app["topicPerms"] == ["acl-hot=SUB", "acl-ro=SUB", "acl-rw=PUB|SUB"]
+    assert app["groupPerms"] == ["acl-banned-g=DENY"] and app["defaultGroupPerm"] == "SUB"
+    assert "secret" not in out.stdout.lower()
+    table = _acl_cli("check", str(good))
+    assert table.returncode == 0 and "2 accounts" in table.stdout
+    bad = tmp_path / "bad.yml"
+    write_rules(bad, RULES.replace("acl-ro=SUB", "acl-ro=READ"))
+    refused = _acl_cli("check", str(bad), "--json")
+    assert refused.returncode == 1
+    assert "acl-ro" in json.loads(refused.stdout)["error"]["message"]
