@@ -9,6 +9,7 @@ from typing import Any
 
 from ..cli.render import message_detail
 from ..client.admin_async import AsyncAdminClient
+from ..client.admin_results import MessageTrace
 from ..client.errors import MessageNotFoundError, NoRouteError
 from ..client.results import PullStatus, QueueStatus
 from ..common import props as P
@@ -158,9 +159,15 @@ async def trace(admin: AsyncAdminClient, msg: MessageExt) -> dict[str, Any]:
             tracks += [t.to_json() for t in await admin.message_tracks(copy)]
         except NoRouteError:
             continue  # an internal topic (the delay schedule) no group consumes
-    recorded = await admin.message_trace(msg.msg_id)
+    try:
+        recorded: MessageTrace | None = await admin.message_trace(msg.msg_id)
+        trace_error = None
+    except FerryMQError as exc:  # a broker that records no trace (Apache RocketMQ, older ferrymq)
+        recorded, trace_error = None, str(exc)
     born = {"t": msg.born_timestamp, "kind": "sent", "text": f"sent by {msg.born_host or 'a producer'}",
             "topic": msg.topic, "source": "message"}
-    events = [_recorded_event(e) for e in recorded.events] or [_copy_event(c) for c in copies]
+    events = [_recorded_event(e) for e in (recorded.events if recorded else ())] or [
+        _copy_event(c) for c in copies]
     return {"msg_id": msg.msg_id, "events": [born, *events], "tracks": tracks, "copies": len(copies),
-            "recorded": bool(recorded.events), "trace_enable": dict(recorded.trace_enable)}
+            "recorded": bool(recorded and recorded.events), "trace_error": trace_error,
+            "trace_enable": dict(recorded.trace_enable) if recorded else {}}

@@ -418,7 +418,8 @@ function traceTimeline(trace) {
   const details = e => Object.entries(e.detail || {}).map(([k, v]) => `${k}=${v}`).join(" ");
   return h("div", {class: "card", id: "trace"},
     h("h2", null, "Trace"),
-    trace.recorded ? null : h("p", {class: "muted"}, "no recorded trace: the stored copies are shown"),
+    trace.recorded ? null : h("p", {class: "muted", id: "trace-note"}, "no recorded trace: the stored copies are shown" +
+      (trace.trace_error ? ` (the brokers answered: ${trace.trace_error})` : "")),
     off.length ? h("p", {class: "muted"}, `trace_enable is off on ${off.join(", ")}: deliveries there are not recorded`) : null,
     h("ul", {class: "timeline"}, events.map(e => h("li", {class: e.kind, "data-kind": e.kind},
       h("strong", null, e.kind.replace(/_/g, " ")), " ",
