@@ -118,3 +118,19 @@ def test_topic_kinds() -> None:
     names = frozenset({"broker-a", "DefaultCluster"})
     assert [topic_kind(t, names) for t in ("orders", "%RETRY%g", "%DLQ%g", "TBW102", "rmq_sys_x", "broker-a")] == [
         "normal", "retry", "dlq", "system", "system", "system"]
+
+
+async def test_a_client_stalling_inside_a_request_is_dropped() -> None:
+    srv = HttpServer(echo, "127.0.0.1", 0, idle_timeout=0.3)
+    await srv.start()
+    try:
+        host, port = srv.address.split(":")
+        for stalled in (b"GET /a HTTP/1.1\r\nHost: t\r\n",  # a head never finished
+                        b"POST /b HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}"):  # a body cut short
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(stalled)
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, nothing answered
+            writer.close()
+        assert (await exchange(srv.address, b"GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n"))[0][0] == 200
+    finally:
+        await srv.close()

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 32 * 1024
 MAX_BODY_BYTES = 1024 * 1024
-# A connection that sends nothing for this long is closed (an idle keep-alive).
+# A connection silent this long is closed: an idle keep-alive, or a client stalling inside a
+# request (a head or body never finished).
 IDLE_TIMEOUT = 30.0
 
 REASONS = {
@@ -139,10 +140,11 @@ class HttpServer:
     """Serves `handler` on host:port (0: a free port, see `address` once started)."""
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, idle_timeout: float = IDLE_TIMEOUT) -> None:
         """With `tls`, HTTPS only."""
         self.handler = handler
         self.tls = tls
+        self.idle_timeout = idle_timeout
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -186,7 +188,7 @@ class HttpServer:
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection is to be closed."""
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_timeout)
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 raise
@@ -206,7 +208,7 @@ class HttpServer:
             writer.write(encode_response(Response.error(exc.status, exc.message), keep_alive=False))
             await writer.drain()
             return False
-        body = await reader.readexactly(length) if length else b""
+        body = await asyncio.wait_for(reader.readexactly(length), self.idle_timeout) if length else b""
         request = Request(method, path, query, headers, body)
         try:
             response = await self.handler(request)
