@@ -1,6 +1,6 @@
 """Message trace on against off, in the same run: two `ferrymq standalone` servers, one with
 trace_enable = true (every put batch, pull and offset move buffered, written as batched trace
-records to RMQ_SYS_TRACE_TOPIC every 5 ms), one with trace_enable = false.
+records to RMQ_SYS_TRACE_TOPIC every 50 ms), one with trace_enable = false.
 
 - produce throughput of 1 KiB messages (send_async with a window of 512),
 - batched send: SEND_BATCH_MESSAGE of 32 x 1 KiB, 8 requests in flight (the path where

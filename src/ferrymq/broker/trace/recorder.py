@@ -1,7 +1,8 @@
 """The broker's trace recorder: state changes are appended to an in-memory buffer on the hot
 paths (one append per pull, per commit that moves an offset, per send-back or pop request); a
-task turns the buffer into trace records every few milliseconds and writes them through the
-store to RMQ_SYS_TRACE_TOPIC, so they are replicated, indexed and expired like any message.
+task turns the buffer into trace records every trace_flush_interval_ms (50 ms) and writes them
+through the store to RMQ_SYS_TRACE_TOPIC, so they are replicated, indexed and expired like any
+message.
 
 Stores need no record: every stored copy of a message (its topic, a retry, the DLQ, the delay
 schedule, a half message) is found by its unique id in the store's own key index, with its
