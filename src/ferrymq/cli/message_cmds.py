@@ -250,6 +250,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 "copies": [_copy_json(c) for c in copies],
                 "tracks": [t.to_json() for t in tracks],
                 "trace_enable": trace.trace_enable,
+                "trace_errors": trace.errors,
                 "timeline": [e.to_json() for e in trace.events],
             }
         )
@@ -278,7 +279,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _print_timeline(trace: MessageTrace) -> None:
-    off = [b for b, on in trace.trace_enable.items() if not on]
+    for broker, error in sorted(trace.errors.items()):
+        stdout.print(f"no trace from {broker}: {error}", markup=False)
+    off = [b for b, on in trace.trace_enable.items() if not on and b not in trace.errors]
     if off:
         stdout.print(f"trace_enable is off on {', '.join(off)}: deliveries and consumption "
                      "there are not recorded", markup=False)

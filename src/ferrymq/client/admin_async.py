@@ -568,16 +568,30 @@ class AsyncAdminClient:
             msg_id = (await self.view_message(msg_id)).msg_id
         named = await self.brokers()
         names = list(named)
-        bodies = await _gather(self.api.message_trace(named[n], msg_id) for n in names)
+        bodies = await asyncio.gather(*(self.api.message_trace(named[n], msg_id) for n in names),
+                                      return_exceptions=True)
         events: list[TraceEvent] = []
         enabled: dict[str, bool] = {}
+        errors: dict[str, str] = {}
         for name, body in zip(names, bodies, strict=True):
-            _, on, found = parse_message_trace(body)
+            if isinstance(body, FerryMQError | ValueError):
+                # A broker that is down, or that has no trace (Apache RocketMQ answers
+                # REQUEST_CODE_NOT_SUPPORTED): the others' timelines still stand.
+                enabled[name] = False
+                errors[name] = str(body)
+                continue
+            if isinstance(body, BaseException):
+                raise body
+            try:
+                _, on, found = parse_message_trace(body)
+            except ValueError as exc:
+                enabled[name], errors[name] = False, str(exc)
+                continue
             enabled[name] = on
             events += found
         # Each broker's list is in order; across brokers, time orders them (stable sort).
         events.sort(key=lambda e: e.ts)
-        return MessageTrace(msg_id, tuple(events), enabled)
+        return MessageTrace(msg_id, tuple(events), enabled, errors)
 
     async def _query(self, topic: str, key: str, *, max_num: int, unique: bool) -> list[MessageExt]:
         route = await self.topic_route(topic, refresh=True)

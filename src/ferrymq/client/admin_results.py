@@ -150,16 +150,19 @@ class MessageTrack:
 @dataclass(frozen=True, slots=True)
 class MessageTrace:
     """A message's recorded life over every broker (docs/trace.md): `events` oldest first;
-    `trace_enable` per broker asked (False: that broker records nothing new)."""
+    `trace_enable` per broker asked (False: that broker records nothing new, or could not be
+    asked: then `errors` says why)."""
 
     msg_id: str
     events: tuple[TraceEvent, ...]
     trace_enable: dict[str, bool] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "msg_id": self.msg_id,
             "trace_enable": dict(self.trace_enable),
+            "errors": dict(self.errors),
             "events": [e.to_json() for e in self.events],
         }
 
