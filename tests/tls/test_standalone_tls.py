@@ -112,3 +112,18 @@ def test_missing_certificate_is_one_clear_line(tmp_path: Path, certs: TlsFiles) 
                    "--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", str(certs.key), check=False)
     assert proc.returncode == 1
     assert "cannot start" in proc.stderr and "not found" in proc.stderr, proc.stderr
+
+
+def test_required_client_certificates(tmp_path: Path, certs: TlsFiles) -> None:
+    """need_client_auth=require: the standalone's broker registers with its own certificate;
+    a client presenting one signed by the CA is served, one presenting none is not."""
+    server = start_standalone(tmp_path / "store", *tls_flags(certs, "enforcing"), "--tls-need-client-auth",
+                              "require", "--grpc-port", "-1")
+    try:
+        mutual = TlsClientSettings(enabled=True, trust_cert_path=str(certs.ca), cert_path=str(certs.client_cert),
+                                   key_path=str(certs.client_key))
+        assert len(send_and_consume(server, "mtls", "mtls-g", 5, tls=mutual)) == 5
+        with AdminClient(server.namesrv, tls=tls(certs)) as admin, pytest.raises(FerryMQError):
+            admin.topic_list()
+    finally:
+        server.stop()
