@@ -222,7 +222,8 @@ async def test_a_clean_restart_delivers_pending_timers_exactly_once(tmp_path: Pa
     nodes.remove(node)
     clock.now = T0 + 2_050  # down for a while: K10 is overdue at the restart
     again = await _node(nodes, store, clock)
-    assert again.timer.pending() == 14
+    # 14 still pending, nothing linked twice; the overdue K10 may already be on its way out.
+    assert again.timer.pending() in (13, 14)
     await again.advance_to(T0 + 5_000)
     await eventually(lambda: _count(again, "t", 20), what="every delivery")
     ids = [m.msg_id for m in await again.pull("t")]
