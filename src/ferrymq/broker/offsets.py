@@ -36,6 +36,21 @@ class QueueProgress:
     last_update_ms: int = 0
 
 
+ACKED_RANGES_KEY = "ferrymqAckedRanges"
+
+
+def parse_table_json(data: dict[str, Any]) -> dict[str, dict[int, QueueProgress]]:
+    """The offsets of OffsetManager.table_json (a snapshot file, or a master's answer)."""
+    acked = data.get(ACKED_RANGES_KEY) or {}
+    out: dict[str, dict[int, QueueProgress]] = {}
+    for key, queues in (data.get("offsetTable") or {}).items():
+        per = out.setdefault(str(key), {})
+        for qid, offset in queues.items():
+            ranges = [(int(a), int(b)) for a, b in (acked.get(key, {}).get(str(qid)) or [])]
+            per[int(qid)] = QueueProgress(int(offset), ranges)
+    return out
+
+
 class OffsetManager:
     def __init__(self, config_dir: Path) -> None:
         self._path = config_dir / "consumerOffset.json"
@@ -69,12 +84,8 @@ class OffsetManager:
         covered = 0
         if isinstance(data, dict):
             covered = int(data.get(JOURNAL_SEQ_KEY) or 0)
-            acked = data.get("ferrymqAckedRanges") or {}
-            for key, queues in (data.get("offsetTable") or {}).items():
-                per = self.table.setdefault(str(key), {})
-                for qid, offset in queues.items():
-                    ranges = [(int(a), int(b)) for a, b in (acked.get(key, {}).get(str(qid)) or [])]
-                    per[int(qid)] = QueueProgress(int(offset), ranges)
+            for key, queues in parse_table_json(data).items():
+                self.table.setdefault(key, {}).update(queues)
         self._seq = covered
         for rec in self._journal.replay():
             if rec.seq <= covered:
@@ -87,25 +98,37 @@ class OffsetManager:
         gens = self._journal.generations()
         self._gen = gens[-1] + 1 if gens else 0
 
+    def _table_json(self) -> dict[str, Any]:
+        """RocketMQ's offsetTable, plus ferrymq's acknowledged ranges above each offset under a
+        key RocketMQ's tools ignore: the snapshot file's shape and GET_ALL_CONSUMER_OFFSET's
+        body. The caller holds the lock."""
+        table = {k: {q: p.offset for q, p in sorted(v.items())} for k, v in sorted(self.table.items())}
+        acked = {
+            k: {str(q): [list(r) for r in p.acked] for q, p in v.items() if p.acked}
+            for k, v in self.table.items()
+        }
+        body: dict[str, Any] = {"offsetTable": table}
+        acked = {k: v for k, v in acked.items() if v}
+        if acked:
+            body[ACKED_RANGES_KEY] = acked
+        return body
+
+    def table_json(self) -> dict[str, Any]:
+        with self._lock:
+            return self._table_json()
+
     def persist(self) -> bool:
         """Write the snapshot (blocking: the broker calls it on a worker thread) and drop the
         journal generations it covers."""
         with self._lock:
             if not self._dirty:
                 return False
-            table = {k: {q: p.offset for q, p in sorted(v.items())} for k, v in sorted(self.table.items())}
-            acked = {
-                k: {str(q): [list(r) for r in p.acked] for q, p in v.items() if p.acked}
-                for k, v in self.table.items()
-            }
+            body = self._table_json()
             self._dirty = False
             covered = self._seq
             self._gen += 1  # records after the snapshot go to a new generation
             gen = self._gen
-        body: dict[str, Any] = {"offsetTable": table, JOURNAL_SEQ_KEY: covered}
-        acked = {k: v for k, v in acked.items() if v}
-        if acked:
-            body["ferrymqAckedRanges"] = acked
+        body[JOURNAL_SEQ_KEY] = covered
         atomic_write(self._path, jsonx.dumps_bytes(body))
         self._journal.drop_before(gen)
         return True
@@ -210,22 +233,21 @@ class OffsetManager:
                 progress.acked = [(a, b) for a, b in progress.acked if b > offset]
         self._dirty = True
 
-    def adopt(self, table: dict[str, dict[int, int]],
-              acked: dict[str, dict[int, list[tuple[int, int]]]] | None = None) -> list[tuple[str, int, int]]:
-        """A slave takes its master's offsets and acknowledged ranges, except where a consumer
-        committed further here; returns those (key, queue, offset) the master is behind on."""
-        acked = acked or {}
+    def adopt(self, table: dict[str, dict[int, QueueProgress]]) -> list[tuple[str, int, int]]:
+        """A slave takes its master's offsets and acknowledged ranges (parse_table_json of the
+        master's table), except where a consumer committed further here; returns those
+        (key, queue, offset) the master is behind on."""
         ahead: list[tuple[str, int, int]] = []
         local = self.local_commits or set()
         with self._lock:
             for key, queues in table.items():
-                for qid, offset in queues.items():
+                for qid, theirs in queues.items():
+                    offset, ranges = theirs.offset, theirs.acked
                     mine = self.table.get(key, {}).get(qid)
                     if (key, qid) in local and mine is not None and mine.offset > offset:
                         ahead.append((key, qid, mine.offset))
                         continue
                     local.discard((key, qid))
-                    ranges = acked.get(key, {}).get(qid, [])
                     if mine is None or mine.offset != offset or mine.acked != ranges:
                         self._apply(key, qid, offset, 0, list(ranges))
             for key, qid in list(local):

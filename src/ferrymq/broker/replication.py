@@ -17,7 +17,7 @@ from ..common.names import SCHEDULE_TOPIC
 from ..ha import HaMaster, HaMasterConfig, HaSlave, HaSlaveConfig, ReplicaAck
 from ..remoting import RemotingCommand, RemotingError
 from ..store import PutResult, PutStatus
-from .offsets import TOPIC_GROUP_SEPARATOR
+from .offsets import TOPIC_GROUP_SEPARATOR, parse_table_json
 from .topics import TopicConfig
 
 if TYPE_CHECKING:
@@ -250,11 +250,7 @@ class Replication:
         broker.topics.adopt(topics.get("topicConfigTable") or {})
         offsets = await self._ask(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         assert isinstance(offsets, dict)
-        table = {str(k): {int(q): int(o) for q, o in v.items()}
-                 for k, v in (offsets.get("offsetTable") or {}).items()}
-        acked = {str(k): {int(q): [(int(a), int(b)) for a, b in rs] for q, rs in v.items()}
-                 for k, v in (offsets.get("ferrymqAckedRanges") or {}).items()}
-        for key, qid, offset in broker.offsets.adopt(table, acked):
+        for key, qid, offset in broker.offsets.adopt(parse_table_json(offsets)):
             await self._push_offset(addr, key, qid, offset)
         delays = await self._ask(addr, RequestCode.GET_ALL_DELAY_OFFSET)
         assert isinstance(delays, dict)

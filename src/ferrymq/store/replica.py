@@ -23,6 +23,7 @@ from .epochs import EpochFile
 from .errors import StoreError
 from .index import Index
 from .prealloc import Preallocator
+from .reads import store_time_at
 from .recovery import RecordInfo, check_record
 
 log = logging.getLogger("ferrymq.store")
@@ -186,6 +187,4 @@ class ReplicaLog:
 
     def record_store_time(self, phys: int) -> int:
         """STORETIMESTAMP of the record at `phys`; -1 when none starts there."""
-        from .reads import store_time_at
-
         return store_time_at(self._log, phys)

@@ -270,16 +270,9 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
 
 
 async def all_consumer_offsets(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-    table = {k: {q: p.offset for q, p in v.items()} for k, v in broker.offsets.table.items()}
     # ferrymq's acknowledged ranges above each offset ride along (RocketMQ clients ignore the
     # key), so a slave taking over does not deliver them again.
-    acked = {k: {str(q): [list(r) for r in p.acked] for q, p in v.items() if p.acked}
-             for k, v in broker.offsets.table.items()}
-    body: dict[str, object] = {"offsetTable": table}
-    acked = {k: v for k, v in acked.items() if v}
-    if acked:
-        body["ferrymqAckedRanges"] = acked
-    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(body))
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(broker.offsets.table_json()))
 
 
 async def all_delay_offsets(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
