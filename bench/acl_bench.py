@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from bench.e2e_bench import ferrymq_consume, ferrymq_produce
+
+from ferrymq import AdminClient
 from ferrymq.acl import Credentials, check_request, parse_rules, sign
 from ferrymq.common.codes import RequestCode
 from ferrymq.embedded import standalone
 from ferrymq.remoting import RemotingCommand
 
 BODY = b"x" * 1024
-WINDOW = 512
 RUNS = 5
 CREDS = {"access_key": "benchKey01", "secret_key": "benchSecret01"}
 RULES = """
@@ -41,56 +41,6 @@ accounts:
     admin: true
 """
 ADMIN = {"access_key": "benchAdmin1", "secret_key": "benchAdmin1Secret"}
-
-
-def produce(namesrv: str, n: int, creds: dict[str, str]) -> float:
-    errors: list[BaseException] = []
-    with Producer("acl-bench-p", namesrv, **creds) as producer:
-        producer.send(Message("acl-bench", BODY))
-        sem = threading.Semaphore(WINDOW)
-
-        def done(f: Any) -> None:
-            sem.release()
-            if f.exception() is not None:
-                errors.append(f.exception())
-
-        began = time.perf_counter()
-        for _ in range(n):
-            sem.acquire()
-            producer.send_async(Message("acl-bench", BODY)).add_done_callback(done)
-        for _ in range(WINDOW):
-            sem.acquire()
-        elapsed = time.perf_counter() - began
-    if errors:
-        raise RuntimeError(f"{len(errors)} sends failed: {errors[0]}")
-    return n / elapsed
-
-
-def consume(namesrv: str, group: str, n: int, creds: dict[str, str]) -> float:
-    count = [0]
-    lock = threading.Lock()
-    finished = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            count[0] += len(msgs)
-            if count[0] >= n:
-                finished.set()
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            consume_message_batch_max_size=32, **creds)
-    consumer.subscribe("acl-bench")
-    consumer.register_listener(listener)
-    began = time.perf_counter()
-    consumer.start()
-    try:
-        if not finished.wait(300):
-            raise RuntimeError(f"consumed {count[0]} of {n}")
-        elapsed = time.perf_counter() - began
-    finally:
-        consumer.shutdown()
-    return n / elapsed
 
 
 def _send_request() -> RemotingCommand:
@@ -141,9 +91,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
             for i in range(RUNS):
                 for acl_on in (i % 2 == 0, i % 2 != 0):
                     namesrv, creds = servers[acl_on]
-                    results.setdefault(("produce", acl_on), []).append(produce(namesrv, n, creds))
+                    results.setdefault(("produce", acl_on), []).append(
+                        ferrymq_produce(namesrv, "acl-bench", n, group="acl-bench-p", **creds))
                     results.setdefault(("consume", acl_on), []).append(
-                        consume(namesrv, f"acl-bench-g{i}", n, creds))
+                        ferrymq_consume(namesrv, "acl-bench", f"acl-bench-g{i}", n, 32, **creds))
     rows = cpu_costs(quick)
     for what, label in (("produce", "produce 1 KiB, send_async window 512"),
                         ("consume", "consume with ack, push consumer, batches of 32")):

@@ -92,9 +92,10 @@ def ferrymq_server(store: Path) -> Iterator[str]:
         yield server.namesrv
 
 
-def ferrymq_produce(namesrv: str, topic: str, n: int) -> float:
+def ferrymq_produce(namesrv: str, topic: str, n: int, *, group: str = "bench-p", **client: Any) -> float:
+    """send_async with WINDOW in flight; `client`: Producer options (credentials, TLS)."""
     body = b"x" * BODY_SIZE
-    with Producer("bench-p", namesrv) as producer:
+    with Producer(group, namesrv, **client) as producer:
         producer.send(Message(topic, body))  # route and connection warm
         sem = threading.Semaphore(WINDOW)
         errors: list[BaseException] = []
@@ -128,7 +129,8 @@ def ferrymq_produce_batches(namesrv: str, topic: str, n: int) -> float:
     return (n // BATCH) * BATCH / elapsed
 
 
-def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1) -> float:
+def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1, **client: Any) -> float:
+    """A PushConsumer from the first offset until n arrived; `client`: its options."""
     count = [0]
     lock = threading.Lock()
     finished = threading.Event()
@@ -143,7 +145,7 @@ def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1
     # Listener batches of 32, like the peer's XREADGROUP COUNT 32 (RocketMQ's
     # consumeMessageBatchMaxSize); the default of 1 is measured too.
     consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            consume_message_batch_max_size=batch)
+                            consume_message_batch_max_size=batch, **client)
     consumer.subscribe(topic)
     consumer.register_listener(listener)
     began = time.perf_counter()

@@ -12,79 +12,20 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import trustme
+from bench.e2e_bench import ferrymq_consume, ferrymq_produce
 
 from ferrymq import (
     AdminClient,
-    ConsumeFromWhere,
-    ConsumeStatus,
-    Message,
-    MessageExt,
-    Producer,
-    PushConsumer,
     TlsClientSettings,
 )
 from ferrymq.embedded import standalone
 
-BODY = b"x" * 1024
-WINDOW = 512
 RUNS = 3
 TOPIC = "tls-bench"
-
-
-def produce(namesrv: str, n: int, client: dict[str, Any]) -> float:
-    errors: list[BaseException] = []
-    with Producer("tls-bench-p", namesrv, **client) as producer:
-        producer.send(Message(TOPIC, BODY))
-        sem = threading.Semaphore(WINDOW)
-
-        def done(f: Any) -> None:
-            sem.release()
-            if f.exception() is not None:
-                errors.append(f.exception())
-
-        began = time.perf_counter()
-        for _ in range(n):
-            sem.acquire()
-            producer.send_async(Message(TOPIC, BODY)).add_done_callback(done)
-        for _ in range(WINDOW):
-            sem.acquire()
-        elapsed = time.perf_counter() - began
-    if errors:
-        raise RuntimeError(f"{len(errors)} sends failed: {errors[0]}")
-    return n / elapsed
-
-
-def consume(namesrv: str, group: str, n: int, client: dict[str, Any]) -> float:
-    count = [0]
-    lock = threading.Lock()
-    finished = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            count[0] += len(msgs)
-            if count[0] >= n:
-                finished.set()
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            consume_message_batch_max_size=32, **client)
-    consumer.subscribe(TOPIC)
-    consumer.register_listener(listener)
-    began = time.perf_counter()
-    consumer.start()
-    try:
-        if not finished.wait(300):
-            raise RuntimeError(f"consumed {count[0]} of {n}")
-        elapsed = time.perf_counter() - began
-    finally:
-        consumer.shutdown()
-    return n / elapsed
 
 
 def make_certs(directory: Path) -> tuple[Path, Path, Path]:
@@ -116,9 +57,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
             for i in range(RUNS):
                 for tls_on in (i % 2 == 0, i % 2 != 0):
                     namesrv, client = servers[tls_on]
-                    results.setdefault(("produce", tls_on), []).append(produce(namesrv, n, client))
+                    results.setdefault(("produce", tls_on), []).append(
+                        ferrymq_produce(namesrv, TOPIC, n, group="tls-bench-p", **client))
                     results.setdefault(("consume", tls_on), []).append(
-                        consume(namesrv, f"tls-bench-g{i}", n, client))
+                        ferrymq_consume(namesrv, TOPIC, f"tls-bench-g{i}", n, 32, **client))
     rows = []
     for what, label in (("produce", "produce 1 KiB, send_async window 512"),
                         ("consume", "consume with ack, push consumer, batches of 32")):

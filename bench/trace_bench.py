@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.broker_bench import _send as batch_send
-from bench.e2e_bench import ferrymq_produce
+from bench.e2e_bench import ferrymq_consume, ferrymq_produce
 
-from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+from ferrymq import AdminClient
 from ferrymq.broker.trace import TRACE_TOPIC
 from ferrymq.common.codes import RequestCode
 from ferrymq.embedded import standalone
@@ -35,33 +34,6 @@ RUNS = 3
 CHUNK = 256  # pulls per trace flush in the CPU measurement
 TOPIC = "trace-bench"
 BATCH_TOPIC = "trace-bench-batch"
-
-
-def consume(namesrv: str, group: str, n: int) -> float:
-    count = [0]
-    lock = threading.Lock()
-    finished = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            count[0] += len(msgs)
-            if count[0] >= n:
-                finished.set()
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            consume_message_batch_max_size=32)
-    consumer.subscribe(TOPIC)
-    consumer.register_listener(listener)
-    began = time.perf_counter()
-    consumer.start()
-    try:
-        if not finished.wait(300):
-            raise RuntimeError(f"consumed {count[0]} of {n}")
-        elapsed = time.perf_counter() - began
-    finally:
-        consumer.shutdown()
-    return n / elapsed
 
 
 def _on_loop(coro_fn: Any) -> Any:
@@ -174,7 +146,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                     results.setdefault(("produce", on), []).append(ferrymq_produce(namesrv, TOPIC, n))
                     results.setdefault(("batch", on), []).append(batched(brokers[on], n_batches))
                     results.setdefault(("consume", on), []).append(
-                        consume(namesrv, f"trace-bench-g{i}", n))
+                        ferrymq_consume(namesrv, TOPIC, f"trace-bench-g{i}", n, 32))
             time.sleep(0.2)  # the last flush interval's records
             total_msgs = RUNS * (n + 1 + n_batches * 32)
             records_per_1000 = 1000 * trace_records(brokers[True]) / total_msgs
