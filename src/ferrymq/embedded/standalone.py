@@ -47,7 +47,8 @@ class StandaloneProcess:
 
 
 def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker_port: int = 0,
-                     grpc_port: int = 0, log: IO[str] | int | None = subprocess.DEVNULL,
+                     grpc_port: int = 0, ha_port: int = 0,
+                     log: IO[str] | int | None = subprocess.DEVNULL,
                      timeout: float = 30.0) -> StandaloneProcess:
     """Start the server on loopback (ports 0: picked by the OS; grpc_port -1: no gRPC endpoint)
     with `extra` flags; returns
@@ -56,19 +57,25 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
     cmd = [
         sys.executable, "-m", "ferrymq", "standalone",
         "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port),
-        "--grpc-port", str(grpc_port), "--store-dir", str(store_dir), *extra,
+        # The replication port too is picked freely: its default (the broker port + 1) is not
+        # reserved when a restart reuses a picked broker port, and a client's outgoing
+        # connection may hold it by then.
+        "--grpc-port", str(grpc_port), "--ha-port", str(ha_port), "--store-dir", str(store_dir),
+        *extra,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     stderr = subprocess.PIPE if log is None else log
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
     log_lines: list[str] = []
+    drainer: threading.Thread | None = None
     if log is None:
         def drain_stderr() -> None:
             assert proc.stderr is not None
             for line in proc.stderr:
                 log_lines.append(line)
 
-        threading.Thread(target=drain_stderr, daemon=True).start()
+        drainer = threading.Thread(target=drain_stderr, daemon=True)
+        drainer.start()
     ready: list[str] = []
 
     def read_ready() -> None:
@@ -85,6 +92,8 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
     if not ready:
         proc.kill()
         proc.wait()
+        if drainer is not None:  # the server's last words (why it did not start) are read
+            drainer.join(5)
         raise RuntimeError("ferrymq standalone did not become ready:\n" + "".join(log_lines[-40:]))
     parts = dict(p.split("=", 1) for p in ready[0].split())
     return StandaloneProcess(proc, parts["namesrv"], parts["broker"], Path(store_dir), parts.get("grpc", ""),
