@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from ferrymq.client.accumulator import split_batch_result
 from ferrymq.client.errors import MessageValidationError
 from ferrymq.client.fault import LatencyFaultTolerance
-from ferrymq.client.producer_async import hash_queue_index, validate_message
-from ferrymq.common.message import Message
+from ferrymq.client.producer_async import AsyncProducer, hash_queue_index, validate_message
+from ferrymq.client.results import SendResult, SendStatus
+from ferrymq.common.ids import UniqIdGenerator, decode_uniq_id
+from ferrymq.common.message import Message, MessageBatchItem
 from ferrymq.common.names import InvalidNameError
+from ferrymq.common.props import properties_to_string
+from ferrymq.common.record import decode_batch, encode_batch
 
 
 def test_empty_body_is_refused_before_sending() -> None:
@@ -62,3 +67,88 @@ def test_a_slow_broker_is_avoided_by_rocketmqs_latency_table() -> None:
     assert fault.is_available("fast")
     assert not fault.is_available("slow")
     assert fault.least_bad() == "fast"
+
+
+# --- what a send carries: properties encoded once, the unique id appended -------------------
+
+def _expected_text(props: dict[str, str]) -> str:
+    return properties_to_string(props)
+
+
+@pytest.mark.parametrize("props", [
+    {},
+    {"TAGS": "a", "KEYS": "k1 k2"},
+    {"UNIQ_KEY": "7F0000010001000000000000000000AA"},
+    {"TAGS": "a", "UNIQ_KEY": "", "KEYS": "k"},  # present but empty: a fresh id in its place
+])
+def test_a_prepared_send_carries_its_map_with_the_unique_id(props: dict[str, str]) -> None:
+    producer = AsyncProducer("rules")
+    msg = Message("t", b"x", properties=dict(props))
+    out = producer._prepare(msg)
+    assert msg.properties["UNIQ_KEY"] == out.uniq_id != ""
+    assert out.properties == _expected_text(msg.properties)
+    assert out.props == msg.properties and out.props is not msg.properties
+
+
+def test_a_prepared_retry_topic_send_moves_the_counters_to_the_header() -> None:
+    producer = AsyncProducer("rules")
+    out = producer._prepare(Message("%RETRY%g", b"x", properties={"RECONSUME_TIME": "2", "TAGS": "a"}))
+    assert out.reconsume_times == 2 and "RECONSUME_TIME" not in out.props
+    assert out.properties == _expected_text(out.props)
+
+
+def test_a_prepared_batch_encodes_each_map_with_its_unique_id() -> None:
+    producer = AsyncProducer("rules")
+    msgs = [Message("t", b"a"), Message("t", b"b", properties={"TAGS": "x"}),
+            Message("t", b"c", properties={"UNIQ_KEY": "", "KEYS": "k"}),
+            Message("t", b"d", properties={"UNIQ_KEY": "7F0000010001000000000000000000AA"})]
+    out = producer._prepare_batch(msgs)
+    items = decode_batch(out.body)
+    assert [i.body for i in items] == [b"a", b"b", b"c", b"d"]
+    assert [i.properties for i in items] == [m.properties for m in msgs]
+    assert out.uniq_id.split(",") == [m.properties["UNIQ_KEY"] for m in msgs]
+    assert len(set(out.uniq_id.split(","))) == 4
+    assert out.body == encode_batch([MessageBatchItem(m.flag, m.body, dict(m.properties)) for m in msgs])
+
+
+def test_a_batch_refuses_like_single_sends_do_in_message_order() -> None:
+    producer = AsyncProducer("rules")
+    with pytest.raises(MessageValidationError) as info:
+        producer._prepare_batch([Message("t", b"a"), Message("u", b"")])
+    assert info.value.field == "body"  # checked before the topic mismatch, as validate_message
+    with pytest.raises(MessageValidationError, match="same topic"):
+        producer._prepare_batch([Message("t", b"a"), Message("u", b"b")])
+    with pytest.raises(InvalidNameError):
+        producer._prepare_batch([Message("t", b"a"), Message("no spaces", b"b")])
+    with pytest.raises(MessageValidationError, match="delayed"):
+        producer._prepare_batch([Message("t", b"a", delay_level=2)])
+    with pytest.raises(MessageValidationError, match="retry topic"):
+        producer._prepare_batch([Message("%RETRY%g", b"a")])
+    with pytest.raises(MessageValidationError, match="reserved"):
+        producer._prepare(Message("TBW102", b"a"))
+    with pytest.raises(MessageValidationError, match="reserved"):
+        producer._prepare(Message("TBW102", b"a"))  # a remembered verdict is only a valid one
+
+
+def test_unique_ids_taken_together_are_the_ids_taken_one_by_one() -> None:
+    gen = UniqIdGenerator()
+    ids = [*gen.next_ids(5), gen.next_id()]
+    decoded = [decode_uniq_id(i) for i in ids]
+    assert len(set(ids)) == 6
+    assert [d.counter for d in decoded] == [1, 2, 3, 4, 5, 6]
+    assert all(len(i) == 32 and i == i.upper() for i in ids)
+    gen._counter = 0xFFFE
+    assert [decode_uniq_id(i).counter for i in gen.next_ids(3)] == [0xFFFF, 0, 1]
+    assert decode_uniq_id(gen.next_id()).counter == 2
+
+
+def test_split_batch_results_are_plain_send_results() -> None:
+    batch = SendResult(SendStatus.SEND_OK, "a,b,c", "o1,o2,o3", 2, 10, "b1")
+    results = split_batch_result(batch, ["a", "b", "c"])
+    assert results == [SendResult(SendStatus.SEND_OK, u, o, 2, 10 + i, "b1")
+                       for i, (u, o) in enumerate(zip("abc", ["o1", "o2", "o3"], strict=True))]
+    assert hash(results[0]) == hash(SendResult(SendStatus.SEND_OK, "a", "o1", 2, 10, "b1"))
+    with pytest.raises(AttributeError):
+        results[0].queue_offset = 1  # type: ignore[misc]
+    short = split_batch_result(SendResult(SendStatus.SEND_OK, "", "o1", 0, -1, "b"), ["x", "y"])
+    assert [(r.offset_msg_id, r.queue_offset) for r in short] == [("o1", -1), ("", -1)]

@@ -20,9 +20,11 @@ R = TypeVar("R")
 
 class Intake(Generic[T, R]):
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 start: Callable[[T], asyncio.Future[R]]) -> None:
+                 start: Callable[[T, concurrent.futures.Future[R]], None]) -> None:
         self._loop = loop
-        self._start = start  # runs on the loop: begins the work for one item
+        # Runs on the loop: begins the work for one item and settles its future when that
+        # ends (directly: no asyncio future and no copying callback in between).
+        self._start = start
         self._lock = threading.Lock()
         self._waiting: list[tuple[T, concurrent.futures.Future[R]]] = []
 
@@ -38,23 +40,24 @@ class Intake(Generic[T, R]):
     def _drain(self) -> None:
         with self._lock:
             batch, self._waiting = self._waiting, []
+        start = self._start
         for item, result in batch:
+            # Once running, the caller can no longer cancel it: whoever settles it later
+            # needs no lock against the caller.
             if not result.set_running_or_notify_cancel():
                 continue  # cancelled by the caller before it started
             try:
-                future = self._start(item)
+                start(item, result)
             except BaseException as exc:  # handed to the caller's future
-                result.set_exception(exc)
-                continue
-            future.add_done_callback(_copy_to(result))
+                if not result.done():
+                    result.set_exception(exc)
 
 
-def _copy_to(result: concurrent.futures.Future[R]) -> Callable[[asyncio.Future[R]], None]:
+def copy_to(result: concurrent.futures.Future[R]) -> Callable[[asyncio.Future[R]], None]:
+    """A done-callback settling `result` (running, so not cancellable) as `future` ended."""
     def copy(future: asyncio.Future[R]) -> None:
         if future.cancelled():
-            result.cancel()  # a running concurrent future cannot be cancelled: report it
-            if not result.done():
-                result.set_exception(concurrent.futures.CancelledError())
+            result.set_exception(concurrent.futures.CancelledError())
             return
         exc = future.exception()
         if exc is not None:

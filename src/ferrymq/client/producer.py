@@ -40,7 +40,7 @@ class Producer(Facade[AsyncProducer]):
 
     def start(self) -> Producer:
         self._loop = start_blocking(self._impl, "P")
-        self._intake = Intake(self._loop.loop, self._impl.send_prepared_async)
+        self._intake = Intake(self._loop.loop, self._impl.start_prepared)
         return self
 
     def shutdown(self) -> None:

@@ -5,6 +5,7 @@ and `ferrymq.aio.Producer` are this class."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import time
@@ -16,7 +17,7 @@ from ..acl.signing import credentials_from
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from ..common.ids import new_uniq_id
+from ..common.ids import new_uniq_id, new_uniq_ids
 from ..common.message import Message, MessageBatchItem, MessageQueue
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -40,6 +41,7 @@ from .errors import (
 )
 from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
+from .intake import copy_to
 from .lifecycle import Lifecycle, State
 from .results import SendResult, SendStatus
 from .route import TopicRoute
@@ -64,6 +66,9 @@ QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 DEFAULT_DELAY_LEVEL_COUNT = len(parse_delay_levels(DEFAULT_DELAY_LEVELS))
 # Properties a broker adds to every stored message (CLUSTER and the like) fit in this.
 BROKER_PROPERTY_HEADROOM = 128
+# Topic names a producer remembers as valid (a bound for producers sending to endless topics).
+MAX_CHECKED_TOPICS = 1024
+_UNIQ_PREFIX = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + P.NAME_VALUE_SEPARATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,29 +89,53 @@ class Outgoing:
 
 def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
     """Refuse what a broker would refuse, before any request is made."""
-    validate_topic(msg.topic)
-    if msg.topic in SYSTEM_TOPICS:
-        raise MessageValidationError("topic", f"{msg.topic} is reserved for the system")
+    _check_topic(msg.topic)
+    _check_content(msg, max_size)
+
+
+def _check_topic(topic: str) -> None:
+    validate_topic(topic)
+    if topic in SYSTEM_TOPICS:
+        raise MessageValidationError("topic", f"{topic} is reserved for the system")
+
+
+def _check_content(msg: Message, max_size: int) -> str:
+    """The body and property rules of validate_message; returns the properties as encoded
+    (what the send carries before its unique id is added), computed once here."""
     if not msg.body:
         raise MessageValidationError("body", "is empty")
     if len(msg.body) > max_size:
         raise MessageValidationError("body", f"is {len(msg.body)} bytes; the limit is {max_size}")
+    props = msg.properties
+    if not props:
+        return ""
     try:
-        P.properties_to_string(msg.properties)
+        text = P.properties_to_string(props)
     except P.PropertyError as exc:
         raise MessageValidationError("properties", str(exc)) from exc
-    timer = [n for n in _TIMER_REQUESTS if n in msg.properties]
+    timer = [n for n in _TIMER_REQUESTS if n in props]
     if timer:
         if msg.delay_level:
             raise MessageValidationError(
                 "delay_level", "a message takes a delay level or a delivery time, not both")
         for name in timer:
-            if not msg.properties[name].isdigit():
-                raise MessageValidationError(name, f"is {msg.properties[name]!r}; it must be a "
+            if not props[name].isdigit():
+                raise MessageValidationError(name, f"is {props[name]!r}; it must be a "
                                              "whole number >= 0")
+    return text
 
 
 _TIMER_REQUESTS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC)
+
+
+def _with_uniq(props: dict[str, str], text: str, uniq: str) -> str:
+    """Set the unique id in the caller's map; `text` is the map's encoding without it."""
+    had_key = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in props  # present but empty
+    props[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+    if had_key:
+        return P.properties_to_string(props)
+    # Added last to the map, so last in its encoding too: appended, not encoded again.
+    return text + _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR
 
 
 def hash_queue_index(key: object, n: int) -> int:
@@ -171,6 +200,7 @@ class AsyncProducer(Lifecycle):
         self._rr: dict[str, int] = {}
         self._queue_cache: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._no_route_checked: dict[str, float] = {}
+        self._checked_topics: set[str] = set()
         self.auto_batch = AutoBatchConfig(
             auto_batch, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes
         )
@@ -291,44 +321,48 @@ class AsyncProducer(Lifecycle):
         return queues[start % n]
 
     # --- preparing ---------------------------------------------------------------------------
-    def _prepare(self, msg: Message) -> Outgoing:
-        validate_message(msg, self.max_message_size)
-        if not 0 <= msg.delay_level <= self.delay_levels:
+    def _valid_topic(self, topic: str) -> None:
+        """_check_topic, remembered per topic: a producer sends to few topics many times."""
+        if topic in self._checked_topics:
+            return
+        _check_topic(topic)
+        if len(self._checked_topics) >= MAX_CHECKED_TOPICS:
+            self._checked_topics.clear()
+        self._checked_topics.add(topic)
+
+    def _check_delay_level(self, msg: Message) -> None:
+        if P.PROPERTY_DELAY_TIME_LEVEL in msg.properties and not 0 <= msg.delay_level <= self.delay_levels:
             raise MessageValidationError(
                 "delay_level", f"is {msg.delay_level}; the broker has levels 1..{self.delay_levels} "
                 "(0 = no delay); set the producer's delay_levels if it is configured with more")
+
+    def _prepare(self, msg: Message) -> Outgoing:
+        topic = msg.topic
+        self._valid_topic(topic)
+        text = _check_content(msg, self.max_message_size)
+        self._check_delay_level(msg)
         uniq = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
             uniq = new_uniq_id()
-            msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            text = _with_uniq(msg.properties, text, uniq)
         props = dict(msg.properties)
         reconsume = max_reconsume = None
-        if is_retry_topic(msg.topic):
+        if is_retry_topic(topic):
             # Straight to a retry topic (DLQ re-drive): the counters travel in the header.
-            text = props.pop(P.PROPERTY_RECONSUME_TIME, None)
-            reconsume = int(text) if text and text.isdigit() else 0
-            text = props.pop(P.PROPERTY_MAX_RECONSUME_TIMES, None)
-            max_reconsume = int(text) if text and text.isdigit() else None
+            value = props.pop(P.PROPERTY_RECONSUME_TIME, None)
+            reconsume = int(value) if value and value.isdigit() else 0
+            value = props.pop(P.PROPERTY_MAX_RECONSUME_TIMES, None)
+            max_reconsume = int(value) if value and value.isdigit() else None
+            text = P.properties_to_string(props)
         body = msg.body
         sys_flag = 0
         if self.compress_over > 0 and len(body) > self.compress_over:
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
                 body, sys_flag = packed, SYSFLAG_COMPRESSED
-        properties = P.properties_to_string(props)
-        self._check_stored_size(msg.topic, len(body), properties)
-        return Outgoing(
-            msg.topic,
-            body,
-            sys_flag,
-            msg.flag,
-            properties,
-            uniq,
-            False,
-            reconsume,
-            max_reconsume,
-            props,
-        )
+        self._check_stored_size(topic, len(body), text)
+        return Outgoing(topic, body, sys_flag, msg.flag, text, uniq, False, reconsume,
+                        max_reconsume, props)
 
     def _check_stored_size(self, topic: str, body_len: int, properties: str) -> None:
         """The broker limits each stored record, not the body: refuse here what it would."""
@@ -343,25 +377,37 @@ class AsyncProducer(Lifecycle):
         if not msgs:
             raise MessageValidationError("batch", "is empty")
         topic = msgs[0].topic
-        items: list[MessageBatchItem] = []
-        uniqs: list[str] = []
+        retry = is_retry_topic(topic)
+        max_size = self.max_message_size
+        texts: list[str] = []
+        missing = 0
         for m in msgs:
-            validate_message(m, self.max_message_size)
+            self._valid_topic(m.topic)
+            texts.append(_check_content(m, max_size))
             if m.topic != topic:
                 raise MessageValidationError("batch", "all messages of a batch need the same topic")
-            if m.delay_level > 0:
+            props = m.properties
+            if P.PROPERTY_DELAY_TIME_LEVEL in props and m.delay_level > 0:
                 raise MessageValidationError("batch", "a batch cannot carry delayed messages")
-            if is_retry_topic(m.topic):
+            if retry:
                 raise MessageValidationError("batch", "a batch cannot go to a retry topic")
-            uniq = m.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if not props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+                missing += 1
+        # The ids a batch lacks are taken in one go (one lock, one clock read).
+        fresh = iter(new_uniq_ids(missing)) if missing else None
+        uniqs: list[str] = []
+        for m, text in zip(msgs, texts, strict=True):
+            props = m.properties
+            uniq = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
             if not uniq:
-                uniq = new_uniq_id()
-                m.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+                assert fresh is not None
+                uniq = next(fresh)
+                text = _with_uniq(props, text, uniq)
             uniqs.append(uniq)
             # Each entry becomes a record of its own on the broker, limited like a single send.
-            self._check_stored_size(topic, len(m.body), P.properties_to_string(m.properties))
-            items.append(MessageBatchItem(m.flag, m.body, dict(m.properties)))
-        body = encode_batch(items)
+            self._check_stored_size(topic, len(m.body), text)
+        # Encoded at once, so the entries may share the callers' property maps.
+        body = encode_batch([MessageBatchItem(m.flag, m.body, m.properties) for m in msgs])
         if len(body) > self.max_message_size:
             raise MessageValidationError(
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
@@ -540,10 +586,18 @@ class AsyncProducer(Lifecycle):
         """Start a send; retries stay on the broker first chosen (RocketMQ's async rule). With
         auto_batch, sends made in the same loop turn share requests."""
         self.require_running("send")
-        return self.send_prepared_async(self._prepare(msg))
-
-    def send_prepared_async(self, out: Outgoing) -> asyncio.Future[SendResult]:
+        out = self._prepare(msg)
         return self._accumulate(out, lambda: self._send_async(out))
+
+    def start_prepared(self, out: Outgoing, result: concurrent.futures.Future[SendResult]) -> None:
+        """send_async for the blocking producer, on the loop: `result` (the caller's future,
+        running) is settled by the batch the message joins, or by its own send."""
+        if self.auto_batch.enabled and _batchable(out):
+            item = MessageBatchItem(out.flag, out.body, out.props)
+            self._accumulator.add(out.topic, Pending(item, out.uniq_id, result,
+                                                     lambda: self._send_async(out)))
+        else:
+            asyncio.ensure_future(self._send_async(out)).add_done_callback(copy_to(result))
 
     async def _send_async(self, out: Outgoing) -> SendResult:
         queues = await self.message_queues(out.topic)

@@ -143,17 +143,36 @@ class UniqIdGenerator:
         with self._lock:
             if now_ms >= self._next_month_ms or now_ms < self._month_start_ms:
                 self._roll_month(now_ms)
-            self._counter = (self._counter + 1) & 0xFFFF
-            counter = self._counter
-        diff = (now_ms - self._month_start_ms) & 0xFFFFFFFF
-        return self._prefix + struct.pack(">IH", diff, counter).hex().upper()
+            counter = self._counter = (self._counter + 1) & 0xFFFF
+        # The hex of the 4-byte time and the 2-byte counter, formatted directly (no struct).
+        return f"{self._prefix}{(now_ms - self._month_start_ms) & 0xFFFFFFFF:08X}{counter:04X}"
+
+    def next_ids(self, n: int) -> list[str]:
+        """`n` ids taken under one lock and one clock read (a batch's messages): the same ids
+        `n` calls of next_id would give within that millisecond."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            if now_ms >= self._next_month_ms or now_ms < self._month_start_ms:
+                self._roll_month(now_ms)
+            first = self._counter + 1
+            self._counter = (self._counter + n) & 0xFFFF
+        head = f"{self._prefix}{(now_ms - self._month_start_ms) & 0xFFFFFFFF:08X}"
+        return [f"{head}{c & 0xFFFF:04X}" for c in range(first, first + n)]
 
 
 _default_generator: UniqIdGenerator | None = None
 
 
-def new_uniq_id() -> str:
+def _generator() -> UniqIdGenerator:
     global _default_generator
     if _default_generator is None:
         _default_generator = UniqIdGenerator()
-    return _default_generator.next_id()
+    return _default_generator
+
+
+def new_uniq_id() -> str:
+    return _generator().next_id()
+
+
+def new_uniq_ids(n: int) -> list[str]:
+    return _generator().next_ids(n)
