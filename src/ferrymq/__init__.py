@@ -59,6 +59,7 @@ _EXPORTS = {
     "NameServerUnreachableError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
     "TlsClientSettings": "ferrymq.remoting.tls",
+    "freeze_startup_heap": "ferrymq.common.heap",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     from .client.transaction_async import TransactionListener as TransactionListener
     from .client.transaction_async import TransactionSendResult as TransactionSendResult
     from .common.errors import FerryMQError as FerryMQError
+    from .common.heap import freeze_startup_heap as freeze_startup_heap
     from .common.message import Message as Message
     from .common.message import MessageExt as MessageExt
     from .common.message import MessageQueue as MessageQueue

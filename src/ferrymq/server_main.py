@@ -16,6 +16,7 @@ from pathlib import Path
 from .acl import AclConfigError, load_rules
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
+from .common.heap import freeze_startup_heap
 from .metrics import MetricsServer, metrics_server
 from .namesrv import NameServer, NamesrvConfig
 from .namesrv.controller import ControllerStateError
@@ -34,6 +35,8 @@ async def _serve_until_signal(start: Callable[[], Awaitable[str]], stop: Callabl
             loop.add_signal_handler(sig, stopped.set)
     try:
         line = await start()
+        # What starting built lives as long as the server: full collections skip it.
+        freeze_startup_heap()
         print(line, flush=True)
         await stopped.wait()
     finally:
