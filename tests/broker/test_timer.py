@@ -20,9 +20,10 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
 from ferrymq.broker.timer import TimerService
 from ferrymq.common import props as P
-from ferrymq.common.codes import ResponseCode
-from ferrymq.common.message import MessageExt
+from ferrymq.common.codes import RequestCode, ResponseCode
+from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.names import TIMER_TOPIC
+from ferrymq.common.record import encode_batch
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 
 T0 = 1_800_000_000_000
@@ -158,6 +159,25 @@ async def test_delays_count_from_receipt_and_each_message_keeps_its_own_time(
     await node.advance_to(T0 + 3_000)
     await eventually(lambda: _count(node, "t", 3), what="the third")
     assert node.timer.delivered == 3
+
+
+async def test_a_batch_entry_asking_for_a_timer_waits_and_the_others_do_not(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    node = await _node(nodes, tmp_path / "store")
+    assert node.wire is not None
+    await node.wire.create_topic("t", 1)
+    body = encode_batch([MessageBatchItem(0, b"now", _props("N")),
+                         MessageBatchItem(0, b"later", _props("L", TIMER_DELAY_MS=2_000)),
+                         MessageBatchItem(0, b"now too", _props("N2"))])
+    resp = await node.wire.call(
+        RequestCode.SEND_BATCH_MESSAGE, body, producerGroup="p", topic="t", defaultTopic="TBW102",
+        defaultTopicQueueNums=1, queueId=0, sysFlag=0, bornTimestamp=T0, flag=0, properties="",
+        reconsumeTimes=0, unitMode=False, batch=True)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert [m.msg_id for m in await node.pull("t")] == ["N", "N2"]
+    await eventually(lambda: node.timer.pending() == 1, what="the batch's one timer")
+    await node.advance_to(T0 + 2_000)
+    await eventually(lambda: _count(node, "t", 3), what="the timer's delivery")
 
 
 async def _count(node: Node, topic: str, n: int) -> bool:

@@ -38,6 +38,7 @@ from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..topics import TopicConfig
 from ..transaction import is_half_message
+from ..transaction.records import TRANSACTION_TYPE_MASK
 from . import reply
 
 _PUT_CODES = {
@@ -51,6 +52,10 @@ _PUT_CODES = {
     PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+
+
+_TRAN_MARK = P.PROPERTY_TRANSACTION_PREPARED.encode() + b"\x01"
+_TIMER_MARK = b"TIMER_"  # what every timer request's property name starts with
 
 
 class SendRejected(Exception):
@@ -154,7 +159,10 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
-        if any(is_half_message(sys_flag, m.properties, reconsume) for m in msgs):
+        # A body without TRAN_MSG anywhere has no message asking for it (one scan, not one
+        # property lookup per message).
+        if ((_TRAN_MARK in body or sys_flag & TRANSACTION_TYPE_MASK)
+                and any(is_half_message(sys_flag, m.properties, reconsume) for m in msgs)):
             return reply(req, ResponseCode.MESSAGE_ILLEGAL,
                          "a batch cannot carry transactional (half) messages; send them one by one")
     else:
@@ -178,7 +186,9 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         # A topic created by this send (auto-created, or a DLQ) is on disk before its message
         # is answered: after a crash the message must not sit in a topic the broker forgot.
         await broker.persist_topics()
-    result = await broker.put(msgs)
+    # A batch carries no delay level (batch_to_messages refuses one); without TIMER_ anywhere in
+    # its body it asks for no timer either, and the put skips the per-message lookups.
+    result = await broker.put(msgs, allow_delay=not batch or _TIMER_MARK in body)
     return _response(req, result, queue_id, broker)
 
 
