@@ -64,6 +64,9 @@ class Pending:
     uniq_id: str
     future: Waiter
     send_alone: Callable[[], Awaitable[SendResult]]  # the path a message takes on its own
+    # False for a running concurrent future: nobody can settle it but us, so the check for a
+    # cancellation (a lock of its own per message) is skipped.
+    cancellable: bool = True
 
 
 # (topic, the messages of one batch) -> one result per message, in order
@@ -134,7 +137,8 @@ class Accumulator:
         task.add_done_callback(self._in_flight.discard)
 
     async def _deliver(self, topic: str, items: list[Pending]) -> None:
-        live = [p for p in items if not p.future.done()]  # a caller may have cancelled
+        # A caller may have cancelled meanwhile.
+        live = [p for p in items if not (p.cancellable and p.future.done())]
         if not live:
             return
         if len(live) == 1:
@@ -155,7 +159,7 @@ class Accumulator:
         self.batches_sent += 1
         self.messages_batched += len(live)
         for p, result in zip(live, results, strict=True):
-            if not p.future.done():
+            if not (p.cancellable and p.future.done()):
                 p.future.set_result(result)
 
 

@@ -69,11 +69,13 @@ BROKER_PROPERTY_HEADROOM = 128
 # Topic names a producer remembers as valid (a bound for producers sending to endless topics).
 MAX_CHECKED_TOPICS = 1024
 _UNIQ_PREFIX = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + P.NAME_VALUE_SEPARATOR
+UNIQ_ID_LENGTH = 32  # the hex of RocketMQ's 16-byte IPv4 unique id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outgoing:
-    """A message as it goes on the wire, prepared once and reused by every attempt."""
+    """A message as it goes on the wire, prepared once and reused by every attempt (never
+    changed; not frozen because one is made per message and a frozen init costs twice)."""
 
     topic: str
     body: bytes
@@ -336,13 +338,29 @@ class AsyncProducer(Lifecycle):
                 "delay_level", f"is {msg.delay_level}; the broker has levels 1..{self.delay_levels} "
                 "(0 = no delay); set the producer's delay_levels if it is configured with more")
 
+    def _plain_limit(self, topic: str) -> int:
+        """A message without properties whose body is at most this long cannot exceed the
+        stored-size limit once its unique id is added: it needs no check beyond its body."""
+        return self.max_message_size - BROKER_PROPERTY_HEADROOM - record_size(
+            0, 4 * len(topic), len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1)
+
     def _prepare(self, msg: Message) -> Outgoing:
         topic = msg.topic
         self._valid_topic(topic)
+        if (not msg.properties and msg.body and len(msg.body) <= self._plain_limit(topic)
+                and not is_retry_topic(topic)):
+            # The common message: a body and nothing else. Its one property is its id.
+            uniq = new_uniq_id()
+            msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            body, sys_flag = self._compressed(msg.body)
+            return Outgoing(topic, body, sys_flag, msg.flag, _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR,
+                            uniq, False, None, None, {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
         text = _check_content(msg, self.max_message_size)
         self._check_delay_level(msg)
-        uniq = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq:
+        given = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if given:
+            uniq = given
+        else:
             uniq = new_uniq_id()
             text = _with_uniq(msg.properties, text, uniq)
         props = dict(msg.properties)
@@ -354,15 +372,18 @@ class AsyncProducer(Lifecycle):
             value = props.pop(P.PROPERTY_MAX_RECONSUME_TIMES, None)
             max_reconsume = int(value) if value and value.isdigit() else None
             text = P.properties_to_string(props)
-        body = msg.body
-        sys_flag = 0
-        if self.compress_over > 0 and len(body) > self.compress_over:
-            packed = zlib.compress(body, COMPRESS_LEVEL)
-            if len(packed) < len(body):
-                body, sys_flag = packed, SYSFLAG_COMPRESSED
+        body, sys_flag = self._compressed(msg.body)
         self._check_stored_size(topic, len(body), text)
         return Outgoing(topic, body, sys_flag, msg.flag, text, uniq, False, reconsume,
                         max_reconsume, props)
+
+    def _compressed(self, body: bytes) -> tuple[bytes, int]:
+        """The body to send and its sysFlag: zlib-compressed when that is smaller."""
+        if self.compress_over > 0 and len(body) > self.compress_over:
+            packed = zlib.compress(body, COMPRESS_LEVEL)
+            if len(packed) < len(body):
+                return packed, SYSFLAG_COMPRESSED
+        return body, 0
 
     def _check_stored_size(self, topic: str, body_len: int, properties: str) -> None:
         """The broker limits each stored record, not the body: refuse here what it would."""
@@ -377,16 +398,23 @@ class AsyncProducer(Lifecycle):
         if not msgs:
             raise MessageValidationError("batch", "is empty")
         topic = msgs[0].topic
+        self._valid_topic(topic)
         retry = is_retry_topic(topic)
         max_size = self.max_message_size
-        texts: list[str] = []
+        plain_limit = self._plain_limit(topic)
+        texts: list[str | None] = []  # None: a plain message, as above
         missing = 0
         for m in msgs:
+            body = m.body
+            props = m.properties
+            if m.topic == topic and not props and body and len(body) <= plain_limit and not retry:
+                texts.append(None)
+                missing += 1
+                continue
             self._valid_topic(m.topic)
             texts.append(_check_content(m, max_size))
             if m.topic != topic:
                 raise MessageValidationError("batch", "all messages of a batch need the same topic")
-            props = m.properties
             if P.PROPERTY_DELAY_TIME_LEVEL in props and m.delay_level > 0:
                 raise MessageValidationError("batch", "a batch cannot carry delayed messages")
             if retry:
@@ -394,13 +422,18 @@ class AsyncProducer(Lifecycle):
             if not props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
                 missing += 1
         # The ids a batch lacks are taken in one go (one lock, one clock read).
-        fresh = iter(new_uniq_ids(missing)) if missing else None
+        fresh = iter(new_uniq_ids(missing))
         uniqs: list[str] = []
         for m, text in zip(msgs, texts, strict=True):
             props = m.properties
-            uniq = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-            if not uniq:
-                assert fresh is not None
+            if text is None:
+                uniq = props[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = next(fresh)
+                uniqs.append(uniq)
+                continue
+            given = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            if given:
+                uniq = given
+            else:
                 uniq = next(fresh)
                 text = _with_uniq(props, text, uniq)
             uniqs.append(uniq)
@@ -595,7 +628,7 @@ class AsyncProducer(Lifecycle):
         if self.auto_batch.enabled and _batchable(out):
             item = MessageBatchItem(out.flag, out.body, out.props)
             self._accumulator.add(out.topic, Pending(item, out.uniq_id, result,
-                                                     lambda: self._send_async(out)))
+                                                     lambda: self._send_async(out), False))
         else:
             asyncio.ensure_future(self._send_async(out)).add_done_callback(copy_to(result))
 
