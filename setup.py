@@ -1,8 +1,8 @@
 """Builds what the install compiles; the metadata is in pyproject.toml.
 
-- The record and header codecs (Cython). Without a C compiler the install fails loudly rather
-  than silently giving the slower pure-Python codec; FERRYMQ_NO_EXTENSIONS=1 selects that one
-  at run time.
+- The record and header codecs and the key index's batch put (Cython). Without a C compiler
+  the install fails loudly rather than silently giving the slower pure-Python code;
+  FERRYMQ_NO_EXTENSIONS=1 selects that at run time.
 - The Python modules of the `apache.rocketmq.v2` gRPC protocol, generated with grpcio-tools
   from the .proto files kept in proto/ (the protocol's definition, as apache/rocketmq-apis
   publishes it) into src/ferrymq/grpc/pb/. The generated code imports its siblings as
@@ -78,6 +78,12 @@ setup(
             Extension(
                 "ferrymq.common.record._crecord",
                 ["src/ferrymq/common/record/_crecord.pyx"],
+                libraries=["z"],
+                extra_compile_args=["-O2"],
+            ),
+            Extension(
+                "ferrymq.store._cindex",
+                ["src/ferrymq/store/_cindex.pyx"],
                 libraries=["z"],
                 extra_compile_args=["-O2"],
             ),

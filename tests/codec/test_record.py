@@ -22,8 +22,9 @@ from record_impls import OTHERS, PARAMS, PY, C
 from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.props import PropertyError, properties_to_string, string_to_properties
 from ferrymq.common.record import MessageDecodeError, RecordEncodeError, pack_host
-from ferrymq.common.record.layout import offset_msg_id
+from ferrymq.common.record.layout import KEY_ENTRY, offset_msg_id
 from ferrymq.store.encoder import Encoder, encode, place
+from ferrymq.store.index_layout import key_hash
 from ferrymq.store.model import StoreMessage
 
 topics = st.text(alphabet=string.ascii_letters + string.digits + "%|_-", min_size=1, max_size=40)
@@ -33,6 +34,10 @@ prop_text = st.text(
 )
 prop_names = prop_text.filter(bool)
 props = st.dictionaries(prop_names, prop_text, max_size=6)
+# Keys as clients send them: several separated by spaces (runs of them too), any characters.
+key_text = st.text(alphabet=st.sampled_from(" ab#\u00e9\u4e2d\U0001f600"), max_size=12)
+keyed_props = st.builds(lambda p, k: {**p, **k}, props, st.fixed_dictionaries(
+    {}, optional={"KEYS": key_text, "UNIQ_KEY": key_text}))
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 ports = st.integers(0, 65535)
@@ -153,7 +158,7 @@ def test_malformed_batches_fail_alike(impl: ModuleType, data: bytes) -> None:
 
 messages = st.builds(
     StoreMessage, topic=topics, queue_id=st.integers(0, 7), body=st.binary(max_size=1500),
-    properties=props | props.map(lambda p: properties_to_string(p).encode()),
+    properties=keyed_props | keyed_props.map(lambda p: properties_to_string(p).encode()),
     flag=i32, sys_flag=st.sampled_from([0, 1, 0x2]), born_timestamp=i64,
     born_host=st.tuples(hosts, ports), reconsume_times=st.integers(0, 16),
     prepared_transaction_offset=i64,
@@ -189,6 +194,18 @@ def test_store_encoder_matches_codec(msgs: list[StoreMessage], pos: int, store_t
         assert d.offset_msg_id == a.offset_msg_id
         # the CRC the store wrote is the one the codec checks
         PY.decode_record(bytes(out.data), a.phys_offset - pos, check_crc=True, decompress=False)
+    # One key-index entry per key (KEYS split on spaces, then UNIQ_KEY), hashed as the index
+    # hashes a query, at the record's offset within the batch.
+    expected_keys = bytearray()
+    for m, a in zip(msgs, out.appended, strict=True):
+        mp = (m.properties if isinstance(m.properties, dict)
+              else string_to_properties(m.properties.decode()))
+        names = [k for k in mp.get("KEYS", "").split(" ") if k]
+        if mp.get("UNIQ_KEY"):
+            names.append(mp["UNIQ_KEY"])
+        for k in names:
+            expected_keys += KEY_ENTRY.pack(key_hash(m.topic, k), a.phys_offset - pos, 0)
+    assert out.keys == expected_keys and out.nkeys == len(expected_keys) // KEY_ENTRY.size
 
 
 @params

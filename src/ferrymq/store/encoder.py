@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..common.names import SCHEDULE_TOPIC, java_string_hash
 from ..common.record import (
+    KEY_ENTRY,
     MAX_TOPIC_BYTES,
     RecordEncodeError,
     encode_messages,
@@ -92,28 +93,23 @@ class Encoder:
 
 
 class Encoded:
-    """A batch encoded once; `place` fills in where it went."""
+    """A batch encoded once; `place` fills in where it went. `keys` holds its key-index
+    entries (KEY_ENTRY records relative to the batch's position and store time)."""
 
     __slots__ = ("appended", "data", "delays", "entries", "keys", "msgs", "nkeys", "sizes",
                  "tags")
 
     def __init__(self, msgs: Sequence[StoreMessage], data: bytearray, sizes: list[int],
-                 tags: list[int], keys: list[tuple[int, list[str]]],
-                 delays: list[tuple[int, str | None]]) -> None:
+                 tags: list[int], keys: bytearray, delays: list[tuple[int, str | None]]) -> None:
         self.msgs = msgs
         self.data = data
         self.sizes = sizes
         self.tags = tags
         self.keys = keys
         self.delays = delays
-        self.nkeys = sum(len(k) for _, k in keys)
+        self.nkeys = len(keys) // KEY_ENTRY.size
         self.entries: dict[tuple[str, int], bytes] = {}
         self.appended: list[AppendedMessage] = []
-
-    def index_keys(self) -> list[tuple[str, list[str], int]]:
-        """(topic, keys, physical offset) per record with keys; valid after place."""
-        msgs, appended = self.msgs, self.appended
-        return [(msgs[i].topic, k, appended[i].phys_offset) for i, k in self.keys]
 
 
 def _born_host_bytes_of(value: tuple[str, int] | str) -> bytes:

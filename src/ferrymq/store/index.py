@@ -13,7 +13,12 @@ roll before it overflows), and files are named by the 20-digit commit-log offset
 first entry. Files are preallocated so writes through the mapping cannot hit a full disk.
 
 Hash collisions and entries left behind by crash recovery are harmless: the store checks every
-candidate against the record it points at."""
+candidate against the record it points at.
+
+Keys arrive a batch at a time, as KEY_ENTRY records (hash, offset, time) made by the encoder
+for an append or by the dispatch for recovery and a slave, and one `put_keys` call writes them
+into the mapping: compiled when built (_cindex.pyx), with its pure-Python twin in
+_index_py.py."""
 
 from __future__ import annotations
 
@@ -24,25 +29,37 @@ import os
 import re
 import struct
 import time
-import zlib
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+from ..common.speedups import choose, interface
+from . import _index_py
 from .files import FileIO
+from .index_layout import (
+    ENTRY,
+    ENTRY_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    KEY_ENTRY,
+    KEY_ENTRY_SIZE,
+    MAX_DIFF,
+    SLOT,
+    key_hash,
+)
 
 log = logging.getLogger("ferrymq.store.index")
 
-HEADER = struct.Struct(">qqqqii")
-HEADER_SIZE = HEADER.size  # 40
-ENTRY = struct.Struct(">iqii")
-ENTRY_SIZE = ENTRY.size  # 20
-_I32 = struct.Struct(">i")
+# The batch put, compiled when built (FERRYMQ_NO_EXTENSIONS=1 selects the pure twin).
+impl: ModuleType = choose("ferrymq.store._cindex", _index_py)
+IMPLEMENTATION: str = impl.IMPLEMENTATION
+if TYPE_CHECKING:
+    from ._index_py import put_keys
+else:
+    globals().update(interface(impl, _index_py))
+
 _NAME = re.compile(r"^\d{20}(-\d+)?$")
-_MAX_DIFF = 0x7FFFFFFF
 RETIRE_GRACE_S = 30.0
-
-
-def key_hash(topic: str, key: str) -> int:
-    return zlib.crc32(f"{topic}#{key}".encode()) & 0x7FFFFFFF
 
 
 class IndexFile:
@@ -69,29 +86,6 @@ class IndexFile:
     def room(self) -> int:
         return self.max_entries - self.count
 
-    def put(self, h: int, phys: int, ts: int) -> bool:
-        if self.count >= self.max_entries:
-            return False
-        if self.count == 1 and self.begin_ts == 0:
-            self.begin_ts, self.begin_phys = ts, phys
-        # A clock that stepped back must not make a new file per message: clamp to the start.
-        diff = max(0, ts - self.begin_ts)
-        if diff > _MAX_DIFF:
-            return False
-        mm = self.mm
-        slot_at = HEADER_SIZE + (h % self.slots) * 4
-        (prev,) = _I32.unpack_from(mm, slot_at)
-        if not 0 < prev < self.count:
-            prev = 0
-        ENTRY.pack_into(mm, self.entries_at + self.count * ENTRY_SIZE, h, phys, diff, prev)
-        _I32.pack_into(mm, slot_at, self.count)
-        self.count += 1
-        if phys > self.end_phys:
-            self.end_phys = phys
-        if ts > self.end_ts:
-            self.end_ts = ts
-        return True
-
     def write_header(self) -> None:
         HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys,
                          self.slots, self.count)
@@ -99,7 +93,7 @@ class IndexFile:
     def lookup(self, h: int, begin_ts: int, end_ts: int, limit: int, out: list[int]) -> None:
         mm = self.mm
         count = self.count
-        (idx,) = _I32.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)
+        (idx,) = SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)
         steps = 0
         while 0 < idx < count and len(out) < limit and steps < count:
             eh, phys, diff, prev = ENTRY.unpack_from(mm, self.entries_at + idx * ENTRY_SIZE)
@@ -171,18 +165,27 @@ class Index:
             return
         cur = self.files[-1] if self.files else None
         if (cur is None or cur.room() < n
-                or (cur.count > 1 and ts - cur.begin_ts > _MAX_DIFF // 2)):
+                or (cur.count > 1 and ts - cur.begin_ts > MAX_DIFF // 2)):
             if cur is not None:
                 cur.write_header()
             self._create(first_phys)
 
-    def put(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
+    def put_entries(self, entries: bytes | bytearray, base_phys: int, base_ts: int) -> None:
+        """Index a batch of KEY_ENTRY records (offsets and times relative to `base_phys` and
+        `base_ts`), rolling to a new file where the current one fills. The header is written
+        at the end, so no finish_batch is needed."""
+        n = len(entries) // KEY_ENTRY_SIZE
+        if not n:
+            return
         cur = self.files[-1]
-        for key in keys:
-            if not cur.put(key_hash(topic, key), phys, ts):
-                cur.write_header()
-                cur = self._create(phys)
-                cur.put(key_hash(topic, key), phys, ts)
+        done = put_keys(cur, entries, 0, base_phys, base_ts)
+        while done < n:
+            _h, phys, _ts = KEY_ENTRY.unpack_from(entries, done * KEY_ENTRY_SIZE)
+            cur = self._create(base_phys + phys)
+            now = put_keys(cur, entries, done, base_phys, base_ts)
+            if now == done:
+                raise RuntimeError("a new index file took no key")
+            done = now
 
     def finish_batch(self) -> None:
         if self.files:
@@ -242,3 +245,8 @@ class Index:
                 os.close(f.fd)
         self.files = []
         self.close_retired(force=True)
+
+
+__all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IMPLEMENTATION", "KEY_ENTRY",
+           "KEY_ENTRY_SIZE", "MAX_DIFF", "SLOT", "Index", "IndexFile", "impl", "key_hash",
+           "put_keys"]

@@ -60,10 +60,12 @@ class ReplicaLog:
     def checkpoint(self, clean: bool = False) -> Checkpoint:
         raise NotImplementedError
 
-    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]]) -> None:
+    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]],
+                    keys: bytearray) -> None:
         raise NotImplementedError
 
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]]) -> None:
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
+                       keys: bytearray) -> None:
         raise NotImplementedError
 
     @property
@@ -142,13 +144,13 @@ class ReplicaLog:
                 self.preallocator.claim(pos + len(data))
             clog.write(pos, data)
             pending: dict[tuple[str, int], list[bytes]] = {}
+            keys = bytearray()
             for info in infos:
-                self._redispatch(info, pending)
-            keys = list(pending)
-            self._write_pending(pending)
-            self._index.finish_batch()
+                self._redispatch(info, pending, keys)
+            queues = list(pending)
+            self._write_pending(pending, keys)
             clog.write_pos = span.next_pos
-            arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in keys]
+            arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in queues]
         for cb in self._listeners:
             for topic, qid, max_offset in arrivals:
                 try:

@@ -24,7 +24,14 @@ from ..common.props import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
 )
-from ..common.record import MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE, MessageDecodeError, decode_record
+from ..common.record import (
+    KEY_ENTRY,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    MessageDecodeError,
+    decode_record,
+    key_entries,
+)
 from ..common.record.layout import SIZE_AND_MAGIC
 from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
@@ -237,13 +244,14 @@ class MessageStore(Retention, ReplicaLog):
             cq.truncate_phys(start)
         scanner = Scanner(clog, start)
         pending: dict[tuple[str, int], list[bytes]] = {}
+        keys = bytearray()
         records = 0
         for info in scanner:
-            self._redispatch(info, pending)
+            self._redispatch(info, pending, keys)
             records += 1
             if records % 50_000 == 0:
-                self._write_pending(pending)
-        self._write_pending(pending)
+                self._write_pending(pending, keys)
+        self._write_pending(pending, keys)
         end = scanner.result.end
         reason = scanner.result.bad_reason
         nxt = find_valid_after(clog, end)
@@ -269,7 +277,10 @@ class MessageStore(Retention, ReplicaLog):
         log.info("recovered commit log from %d to %d (%d records) in %.3f s", start, end,
                  records, self.last_recovery.seconds)
 
-    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]]) -> None:
+    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]],
+                    keys: bytearray) -> None:
+        """Queue the record's consume-queue entry in `pending` and its key-index entries in
+        `keys`; _write_pending writes both."""
         key = (info.topic, info.queue_id)
         cq = self._queue(key)
         waiting = pending.setdefault(key, [])
@@ -287,20 +298,23 @@ class MessageStore(Retention, ReplicaLog):
         else:
             tag = tag_code(info.tags) if info.tags else 0
         waiting.append(ENTRY.pack(info.pos, info.size, tag))
-        keys = [k for k in info.keys.split(KEY_SEPARATOR) if k] if info.keys else []
-        if info.uniq:
-            keys.append(info.uniq)
-        if keys and info.pos > self._index.end_phys:
-            self._index.ensure_room(len(keys), info.pos, info.store_ts)
-            self._index.put(info.topic, keys, info.pos, info.store_ts)
+        # Records already indexed before a crash are not indexed twice (recovery rescans).
+        if (info.keys or info.uniq) and info.pos > self._index.end_phys:
+            key_entries(keys, info.topic, info.keys, info.uniq, info.pos, info.store_ts)
 
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]]) -> None:
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
+                       keys: bytearray) -> None:
         for key, entries in pending.items():
             if entries:
                 cq = self._cqs[key]
                 cq.append(b"".join(entries), self._dirty)
                 cq.commit()
         pending.clear()
+        if keys:
+            _h, first_pos, first_ts = KEY_ENTRY.unpack_from(keys, 0)
+            self._index.ensure_room(1, first_pos, first_ts)
+            self._index.put_entries(keys, 0, 0)
+            del keys[:]
 
     # --- appends -------------------------------------------------------------------------------
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
@@ -353,11 +367,9 @@ class MessageStore(Retention, ReplicaLog):
             clog.write_pos = end
             for cq, _ in written:
                 cq.commit()
-            if enc.keys:
+            if enc.nkeys:
                 try:
-                    for topic, keys, phys in enc.index_keys():
-                        index.put(topic, keys, phys, now)
-                    index.finish_batch()
+                    index.put_entries(enc.keys, pos, now)
                 except OSError as exc:  # the data is stored; only lookups by key miss it
                     log.error("index update failed at %d: %s", pos, exc)
             arrivals = [(cq.topic, cq.queue_id, cq.max_offset) for cq, _ in written]

@@ -15,6 +15,7 @@ from . import _py
 from ._py import has_property, with_property
 from .layout import (
     BLANK_MAGIC_CODE,
+    KEY_ENTRY,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         encode_batch,
         encode_messages,
         encode_record,
+        key_entries,
         locate,
         place_messages,
         properties_decode,
@@ -79,6 +81,7 @@ def decode_batch(buf: bytes | bytearray | memoryview) -> list[MessageBatchItem]:
 __all__ = [
     "BLANK_MAGIC_CODE",
     "IMPLEMENTATION",
+    "KEY_ENTRY",
     "MAX_PROPERTIES_BYTES",
     "MAX_TOPIC_BYTES",
     "MESSAGE_MAGIC_CODE",
@@ -101,6 +104,7 @@ __all__ = [
     "encode_record",
     "has_property",
     "impl",
+    "key_entries",
     "locate",
     "pack_host",
     "place_messages",

@@ -578,6 +578,54 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
     return out
 
 
+# --- key-index entries: KEY_ENTRY records (native int64 hash, offset, time) ---------------------------
+cdef inline unsigned long topic_prefix_crc(const char* topic, Py_ssize_t n) noexcept:
+    # The CRC of "topic#", from which every key of the topic continues.
+    cdef unsigned long c = crc32(crc32(0, NULL, 0), <const unsigned char*>topic, <unsigned int>n)
+    return crc32(c, <const unsigned char*>b"#", 1)
+
+
+cdef inline int add_key(bytearray out, unsigned long prefix, const char* key, Py_ssize_t n,
+                        int64_t phys, int64_t ts) except -1:
+    cdef int64_t e[3]
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(out)
+    e[0] = <int64_t>(crc32(prefix, <const unsigned char*>key, <unsigned int>n) & 0x7FFFFFFF)
+    e[1] = phys
+    e[2] = ts
+    PyByteArray_Resize(out, at + 24)
+    memcpy(PyByteArray_AS_STRING(out) + at, e, 24)
+    return 0
+
+
+cdef inline Py_ssize_t add_keys(bytearray out, unsigned long prefix, object keys, object uniq,
+                                int64_t phys, int64_t ts) except -1:
+    """A record's entries: its KEYS split on spaces (empty pieces skipped), then UNIQ_KEY."""
+    cdef Py_ssize_t n = 0, kn, start, i
+    cdef const char* kp
+    cdef const char* hit
+    if keys:
+        kp = PyUnicode_AsUTF8AndSize(keys, &kn)
+        start = 0
+        while start <= kn:
+            hit = <const char*>memchr(kp + start, 32, kn - start)
+            i = (hit - kp) if hit != NULL else kn
+            if i > start:
+                add_key(out, prefix, kp + start, i - start, phys, ts)
+                n += 1
+            start = i + 1
+    if uniq:
+        kp = PyUnicode_AsUTF8AndSize(uniq, &kn)
+        add_key(out, prefix, kp, kn, phys, ts)
+        n += 1
+    return n
+
+
+def key_entries(bytearray out, str topic, keys, uniq, int64_t phys, int64_t ts):
+    cdef Py_ssize_t tn
+    cdef const char* tp = PyUnicode_AsUTF8AndSize(topic, &tn)
+    return add_keys(out, topic_prefix_crc(tp, tn), keys, uniq, phys, ts)
+
+
 # --- the store's batch: encode once, patch the position in -----------------------------------------
 def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, born_bytes,
                     tag_code, schedule_topic):
@@ -587,7 +635,7 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
     cdef list borns = []
     cdef list sizes = []
     cdef list tags = []
-    cdef list keys = []
+    cdef bytearray keys = bytearray()
     cdef list delays = []
     cdef bytes praw
     cdef bytes traw
@@ -595,8 +643,9 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
     cdef Py_buffer bv
     cdef Py_ssize_t store_len = len(store_host)
     cdef bint store_v6 = store_len == HOST_V6
-    cdef object last_topic = None, last_born = None, last_tags = None
+    cdef object last_topic = None, last_born = None, last_tags = None, key_topic = None
     cdef object tag = 0
+    cdef unsigned long key_prefix = 0
     traw = b""
     born = b""
     for i in range(n):
@@ -645,10 +694,10 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
             last_tags = tags_text
         PyList_Append(tags, tag)
         if uniq or keys_text:
-            mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
-            if uniq:
-                PyList_Append(mkeys, uniq)
-            PyList_Append(keys, (i, mkeys))
+            if topic is not key_topic:
+                key_prefix = topic_prefix_crc(PyBytes_AS_STRING(traw), len(traw))
+                key_topic = topic
+            add_keys(keys, key_prefix, keys_text, uniq, total, 0)
         if topic == schedule_topic:
             PyList_Append(delays, (i, delay))
         total += size

@@ -22,6 +22,7 @@ from .layout import (
     I32,
     I64,
     IPV6_EXTRA,
+    KEY_ENTRY,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -45,7 +46,8 @@ IMPLEMENTATION = "python"
 # What the compiled twin provides too.
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
-             "batch_to_messages", "encode_messages", "place_messages", "record_starts")
+             "batch_to_messages", "encode_messages", "place_messages", "record_starts",
+             "key_entries")
 
 _new_tuple = tuple.__new__
 
@@ -334,19 +336,22 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
 def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
                     topic_bytes: Callable[[str], bytes], born_bytes: Callable[[Any], bytes],
                     tag_code: Callable[[str], int], schedule_topic: str,
-                    ) -> tuple[bytearray, list[int], list[int], list[tuple[int, list[str]]],
+                    ) -> tuple[bytearray, list[int], list[int], bytearray,
                                list[tuple[int, str | None]]]:
     """Encode StoreMessages with queue offset, physical offset and store timestamp left 0
-    (place_messages patches them in). Returns (data, sizes, tag codes, index keys as
-    (record index, keys), and for records of `schedule_topic`, whose tag code is their delivery
-    time, (record index, DELAY level text)). Raises RecordEncodeError before anything is
-    returned. The three callbacks are asked again only when the topic, born host or tags
+    (place_messages patches them in). Returns (data, sizes, tag codes, key-index entries, and
+    for records of `schedule_topic`, whose tag code is their delivery time, (record index,
+    DELAY level text)). The key-index entries are KEY_ENTRY records, one per key (KEYS split
+    on spaces, then UNIQ_KEY) with the record's offset within `data` and time 0, ready for the
+    index once the batch's position and time are known. Raises RecordEncodeError before
+    anything is returned. The three callbacks are asked again only when the topic, born host or tags
     differ from the previous message's (a batch usually repeats them)."""
     parts: list[bytes] = []
     add = parts.append
     sizes: list[int] = []
     tags: list[int] = []
-    keys: list[tuple[int, list[str]]] = []
+    keys: list[bytes] = []
+    key_entry = KEY_ENTRY.pack
     delays: list[tuple[int, str | None]] = []
     v4 = len(store_host) == 8
     store_ip, store_port = store_host[:4], int.from_bytes(store_host[4:8], "big")
@@ -355,9 +360,9 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
     crc32 = zlib.crc32
     join_pair = "\x01".join
     join_props = "\x02".join
-    last_topic = last_born = last_tags = None
+    last_topic = last_born = last_tags = key_topic = None
     traw = tpart = born_ip = b""
-    born_port = tag = 0
+    born_port = tag = offset = key_prefix = 0
     born: bytes = b""
     for i, m in enumerate(msgs):
         props = m.properties
@@ -421,13 +426,39 @@ def encode_messages(msgs: Sequence[Any], store_host: bytes, max_size: int,
             last_tags = tags_text
         tags.append(tag)
         if uniq or keys_text:
-            mkeys = [k for k in keys_text.split(" ") if k] if keys_text else []
+            if topic != key_topic:
+                key_prefix = crc32(traw + b"#")
+                key_topic = topic
+            if keys_text:
+                for k in keys_text.split(" "):
+                    if k:
+                        keys.append(key_entry(crc32(k.encode(), key_prefix) & 0x7FFFFFFF,
+                                              offset, 0))
             if uniq:
-                mkeys.append(uniq)
-            keys.append((i, mkeys))
+                keys.append(key_entry(crc32(uniq.encode(), key_prefix) & 0x7FFFFFFF, offset, 0))
         if topic == schedule_topic:
             delays.append((i, delay))
-    return bytearray(b"".join(parts)), sizes, tags, keys, delays
+        offset += size
+    return bytearray(b"".join(parts)), sizes, tags, bytearray(b"".join(keys)), delays
+
+
+def key_entries(out: bytearray, topic: str, keys: str | None, uniq: str | None, phys: int,
+                ts: int) -> int:
+    """Append a record's key-index entries (KEY_ENTRY: CRC32 of "topic#key" & 0x7FFFFFFF,
+    `phys`, `ts`) to `out`, one per key of its KEYS split on spaces, then its UNIQ_KEY, as
+    encode_messages makes them; returns how many."""
+    prefix = zlib.crc32(f"{topic}#".encode())
+    pack = KEY_ENTRY.pack
+    n = 0
+    if keys:
+        for key in keys.split(" "):
+            if key:
+                out += pack(zlib.crc32(key.encode(), prefix) & 0x7FFFFFFF, phys, ts)
+                n += 1
+    if uniq:
+        out += pack(zlib.crc32(uniq.encode(), prefix) & 0x7FFFFFFF, phys, ts)
+        n += 1
+    return n
 
 
 _QO_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET: adjacent, patched together

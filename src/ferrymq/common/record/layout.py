@@ -75,6 +75,12 @@ BATCH_MIN_ENTRY = BATCH_HEAD.size + 2
 # Consume-queue entry: commit-log offset i64, size i32, tag code i64.
 CQ_ENTRY = struct.Struct(">qiq")
 
+# A key-index entry to make, as the encoder hands it to the store's key index (in memory only,
+# native order): key hash (CRC32 of "topic#key" & 0x7FFFFFFF), commit-log offset, store time.
+# The encoder, which knows neither, writes the record's offset within its batch and 0; the
+# index adds the batch's position and time.
+KEY_ENTRY = struct.Struct("=qqq")
+
 # Properties: name \x01 value \x02, every pair followed by \x02.
 NAME_VALUE_SEPARATOR = 1
 PROPERTY_SEPARATOR = 2
