@@ -52,7 +52,8 @@ class ConcurrentService:
                 ConsumeRequest(pq, msgs[i : i + n], ConsumeConcurrentlyContext(mq))
                 for i in range(0, len(msgs), n)
             ]
-        self.runner.submit(reqs)
+        # Less than a full pull: caught up, so the listener is handed the lock at once.
+        self.runner.submit(reqs, prompt=len(msgs) < self.c.options.pull_batch_size)
 
     def submit_later(self, pq: ProcessQueue, msgs: list[MessageExt], delay: float) -> None:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,82 @@
+"""ListenerRunner's hand-over: a caught-up (prompt) run on an idle runner goes to a worker
+thread at once and comes back to the loop; a listener blocked on one request does not keep a
+later prompt one from running on another worker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from ferrymq.client.consumer.runner import ConsumeRequest, ListenerRunner
+
+
+class Queue:
+    dropped = False
+
+
+async def _wait(event: asyncio.Event, what: str) -> None:
+    try:
+        async with asyncio.timeout(10):
+            await event.wait()
+    except TimeoutError:
+        raise AssertionError(f"{what} did not happen within 10 s") from None
+
+
+def test_a_prompt_run_on_an_idle_runner_runs_on_a_worker_and_comes_back() -> None:
+    async def scenario() -> None:
+        loop_thread = threading.current_thread()
+        ran_on: list[threading.Thread] = []
+
+        def listener(msgs: list[Any], ctx: Any) -> str:
+            ran_on.append(threading.current_thread())
+            return "ok"
+
+        runner = ListenerRunner(listener, 4, "t-prompt")
+        back: list[ConsumeRequest] = []
+        returned = asyncio.Event()
+
+        def done(reqs: list[ConsumeRequest]) -> None:
+            back.extend(reqs)
+            returned.set()
+
+        runner.on_done = done
+        req = ConsumeRequest(Queue(), [b"m"], None)
+        runner.submit([req], prompt=True)
+        await _wait(returned, "the hand-back")
+        await runner.wait_idle()
+        runner.shutdown()
+        assert back == [req] and req.ran and req.result == "ok"
+        assert ran_on and ran_on[0] is not loop_thread
+
+    asyncio.run(scenario())
+
+
+def test_a_blocked_listener_does_not_strand_a_later_prompt_run() -> None:
+    async def scenario() -> None:
+        release = threading.Event()
+        finished: list[bytes] = []
+        second_done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def listener(msgs: list[Any], ctx: Any) -> str:
+            if msgs[0] == b"blocks":
+                release.wait(10)
+            finished.append(msgs[0])
+            if msgs[0] == b"later":
+                loop.call_soon_threadsafe(second_done.set)
+            return "ok"
+
+        runner = ListenerRunner(listener, 4, "t-blocked")
+        runner.submit([ConsumeRequest(Queue(), [b"blocks"], None)], prompt=True)
+        runner.submit([ConsumeRequest(Queue(), [b"later"], None)], prompt=True)
+        try:
+            await _wait(second_done, "the later run")
+            assert finished == [b"later"]
+        finally:
+            release.set()
+        await runner.wait_idle()
+        runner.shutdown()
+        assert sorted(finished) == [b"blocks", b"later"]
+
+    asyncio.run(scenario())
