@@ -17,7 +17,7 @@ from ..acl.signing import credentials_from
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
-from ..common.ids import new_uniq_id, new_uniq_ids
+from ..common.ids import new_uniq_id, new_uniq_ids, uniq_id_generator
 from ..common.message import Message, MessageBatchItem, MessageQueue
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -202,7 +202,8 @@ class AsyncProducer(Lifecycle):
         self._rr: dict[str, int] = {}
         self._queue_cache: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._no_route_checked: dict[str, float] = {}
-        self._checked_topics: set[str] = set()
+        self._checked_topics: dict[str, int] = {}  # valid topic -> its plain-message limit
+        self._new_id = new_uniq_id  # bound to the process's generator at start
         self.auto_batch = AutoBatchConfig(
             auto_batch, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes
         )
@@ -222,6 +223,8 @@ class AsyncProducer(Lifecycle):
     async def attach(self, inst: ClientInstance) -> None:
         """Start on an instance already reserved for this group (the blocking wrapper's way)."""
         self._inst = inst
+        # Bound at start, not at creation: a producer made before a fork starts in the child.
+        self._new_id = uniq_id_generator().next_id
         inst.register_producer(self)
         self.state = State.RUNNING
         await inst.heartbeat_now()
@@ -323,14 +326,21 @@ class AsyncProducer(Lifecycle):
         return queues[start % n]
 
     # --- preparing ---------------------------------------------------------------------------
-    def _valid_topic(self, topic: str) -> None:
-        """_check_topic, remembered per topic: a producer sends to few topics many times."""
-        if topic in self._checked_topics:
-            return
+    def _valid_topic(self, topic: str) -> int:
+        """_check_topic, remembered per topic (a producer sends to few topics many times),
+        with the topic's plain-message limit: a message without properties whose body is at
+        most this long cannot exceed the stored-size limit once its unique id is added, so it
+        needs no check beyond its body (-1 for a retry topic, whose sends take the long way)."""
+        limit = self._checked_topics.get(topic)
+        if limit is not None:
+            return limit
         _check_topic(topic)
         if len(self._checked_topics) >= MAX_CHECKED_TOPICS:
             self._checked_topics.clear()
-        self._checked_topics.add(topic)
+        limit = -1 if is_retry_topic(topic) else self.max_message_size - BROKER_PROPERTY_HEADROOM - record_size(
+            0, 4 * len(topic), len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1)
+        self._checked_topics[topic] = limit
+        return limit
 
     def _check_delay_level(self, msg: Message) -> None:
         if P.PROPERTY_DELAY_TIME_LEVEL in msg.properties and not 0 <= msg.delay_level <= self.delay_levels:
@@ -338,30 +348,23 @@ class AsyncProducer(Lifecycle):
                 "delay_level", f"is {msg.delay_level}; the broker has levels 1..{self.delay_levels} "
                 "(0 = no delay); set the producer's delay_levels if it is configured with more")
 
-    def _plain_limit(self, topic: str) -> int:
-        """A message without properties whose body is at most this long cannot exceed the
-        stored-size limit once its unique id is added: it needs no check beyond its body."""
-        return self.max_message_size - BROKER_PROPERTY_HEADROOM - record_size(
-            0, 4 * len(topic), len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1)
-
     def _prepare(self, msg: Message) -> Outgoing:
         topic = msg.topic
-        self._valid_topic(topic)
-        if (not msg.properties and msg.body and len(msg.body) <= self._plain_limit(topic)
-                and not is_retry_topic(topic)):
+        if not msg.properties and msg.body and len(msg.body) <= self._valid_topic(topic):
             # The common message: a body and nothing else. Its one property is its id.
-            uniq = new_uniq_id()
+            uniq = self._new_id()
             msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             body, sys_flag = self._compressed(msg.body)
             return Outgoing(topic, body, sys_flag, msg.flag, _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR,
                             uniq, False, None, None, {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
+        self._valid_topic(topic)
         text = _check_content(msg, self.max_message_size)
         self._check_delay_level(msg)
         given = msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if given:
             uniq = given
         else:
-            uniq = new_uniq_id()
+            uniq = self._new_id()
             text = _with_uniq(msg.properties, text, uniq)
         props = dict(msg.properties)
         reconsume = max_reconsume = None
@@ -398,16 +401,15 @@ class AsyncProducer(Lifecycle):
         if not msgs:
             raise MessageValidationError("batch", "is empty")
         topic = msgs[0].topic
-        self._valid_topic(topic)
+        plain_limit = self._valid_topic(topic)
         retry = is_retry_topic(topic)
         max_size = self.max_message_size
-        plain_limit = self._plain_limit(topic)
         texts: list[str | None] = []  # None: a plain message, as above
         missing = 0
         for m in msgs:
             body = m.body
             props = m.properties
-            if m.topic == topic and not props and body and len(body) <= plain_limit and not retry:
+            if m.topic == topic and not props and body and len(body) <= plain_limit:
                 texts.append(None)
                 missing += 1
                 continue

@@ -163,7 +163,8 @@ class UniqIdGenerator:
 _default_generator: UniqIdGenerator | None = None
 
 
-def _generator() -> UniqIdGenerator:
+def uniq_id_generator() -> UniqIdGenerator:
+    """The process's generator (made on first use: after a fork, in the child)."""
     global _default_generator
     if _default_generator is None:
         _default_generator = UniqIdGenerator()
@@ -171,8 +172,8 @@ def _generator() -> UniqIdGenerator:
 
 
 def new_uniq_id() -> str:
-    return _generator().next_id()
+    return uniq_id_generator().next_id()
 
 
 def new_uniq_ids(n: int) -> list[str]:
-    return _generator().next_ids(n)
+    return uniq_id_generator().next_ids(n)
