@@ -5,7 +5,8 @@ reads (the broker evaluates the selector; the reader keeps each slice exact)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -50,10 +51,32 @@ class SpyAdmin:
         self.admin = admin
         self.sent_tags: list[str | None] = []
 
-    def pull_raw(self, mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> RawPullResult:
-        res = self.admin.pull_raw(mq, offset, max_nums, **kw)
+        self.seen: list[Callable[[MessageQueue, RawPullResult], None]] = [self._tags]
+
+    def _tags(self, mq: MessageQueue, res: RawPullResult) -> None:
         self.sent_tags.extend(m.tags for m in decode_records(res.body, broker=mq.broker_name))
-        return res
+
+    def submit_pull_raw(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, **kw: Any
+    ) -> Future[RawPullResult]:
+        """The real client's pull in flight; the answer is looked at before the reader
+        gets it."""
+        out: Future[RawPullResult] = Future()
+
+        def done(pulled: Future[RawPullResult]) -> None:
+            if out.cancelled():  # the reader re-planned; nobody waits for this answer
+                return
+            try:
+                res = pulled.result()
+                for look in self.seen:
+                    look(mq, res)
+            except BaseException as exc:  # cancelled or failed: the reader sees why
+                out.set_exception(exc)
+            else:
+                out.set_result(res)
+
+        self.admin.submit_pull_raw(mq, offset, max_nums, **kw).add_done_callback(done)
+        return out
 
 
 @pytest.mark.parametrize(("lo", "hi"), [(0, 3000), (101, 2899)])
@@ -69,7 +92,7 @@ def test_tag_filtered_read(standalone: Standalone, admin: AdminClient, lo: int, 
         expression=expression, tags=tags,
     )
     rows: list[dict[str, Any]] = []
-    for batch in R._read(part, spy):  # type: ignore[arg-type]
+    for batch in R._read(part, spy):
         rows.extend(batch.select(["queue_offset", "tags"]).to_pylist())
     offsets = [r["queue_offset"] for r in rows]
     assert offsets == [i for i in range(lo, hi) if TAGS[i % len(TAGS)] in ("Aa", "d")]
@@ -89,21 +112,18 @@ def test_sql92_filtered_read(standalone: Standalone, admin: AdminClient, lo: int
     key = QueueKey("priced", "broker-a", 0)
     spy = SpyAdmin(admin)
     bodies: list[bytes] = []
-    spy_pull = spy.pull_raw
-
-    def pull_raw(mq: MessageQueue, offset: int, max_nums: int, **kw: Any) -> RawPullResult:
-        res = spy_pull(mq, offset, max_nums, **kw)
-        bodies.extend(m.body for m in decode_records(res.body, broker=mq.broker_name))
-        return res
-
-    spy.pull_raw = pull_raw  # type: ignore[method-assign]
+    spy.seen.append(
+        lambda mq, res: bodies.extend(
+            m.body for m in decode_records(res.body, broker=mq.broker_name)
+        )
+    )
     expression, tags, expression_type = parse_sub_expression("price >= 90", "SQL92")
     part = R.QueueRange(
         standalone.namesrv, key, lo, hi, True, pull_batch_size=5, rows_per_batch=50,
         expression=expression, tags=tags, expression_type=expression_type,
     )
     rows: list[dict[str, Any]] = []
-    for batch in R._read(part, spy):  # type: ignore[arg-type]
+    for batch in R._read(part, spy):
         rows.extend(batch.select(["queue_offset", "properties"]).to_pylist())
     assert [r["queue_offset"] for r in rows] == [i for i in range(lo, hi) if i % 97 >= 90]
     # The broker sent nothing else (small pulls reach past their slice, never below the filter).

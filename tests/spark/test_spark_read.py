@@ -4,6 +4,7 @@ data loss with and without failOnDataLoss."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
@@ -56,11 +57,22 @@ class FakeAdmin:
         body = b"".join(rec(o) for o in range(offset, end))
         return RawPullResult(PullStatus.FOUND, body, end, self.low, self.high, "b")
 
+    def submit_pull_raw(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
+        expression_type: str = "TAG",
+    ) -> Future[RawPullResult]:
+        future: Future[RawPullResult] = Future()
+        future.set_result(
+            self.pull_raw(mq, offset, max_nums, expression=expression,
+                          expression_type=expression_type)
+        )
+        return future
+
 
 def read(admin: FakeAdmin, start: int, end: int, fail: bool = True) -> list[int]:
     part = R.QueueRange("ns", KEY, start, end, fail, pull_batch_size=7, rows_per_batch=20)
     out: list[int] = []
-    for batch in R._read(part, admin):  # type: ignore[arg-type]
+    for batch in R._read(part, admin):
         out.extend(batch.column(3).to_pylist())
     return out
 
@@ -92,7 +104,7 @@ def test_a_truncated_queue_fails_or_ends_early() -> None:
 def test_an_abandoned_read_stops_its_puller() -> None:
     admin = FakeAdmin(0, 10_000)
     part = R.QueueRange("ns", KEY, 0, 10_000, True, pull_batch_size=7, rows_per_batch=20)
-    it: Iterator[object] = R._read(part, admin)  # type: ignore[arg-type]
+    it: Iterator[object] = R._read(part, admin)
     next(it)
     it.close()  # type: ignore[attr-defined]
     calls = len(admin.calls)

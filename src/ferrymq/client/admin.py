@@ -3,13 +3,16 @@ every method generated from the async client's (see blocking.py)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ..common.message import MessageQueue
 from ..remoting.tls import TlsClientSettings
 from .admin_async import AsyncAdminClient
 from .blocking import Facade, blocking
 from .loop import LoopThread
+from .results import RawPullResult
 
 T = TypeVar("T")
 
@@ -47,6 +50,19 @@ class AdminClient(Facade[AsyncAdminClient]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def submit_pull_raw(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
+        expression_type: str = "TAG",
+    ) -> concurrent.futures.Future[RawPullResult]:
+        """pull_raw without waiting: the request is on its way when this returns, and the
+        future completes on the client's loop. Lets a caller keep several pulls in flight
+        from one thread (the Spark reader reads ahead this way)."""
+        return self._loop.submit(
+            self._impl.pull_raw(
+                mq, offset, max_nums, expression=expression, expression_type=expression_type
+            )
+        )
 
     topic_route = blocking(AsyncAdminClient.topic_route)
     message_queues = blocking(AsyncAdminClient.message_queues)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -158,30 +158,56 @@ def _u8(value: int) -> pa.Scalar:
     return pa.scalar(value, pa.uint8())
 
 
-@functools.lru_cache(maxsize=32)
+# Index arrays for `take`. Batches come in every size (a partition's last batch, short
+# pulls), so an index is never built for one size: each pattern below has elements that do not
+# depend on how many are used, and is kept at the largest size asked so far and sliced. Building
+# one for each new size cost more than decoding the batch (a Python list per size).
+_PREFIXES: dict[tuple[int | str, ...], pa.Array] = {}
+
+
+def _prefix(key: tuple[int | str, ...], m: int, element: Callable[[int], int]) -> pa.Array:
+    """The first m elements of the pattern `element` (i -> value) named by `key`."""
+    have = _PREFIXES.get(key)
+    if have is None or len(have) < m:
+        size = max(m, 2 * len(have) if have is not None else 0, 4096)
+        have = _PREFIXES[key] = pa.array(map(element, range(size)), pa.int32())
+    return have[:m] if len(have) > m else have
+
+
 def _interleave_index(n: int, k: int) -> pa.Array:
-    """Positions that turn k concatenated arrays of n into record-major order."""
-    return pa.array([j * n + i for i in range(n) for j in range(k)], pa.int32())
+    """Positions that turn k concatenated arrays of n into record-major order: element
+    i*k + j is j*n + i."""
+    col = _prefix(("mod", k), n * k, lambda r: r % k)
+    row = _prefix(("div", k), n * k, lambda r: r // k)
+    return pc.add(pc.multiply(col, _i32(n)), row)
 
 
-@functools.lru_cache(maxsize=128)
 def _field_index(n: int, k: int, j: int) -> pa.Array:
-    return pa.array(range(j, n * k, k), pa.int32())
+    return _prefix(("field", k, j), n, lambda i: i * k + j)
 
 
-@functools.lru_cache(maxsize=256)
+def _byte_order(width: int) -> Callable[[int], int]:
+    """Byte j of a big-endian field of `width` bytes, in native order."""
+    if sys.byteorder == "little":
+        return lambda j: width - 1 - j
+    return lambda j: j
+
+
 def _fixed_index(n: int, stride: int, pos: int, width: int) -> pa.Array:
     """Byte positions of a big-endian field in n fixed-stride records, least significant first,
     so the gathered bytes are already the native little-endian integers."""
-    order = range(width - 1, -1, -1) if sys.byteorder == "little" else range(width)
-    return pa.array([i * stride + pos + j for i in range(n) for j in order], pa.int32())
+    order = _byte_order(width)
+    return _prefix(
+        ("fixed", stride, pos, width),
+        n * width,
+        lambda r: (r // width) * stride + pos + order(r % width),
+    )
 
 
-@functools.lru_cache(maxsize=64)
 def _repeat_index(n: int, width: int) -> tuple[pa.Array, pa.Array]:
-    order = list(range(width - 1, -1, -1)) if sys.byteorder == "little" else list(range(width))
-    rep = pa.array([i for i in range(n) for _ in range(width)], pa.int32())
-    return rep, pa.array(order * n, pa.int32())
+    order = _byte_order(width)
+    rep = _prefix(("div", width), n * width, lambda r: r // width)
+    return rep, _prefix(("order", width), n * width, lambda r: order(r % width))
 
 
 def _fixed_int(

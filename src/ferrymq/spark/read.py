@@ -1,21 +1,22 @@
 """Executor side: read one queue's offset range into Arrow record batches.
 
-A pull thread keeps the next PULL_MESSAGE in flight while the task decodes and hands the
-previous batch to Spark, so the broker round trip and the decoding overlap. Responses are
-joined until `rows_per_batch` rows (decoding many rows at once amortises the Arrow kernel
-overhead). One AdminClient per name server is kept per Python worker process: Spark reuses
-workers across tasks, and a connection per micro-batch would cost more than the pull."""
+Pulls are read ahead: up to _WINDOW of them are in flight on the client's event loop while the
+task decodes and Spark takes the previous batch, so the broker round trips, the decoding and
+the hand-over to the JVM overlap. Responses are joined until `rows_per_batch` rows (decoding
+many rows at once amortises the Arrow kernel overhead). One AdminClient per name server is
+kept per Python worker process: Spark reuses workers across tasks, and a connection per
+micro-batch would cost more than the pull."""
 
 from __future__ import annotations
 
 import atexit
 import logging
-import queue
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,14 +24,19 @@ from pyspark.sql.datasource import InputPartition
 
 from ..client.admin import AdminClient
 from ..client.results import PullStatus, RawPullResult
+from ..common.message import MessageQueue
 from .decode import decode_to_batch
 from .errors import DataLossError
 from .offsets import QueueKey
 
 log = logging.getLogger("ferrymq.spark")
 
-_PREFETCH = 8  # pull responses buffered ahead of the decoder
-_WINDOW = 4  # pulls in flight per partition
+# Pulls in flight per partition: with the default sizes (1024 messages a pull, 8192 rows a
+# batch) the next batch is on its way while Spark takes the current one.
+_WINDOW = 8
+# A pull fails on the client's own request timeout long before this; it only bounds a wait
+# on a client whose event loop has gone.
+_PULL_WAIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -88,13 +94,6 @@ def _close_all() -> None:
         drop_admin(namesrv)
 
 
-class _Done:
-    pass
-
-
-_DONE = _Done()
-
-
 def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     """Yield the rows of `part` in queue order, each offset exactly once."""
     if part.end <= part.start:
@@ -110,41 +109,29 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 _Item = tuple[bytes, int, int]
 
 
-def _read(part: QueueRange, admin: AdminClient) -> Iterator[pa.RecordBatch]:
-    responses: queue.Queue[_Item | _Done | BaseException] = queue.Queue(_PREFETCH)
-    stop = threading.Event()
-    puller = threading.Thread(
-        target=_pull_loop, args=(part, admin, responses, stop), name="ferrymq-pull", daemon=True
-    )
-    puller.start()
-    try:
-        pending: list[_Item] = []
-        pending_rows = 0
-        while True:
-            item = responses.get()
-            if isinstance(item, BaseException):
-                raise item
-            if isinstance(item, _Done):
-                break
-            pending.append(item)
-            pending_rows += item[2] - item[1]
-            if pending_rows >= part.rows_per_batch:
-                batch = _decode(pending, part)
-                pending, pending_rows = [], 0
-                yield batch
-        if pending:
+class Puller(Protocol):
+    """What the reader needs of a client (AdminClient; tests pass fakes and spies)."""
+
+    def submit_pull_raw(
+        self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
+        expression_type: str = "TAG",
+    ) -> Future[RawPullResult]: ...
+
+
+def _read(part: QueueRange, admin: Puller) -> Iterator[pa.RecordBatch]:
+    pending: list[_Item] = []
+    pending_rows = 0
+    for item in _pulled(part, admin):
+        pending.append(item)
+        pending_rows += item[2] - item[1]
+        if pending_rows >= part.rows_per_batch:
             batch = _decode(pending, part)
-            if batch.num_rows:
-                yield batch
-    finally:
-        stop.set()
-        # Unblock a puller waiting on a full queue; it checks `stop` after every put.
-        while puller.is_alive():
-            try:
-                responses.get(timeout=0.1)
-            except queue.Empty:
-                pass
-            puller.join(0.1)
+            pending, pending_rows = [], 0
+            yield batch
+    if pending:
+        batch = _decode(pending, part)
+        if batch.num_rows:
+            yield batch
 
 
 def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
@@ -178,46 +165,40 @@ def _decode_filtered(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def _pull_loop(
-    part: QueueRange,
-    admin: AdminClient,
-    out: queue.Queue[_Item | _Done | BaseException],
-    stop: threading.Event,
-) -> None:
+def _pulled(part: QueueRange, admin: Puller) -> Iterator[_Item]:
     """Pull [start, end) in order; each item is a response body and the offsets it covers.
 
     Up to _WINDOW pulls are in flight at once, for consecutive slices of the range (a pull
     asks for at most pull_batch_size messages from a given offset, so the slices are known
-    in advance). One request at a time leaves the broker idle for a round trip per pull."""
+    in advance), and they stay in flight while the caller works on what was yielded. One
+    request at a time would leave the broker idle for a round trip per pull."""
     inflight: deque[tuple[int, int, Future[RawPullResult]]] = deque()
     planned = part.start
-    offset = part.start  # the next offset to hand to the task
-    with ThreadPoolExecutor(_WINDOW, thread_name_prefix="ferrymq-pull") as pool:
-        try:
-            while offset < part.end and not stop.is_set():
-                while len(inflight) < _WINDOW and planned < part.end:
-                    want = min(part.pull_batch_size, part.end - planned)
-                    inflight.append((planned, want, pool.submit(_pull, admin, part, planned, want)))
-                    planned += want
-                first, want, future = inflight.popleft()
-                res = future.result()
-                if first != offset:  # an earlier answer was short: re-plan from `offset`
-                    _cancel(inflight)
-                    planned = offset
-                    continue
-                offset = _take(part, res, offset, first + want, out)
-                if offset < first + want:  # short answer or a gap: re-plan from there
-                    _cancel(inflight)
-                    planned = offset
-            out.put(_DONE)
-        except BaseException as exc:  # handed to the task thread, which raises it
-            _cancel(inflight)
-            _put_until_stopped(out, exc, stop)
-
-
-def _pull(admin: AdminClient, part: QueueRange, offset: int, want: int) -> RawPullResult:
-    return admin.pull_raw(part.key.mq, offset, want, expression=part.expression,
-                          expression_type=part.expression_type)
+    offset = part.start  # the next offset to hand over
+    try:
+        while offset < part.end:
+            while len(inflight) < _WINDOW and planned < part.end:
+                want = min(part.pull_batch_size, part.end - planned)
+                future = admin.submit_pull_raw(
+                    part.key.mq, planned, want, expression=part.expression,
+                    expression_type=part.expression_type,
+                )
+                inflight.append((planned, want, future))
+                planned += want
+            first, want, future = inflight.popleft()
+            res = future.result(_PULL_WAIT)
+            if first != offset:  # an earlier answer was short: re-plan from `offset`
+                _cancel(inflight)
+                planned = offset
+                continue
+            item, offset = _take(part, res, offset, first + want)
+            if offset < first + want:  # short answer or a gap: re-plan from there
+                _cancel(inflight)
+                planned = offset
+            if item is not None:
+                yield item
+    finally:  # also when the task stops reading early: no pull is left running
+        _cancel(inflight)
 
 
 def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:
@@ -226,28 +207,24 @@ def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:
 
 
 def _take(
-    part: QueueRange,
-    res: RawPullResult,
-    offset: int,
-    slice_end: int,
-    out: queue.Queue[_Item | _Done | BaseException],
-) -> int:
-    """Hand over one answer for a pull at `offset`; returns the next offset to read."""
+    part: QueueRange, res: RawPullResult, offset: int, slice_end: int
+) -> tuple[_Item | None, int]:
+    """One answer for a pull at `offset`: the item to hand over (if any) and the next offset
+    to read."""
     if res.status is PullStatus.FOUND:
         count = min(res.next_begin_offset, slice_end) - offset
         if count <= 0:
             raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
-        out.put((res.body, offset, offset + count))
-        return offset + count
+        return (res.body, offset, offset + count), offset + count
     if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
-        return min(res.next_begin_offset, slice_end)  # filtered out by the broker
+        return None, min(res.next_begin_offset, slice_end)  # filtered out by the broker
     # NO_NEW_MSG or OFFSET_ILLEGAL before the planned end: the messages are gone.
     first = res.min_offset
     if offset < first:
         if part.fail_on_data_loss:
             raise DataLossError(str(part.key), offset, first)
         log.warning("data loss on %s: skipping offsets %d..%d", part.key, offset, first - 1)
-        return first
+        return None, first
     if part.fail_on_data_loss:
         raise DataLossError(
             str(part.key),
@@ -256,17 +233,4 @@ def _take(
             f"the queue ends at {res.max_offset}, the batch was planned up to {part.end}",
         )
     log.warning("data loss on %s: offsets %d..%d are gone", part.key, offset, part.end - 1)
-    return part.end
-
-
-def _put_until_stopped(
-    out: queue.Queue[_Item | _Done | BaseException],
-    item: BaseException,
-    stop: threading.Event,
-) -> None:
-    while not stop.is_set():
-        try:
-            out.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
+    return None, part.end
