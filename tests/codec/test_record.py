@@ -363,3 +363,35 @@ def test_record_starts_agree_and_match_the_records(impl: ModuleType, data: bytes
         assert got[0] in ("ok", "MessageDecodeError")
         for other in OTHERS[impl]:
             assert outcome(other.record_starts, buf) == got
+
+
+@params
+def test_place_interleaved_queues(impl: ModuleType) -> None:
+    """A batch whose messages go back and forth between queues (the timer's deliveries):
+    every queue's offsets continue where its last message left them, its entries in order."""
+    msgs = [StoreMessage("T" if q < 3 else "U", q % 3, b"x" * q, {"UNIQ_KEY": f"u{i}"})
+            for i, q in enumerate([0, 1, 0, 0, 1, 2, 4, 0])]
+    args = (pack_host("127.0.0.1", 1), 1 << 20, str.encode, lambda h: pack_host(*h), len, "S")
+    data, sizes, tags, _keys, _delays = impl.encode_messages(msgs, *args)
+    entries, appended = impl.place_messages(data, msgs, sizes, tags, 500, 9,
+                                            lambda q: 10 * (q[1] + 1), "AB", tuple)
+    assert [a[2] for a in appended] == [10, 20, 11, 12, 21, 30, 20, 13]
+    phys = list(itertools.accumulate(sizes, initial=500))
+    assert [a[0] for a in appended] == phys[:-1]
+    assert [a[4] for a in appended] == [f"AB{p:016X}" for p in phys[:-1]]
+    from ferrymq.common.record.layout import CQ_ENTRY
+    assert entries == {
+        q: b"".join(CQ_ENTRY.pack(phys[i], sizes[i], tags[i]) for i, m in enumerate(msgs)
+                    if (m.topic, m.queue_id) == q)
+        for q in [("T", 0), ("T", 1), ("T", 2), ("U", 1)]}
+    assert list(entries) == [("T", 0), ("T", 1), ("T", 2), ("U", 1)]
+    for other in OTHERS[impl]:
+        odata = impl.encode_messages(msgs, *args)[0]
+        assert other.place_messages(odata, msgs, sizes, tags, 500, 9, lambda q: 10 * (q[1] + 1),
+                                    "AB", tuple) == (entries, appended)
+        assert odata == data
+    # A prefix that is not ASCII (the store's is hex) gives the same ids.
+    odata = impl.encode_messages(msgs, *args)[0]
+    assert [a[4] for a in impl.place_messages(odata, msgs, sizes, tags, 500, 9, lambda q: 0,
+                                              "\u00e9\u4e2d", tuple)[1]] == [
+        f"\u00e9\u4e2d{p:016X}" for p in phys[:-1]]

@@ -8,7 +8,9 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_SetItem
 from cpython.list cimport PyList_Append
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
@@ -26,6 +28,13 @@ from .view import StoredMessage
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
     object PyUnicode_FromStringAndSize(const char* s, Py_ssize_t size)
+    ctypedef unsigned char Py_UCS1
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    Py_UCS1* PyUnicode_1BYTE_DATA(object u)
+    Py_UCS4 PyUnicode_MAX_CHAR_VALUE(object u)
+    ctypedef PyObject* (*allocfunc)(PyTypeObject* tp, Py_ssize_t n)
+    ctypedef struct TypeWithAlloc "PyTypeObject":
+        allocfunc tp_alloc
 
 cdef extern from "zlib.h":
     unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int length) nogil
@@ -723,52 +732,110 @@ def encode_messages(msgs, bytes store_host, Py_ssize_t max_size, topic_bytes, bo
 cdef char* HEX = b"0123456789ABCDEF"
 
 
+cdef inline void set_item(object t, Py_ssize_t j, object v) noexcept:
+    Py_INCREF(v)  # PyTuple_SET_ITEM steals a reference
+    PyTuple_SET_ITEM(t, j, v)
+
+
+cdef object new_appended(PyTypeObject* tp, int64_t phys, int64_t size, int64_t qo, object ts,
+                         object msg_id):
+    # tuple.__new__(tp, (...)) without the intermediate tuple: what tuple's own subtype
+    # constructor does (allocate the subtype with room for the items, then fill them).
+    cdef PyObject* raw = (<TypeWithAlloc*>tp).tp_alloc(tp, 5)
+    if raw == NULL:
+        raise MemoryError()
+    t = <object>raw
+    Py_DECREF(t)  # the cast above took a second reference
+    set_item(t, 0, phys)
+    set_item(t, 1, size)
+    set_item(t, 2, qo)
+    set_item(t, 3, ts)
+    set_item(t, 4, msg_id)
+    return t
+
+
 def place_messages(bytearray data, msgs, sizes, tags, int64_t pos, int64_t store_ts,
                    next_offset, str msg_id_prefix, appended_type):
     cdef dict entries = {}
     cdef dict counters = {}
     cdef list appended = []
     cdef unsigned char* d = <unsigned char*>PyByteArray_AS_STRING(data)
-    cdef Py_ssize_t o = 0, n = len(msgs), i, at, j
-    cdef int64_t phys = pos, qo, size, tag
-    cdef char idbuf[16]
+    cdef Py_ssize_t o = 0, n = len(msgs), i, at, j, plen, total = 0
+    cdef int64_t phys = pos, qo = 0, size, tag
     cdef uint64_t u
-    cdef PyObject* found
+    cdef unsigned char* e = NULL
+    cdef Py_ssize_t e_at = 0
+    cdef bytearray entry = None
+    cdef object last_topic = None, last_qid = None
+    cdef object ts_obj = store_ts
+    cdef PyTypeObject* tp
+    cdef Py_UCS1* idp
+    if not isinstance(appended_type, type) or not issubclass(appended_type, tuple):
+        raise TypeError("place_messages: appended_type must be a tuple subclass")
+    tp = <PyTypeObject*>appended_type
     if len(sizes) != n or len(tags) != n:
         raise ValueError("place_messages: sizes and tags must match the messages")
-    if sum(sizes) > PyByteArray_GET_SIZE(data):
+    for i in range(n):
+        size = sizes[i]
+        if size < 0:
+            raise ValueError("place_messages: sizes overrun the data")
+        total += size
+    if total > PyByteArray_GET_SIZE(data):
         raise ValueError("place_messages: sizes overrun the data")
+    plen = len(msg_id_prefix)
+    cdef bint ascii_prefix = PyUnicode_MAX_CHAR_VALUE(msg_id_prefix) <= 127
+    cdef char hexbuf[16]
     for i in range(n):
         m = msgs[i]
         size = sizes[i]
         tag = tags[i]
-        if size < 0 or o + size > PyByteArray_GET_SIZE(data):
-            raise ValueError("place_messages: sizes overrun the data")
-        q = (m.topic, m.queue_id)
-        found = PyDict_GetItem(counters, q)
-        if found == NULL:
-            qo = next_offset(q)
-            entry = bytearray()
-            PyDict_SetItem(entries, q, entry)
-        else:
-            qo = <object>found
-            entry = entries[q]
-        PyDict_SetItem(counters, q, qo + 1)
+        topic = m.topic
+        qid = m.queue_id
+        # A batch is one queue but for the timer's deliveries: look the queue up only when it
+        # changes, and write its entries into one buffer sized for the whole batch.
+        if entry is None or topic is not last_topic or qid is not last_qid:
+            if entry is not None:
+                PyDict_SetItem(counters, (last_topic, last_qid), qo)
+                PyByteArray_Resize(entry, e_at)
+            q = (topic, qid)
+            found = PyDict_GetItem(counters, q)
+            if found == NULL:
+                qo = next_offset(q)
+                entry = bytearray(n * CQ_SIZE)
+                PyDict_SetItem(entries, q, entry)
+                e_at = 0
+            else:
+                qo = <object>found
+                entry = <bytearray>entries[q]
+                e_at = PyByteArray_GET_SIZE(entry)
+                PyByteArray_Resize(entry, e_at + (n - i) * CQ_SIZE)
+            last_topic = topic
+            last_qid = qid
         wr64(d + o + P_QUEUEOFFSET, qo)
         wr64(d + o + P_PHYSICALOFFSET, phys)
         at = o + P_STORETIMESTAMP_V4 + (V6_EXTRA if d[o + P_SYSFLAG + 3] & F_BORN_V6 else 0)
         wr64(d + at, store_ts)
-        j = PyByteArray_GET_SIZE(entry)
-        PyByteArray_Resize(entry, j + CQ_SIZE)
-        wr64(<unsigned char*>PyByteArray_AS_STRING(entry) + j, phys)
-        wr32(<unsigned char*>PyByteArray_AS_STRING(entry) + j + 8, size)
-        wr64(<unsigned char*>PyByteArray_AS_STRING(entry) + j + 12, tag)
+        e = <unsigned char*>PyByteArray_AS_STRING(entry) + e_at
+        wr64(e, phys)
+        wr32(e + 8, size)
+        wr64(e + 12, tag)
+        e_at += CQ_SIZE
         u = <uint64_t>phys
         for j in range(16):
-            idbuf[15 - j] = HEX[u & 0xF]
+            hexbuf[15 - j] = HEX[u & 0xF]
             u >>= 4
-        msg_id = msg_id_prefix + PyUnicode_FromStringAndSize(idbuf, 16)
-        PyList_Append(appended, _new_tuple(appended_type, (phys, size, qo, store_ts, msg_id)))
+        if ascii_prefix:  # the store's is hex: one string built in place
+            msg_id = PyUnicode_New(plen + 16, 127)
+            idp = PyUnicode_1BYTE_DATA(msg_id)
+            memcpy(idp, PyUnicode_1BYTE_DATA(msg_id_prefix), plen)
+            memcpy(idp + plen, hexbuf, 16)
+        else:
+            msg_id = msg_id_prefix + PyUnicode_FromStringAndSize(hexbuf, 16)
+        PyList_Append(appended, new_appended(tp, phys, size, qo, ts_obj, msg_id))
+        qo += 1
         o += size
         phys += size
-    return {q: bytes(e) for q, e in entries.items()}, appended
+    if entry is not None:
+        PyDict_SetItem(counters, (last_topic, last_qid), qo)
+        PyByteArray_Resize(entry, e_at)
+    return entries, appended
