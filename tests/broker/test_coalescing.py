@@ -146,3 +146,39 @@ async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(
     finally:
         for w in wires:
             await w.close()
+
+
+async def test_a_paced_coalescer_waits_in_proportion_to_the_last_run() -> None:
+    """With `pace`, the gap after a run is pace times its duration, capped by min_interval:
+    a quick run does not hold the next ask back a whole min_interval (which here would outlast
+    the test's deadline), a slow one still keeps the next at a distance."""
+    from ferrymq.broker.coalesce import Coalescer
+
+    loop = asyncio.get_running_loop()
+    spans: list[tuple[float, float]] = []
+    duration = [0.0]
+
+    async def work() -> None:
+        began = loop.time()
+        if duration[0]:
+            await asyncio.sleep(duration[0])
+        spans.append((began, loop.time()))
+
+    paced = Coalescer(work, "paced", min_interval=600.0, pace=4.0)
+    for _ in range(3):
+        await asyncio.wait_for(paced.ask(), 30)
+    assert len(spans) == 3
+    duration[0] = 0.05
+    await asyncio.wait_for(paced.ask(), 30)
+    await asyncio.wait_for(paced.ask(), 30)
+    (_, slow_end), (next_start, _) = spans[-2], spans[-1]
+    assert next_start - slow_end >= 4 * 0.05 * 0.9
+
+    fixed = Coalescer(work, "fixed", min_interval=600.0)
+    duration[0] = 0.0
+    await asyncio.wait_for(fixed.ask(), 30)
+    second = fixed.ask()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(second), 0.2)
+    second.cancel()
+

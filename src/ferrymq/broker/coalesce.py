@@ -19,13 +19,21 @@ class Coalescer:
     after the ask has finished (so it saw the state as of the ask), with that run's error if
     it failed."""
 
-    def __init__(self, work: Callable[[], Awaitable[None]], name: str, *, min_interval: float = 0.0) -> None:
+    def __init__(self, work: Callable[[], Awaitable[None]], name: str, *, min_interval: float = 0.0,
+                 pace: float | None = None) -> None:
         self._work = work
         self._name = name
         # Runs start at least this long after the previous one ended: an ask when all is quiet
         # runs at once, but under a burst of asks the work (which may hold the loop for a
         # while, as a full registration does) cannot fill the loop back to back.
         self._min_interval = min_interval
+        # pace: the gap is `pace` times the previous run's duration, capped by min_interval.
+        # Work that takes a millisecond (a registration of a few topics) is then not held back
+        # a whole min_interval behind an unrelated run (a new consumer group's heartbeat
+        # waits for its retry topic's registration), while work that holds the loop for long
+        # still leaves it free most of the time.
+        self._pace = pace
+        self._last_duration = 0.0
         self._last_end = float("-inf")
         self._asked = 0
         self._task: asyncio.Task[None] | None = None
@@ -54,15 +62,21 @@ class Coalescer:
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
+    def _gap(self) -> float:
+        if self._pace is None:
+            return self._min_interval
+        return min(self._min_interval, self._pace * self._last_duration)
+
     async def _run(self) -> None:
         done = 0
         loop = asyncio.get_running_loop()
         while done < self._asked:
-            wait = self._last_end + self._min_interval - loop.time()
+            wait = self._last_end + self._gap() - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             target = self._asked
             error: BaseException | None = None
+            began = loop.time()
             try:
                 await self._work()
             except Exception as exc:
@@ -70,6 +84,7 @@ class Coalescer:
                 error = exc
             done = target
             self._last_end = loop.time()
+            self._last_duration = self._last_end - began
             served = [w for w in self._waiters if w[0] <= target]
             self._waiters = [w for w in self._waiters if w[0] > target]
             for _, fut in served:

@@ -75,7 +75,9 @@ class Broker:
         # topics.json is written in a worker thread, one snapshot for any number of changes.
         self._topics_writer = Coalescer(self._write_topics, "topics-persist", min_interval=0.05)
         self._topics_durable = -1
-        self._registrar = Coalescer(self._register_work, "register", min_interval=0.1)
+        # A registration holds the loop while it builds the whole topic table: paced at four
+        # times its duration (a few milliseconds with tens of topics), at most 100 ms apart.
+        self._registrar = Coalescer(self._register_work, "register", min_interval=0.1, pace=4.0)
         self._registered_ok = False
         self.events = MessageEvents()
         self.stats = TrafficStats()

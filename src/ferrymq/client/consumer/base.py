@@ -149,8 +149,7 @@ class ConsumerBase(Lifecycle):
         self._store.on_dirty = self._commit_soon.set
         self.state = State.RUNNING
         inst.register_consumer(self)
-        for topic in sorted(self.topics()):
-            await inst.update_route(topic)
+        await asyncio.gather(*(inst.update_route(topic) for topic in sorted(self.topics())))
         await inst.heartbeat_now()
         await self._before_first_rebalance()
         if self.uses_rebalance():

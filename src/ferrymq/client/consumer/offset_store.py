@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -245,6 +246,9 @@ class LocalOffsetStore(_MemoryTable):
         super().__init__()
         self.path = path
         self._stored: dict[MessageQueue, int] = {}
+        # Writes share one temporary file: a persist cancelled at shutdown leaves its write
+        # running in its thread while the final persist starts another.
+        self._write_lock = threading.Lock()
 
     async def load(self) -> None:
         self._stored = await asyncio.to_thread(self._read)
@@ -282,8 +286,9 @@ class LocalOffsetStore(_MemoryTable):
     def _write(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        with self._write_lock:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)

@@ -33,7 +33,9 @@ class Rebalancer:
         c = self.consumer
         async with self._lock:
             subs = c.effective_subscriptions()
-            for topic in sorted(subs):
+            # The subscribed topics first: at start, their messages wait while the group's
+            # retry topic (usually empty) is looked up.
+            for topic in sorted(subs, key=lambda t: (is_retry_topic(t), t)):
                 if c.state is not State.RUNNING:
                     return
                 try:
@@ -83,29 +85,36 @@ class Rebalancer:
         c = self.consumer
         for mq in [mq for mq in c.table if mq.topic == topic and mq not in assigned]:
             await self._remove(mq)
-        for mq in sorted(assigned - set(c.table)):
-            if c.state is not State.RUNNING:
-                return
-            if not await c.lock_queue(mq):
-                log.debug("%s: %s is locked by another member; later", c.group, mq)
-                continue
-            c.offset_store.remove(mq)
-            try:
-                offset = await self.compute_pull_from(mq)
-            except FerryMQError as exc:
-                log.warning("%s: start offset of %s unknown (%s); later", c.group, mq, exc)
-                continue
-            # Messages above the offset that the group already acknowledged (precise
-            # acknowledgement, by a member that had the queue or an earlier run) are skipped.
-            pq = c.new_process_queue(mq, c.offset_store.loaded_ranges(mq))
-            if c.orderly:
-                pq.locked = True
-                pq.last_lock_time = time.monotonic()
-            # The start point counts as committed, so a restart before the first message
-            # resumes here instead of recomputing (a LAST_OFFSET group would skip messages).
-            c.offset_store.update(mq, offset, increase_only=False)
-            log.info("%s: consuming %s from offset %d", c.group, mq, offset)
-            c.start_queue(mq, pq, offset)
+        # Each gained queue starts pulling as soon as its own start offset is known; the
+        # lookups (a round trip or two each) run side by side instead of one after another.
+        await asyncio.gather(*(self._take(mq) for mq in sorted(assigned - set(c.table))))
+
+    async def _take(self, mq: MessageQueue) -> None:
+        c = self.consumer
+        if c.state is not State.RUNNING:
+            return
+        if not await c.lock_queue(mq):
+            log.debug("%s: %s is locked by another member; later", c.group, mq)
+            return
+        c.offset_store.remove(mq)
+        try:
+            offset = await self.compute_pull_from(mq)
+        except FerryMQError as exc:
+            log.warning("%s: start offset of %s unknown (%s); later", c.group, mq, exc)
+            return
+        if c.state is not State.RUNNING or mq in c.table:
+            return
+        # Messages above the offset that the group already acknowledged (precise
+        # acknowledgement, by a member that had the queue or an earlier run) are skipped.
+        pq = c.new_process_queue(mq, c.offset_store.loaded_ranges(mq))
+        if c.orderly:
+            pq.locked = True
+            pq.last_lock_time = time.monotonic()
+        # The start point counts as committed, so a restart before the first message
+        # resumes here instead of recomputing (a LAST_OFFSET group would skip messages).
+        c.offset_store.update(mq, offset, increase_only=False)
+        log.info("%s: consuming %s from offset %d", c.group, mq, offset)
+        c.start_queue(mq, pq, offset)
 
     async def _remove(self, mq: MessageQueue) -> None:
         c = self.consumer
