@@ -182,8 +182,8 @@ class ListenerRunner:
                 # (the queue's next pull), and the woken worker waits until the loop blocks or
                 # the 5 ms switch interval forces a switch: 125-350 us median, 7-21 ms p99 per
                 # hand-over on a loaded machine, 20-30 us and 2-4 ms with this. Only for a
-                # caught-up consumer whose runner was idle: done on every pull of a backlog, it
-                # cost a fifth of the consume throughput (docs/hot-path.md, "Latency").
+                # caught-up consumer whose runner was idle: done for a backlog's full pulls too,
+                # it cost a fifth of the consume throughput (docs/hot-path.md, "Latency").
                 time.sleep(0)
         self._watch()
 
