@@ -15,7 +15,7 @@ from ferrymq.client.accumulator import Accumulator, AutoBatchConfig, Pending
 from ferrymq.client.errors import BrokerError, broker_error
 from ferrymq.client.results import SendResult
 from ferrymq.common.codes import RequestCode, ResponseCode
-from ferrymq.common.message import MessageBatchItem, MessageQueue
+from ferrymq.common.message import BatchEntry, MessageBatchItem, MessageQueue
 
 
 def test_a_burst_of_sends_shares_requests_and_each_result_is_its_own(standalone: Any) -> None:
@@ -103,6 +103,28 @@ async def test_a_refused_batch_is_retried_message_by_message_so_only_the_culprit
     assert batches == [["u0", "u1", "u2", "u3", "u4"]]
     assert sorted(alone) == [0, 1, 2, 3, 4]
     assert [p.future.exception() is None for p in items] == [True, True, True, False, True]
+
+
+async def test_messages_without_a_path_of_their_own_take_the_accumulators_default() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def refuse(topic: str, batch: list[Pending]) -> list[SendResult]:
+        raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.MESSAGE_ILLEGAL, "bad")
+
+    alone: list[bytes] = []
+
+    async def default(entry: BatchEntry) -> SendResult:
+        alone.append(entry.body)
+        return SendResult(SendStatus.SEND_OK, "u", "o", 0, len(alone), "b")
+
+    acc = Accumulator(AutoBatchConfig(), refuse, default)
+    items = [Pending(MessageBatchItem(0, b"m%d" % i), f"u{i}", loop.create_future(), None)
+             for i in range(3)]
+    for p in items:
+        acc.add("t", p)
+    await acc.drain()
+    assert sorted(alone) == [b"m0", b"m1", b"m2"]
+    assert all(p.future.result().status is SendStatus.SEND_OK for p in items)
 
 
 async def test_batches_close_at_max_bytes_and_a_retriable_failure_fails_the_batch() -> None:

@@ -86,15 +86,15 @@ def test_a_prepared_send_carries_its_map_with_the_unique_id(props: dict[str, str
     msg = Message("t", b"x", properties=dict(props))
     out = producer._prepare(msg)
     assert msg.properties["UNIQ_KEY"] == out.uniq_id != ""
-    assert out.properties == _expected_text(msg.properties)
-    assert out.props == msg.properties and out.props is not msg.properties
+    assert out.text == _expected_text(msg.properties)
+    assert out.properties == msg.properties and out.properties is not msg.properties
 
 
 def test_a_prepared_retry_topic_send_moves_the_counters_to_the_header() -> None:
     producer = AsyncProducer("rules")
     out = producer._prepare(Message("%RETRY%g", b"x", properties={"RECONSUME_TIME": "2", "TAGS": "a"}))
-    assert out.reconsume_times == 2 and "RECONSUME_TIME" not in out.props
-    assert out.properties == _expected_text(out.props)
+    assert out.reconsume_times == 2 and "RECONSUME_TIME" not in out.properties
+    assert out.text == _expected_text(out.properties)
 
 
 def test_a_prepared_batch_encodes_each_map_with_its_unique_id() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Protocol
 
-from ..common.message import MessageBatchItem
+from ..common.message import BatchEntry
 from .results import SendResult, SendStatus
 
 KiB = 1024
@@ -60,10 +60,12 @@ class Waiter(Protocol):
 class Pending:
     """One message waiting in a batch: what it will be encoded as, and who waits for it."""
 
-    item: MessageBatchItem
+    item: BatchEntry
     uniq_id: str
     future: Waiter
-    send_alone: Callable[[], Awaitable[SendResult]]  # the path a message takes on its own
+    # The path a message takes on its own; None: the accumulator's default sender, given
+    # the item (no closure per message).
+    send_alone: Callable[[], Awaitable[SendResult]] | None
     # False for a running concurrent future: nobody can settle it but us, so the check for a
     # cancellation (a lock of its own per message) is skipped.
     cancellable: bool = True
@@ -71,6 +73,9 @@ class Pending:
 
 # (topic, the messages of one batch) -> one result per message, in order
 BatchSender = Callable[[str, list[Pending]], Awaitable[list[SendResult]]]
+# One message on its own (a refused batch's messages, a lone one), for Pendings without a
+# send_alone of their own.
+AloneSender = Callable[[BatchEntry], Awaitable[SendResult]]
 
 
 class _Batch:
@@ -82,9 +87,11 @@ class _Batch:
 
 
 class Accumulator:
-    def __init__(self, config: AutoBatchConfig, send_batch: BatchSender) -> None:
+    def __init__(self, config: AutoBatchConfig, send_batch: BatchSender,
+                 send_alone: AloneSender | None = None) -> None:
         self.config = config
         self._send_batch = send_batch
+        self._send_alone = send_alone
         self._open: dict[str, _Batch] = {}
         self._bytes = 0
         self._scheduled: asyncio.Handle | None = None
@@ -142,7 +149,7 @@ class Accumulator:
         if not live:
             return
         if len(live) == 1:
-            await _settle_alone(live[0])
+            await self._settle_alone(live[0])
             return
         try:
             results = await self._send_batch(topic, live)
@@ -154,7 +161,7 @@ class Accumulator:
                 return
             # Refused for something in it (not the broker's state): each message on its own, so
             # only the culprit fails and the others are stored.
-            await asyncio.gather(*(_settle_alone(p) for p in live))
+            await asyncio.gather(*(self._settle_alone(p) for p in live))
             return
         self.batches_sent += 1
         self.messages_batched += len(live)
@@ -162,16 +169,21 @@ class Accumulator:
             if not (p.cancellable and p.future.done()):
                 p.future.set_result(result)
 
-
-async def _settle_alone(p: Pending) -> None:
-    try:
-        result = await p.send_alone()
-    except Exception as exc:
+    async def _settle_alone(self, p: Pending) -> None:
+        try:
+            if p.send_alone is not None:
+                result = await p.send_alone()
+            else:
+                assert self._send_alone is not None, "a Pending without send_alone needs a default"
+                result = await self._send_alone(p.item)
+        except Exception as exc:
+            if not p.future.done():
+                p.future.set_exception(exc)
+            return
         if not p.future.done():
-            p.future.set_exception(exc)
-        return
-    if not p.future.done():
-        p.future.set_result(result)
+            p.future.set_result(result)
+
+
 
 
 def split_batch_result(batch: SendResult, uniq_ids: list[str]) -> list[SendResult]:

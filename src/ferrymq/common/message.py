@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import props as P
 
@@ -225,6 +226,20 @@ class MessageQueue:
 
     def __str__(self) -> str:
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+class BatchEntry(Protocol):
+    """What a SEND_BATCH_MESSAGE body is encoded from, message by message (MessageBatchItem,
+    or the producer's prepared message itself)."""
+
+    @property
+    def flag(self) -> int: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def properties(self) -> dict[str, str]: ...
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..message import MessageBatchItem, MessageExt
+from ..message import BatchEntry, MessageExt
 from ..props import PropertyError
 from .layout import (
     BATCH_HEAD,
@@ -261,7 +261,7 @@ def encode_record(*, topic: bytes, queue_id: int, flag: int, body: bytes, proper
 
 
 # --- SEND_BATCH_MESSAGE bodies ---------------------------------------------------------------------
-def encode_batch(items: Sequence[MessageBatchItem]) -> bytes:
+def encode_batch(items: Sequence[BatchEntry]) -> bytes:
     """Per message TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY, PROPERTIES (i16 length), as
     RocketMQ's MessageDecoder.encodeMessages."""
     parts: list[bytes] = []
