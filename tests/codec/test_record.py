@@ -395,3 +395,29 @@ def test_place_interleaved_queues(impl: ModuleType) -> None:
     assert [a[4] for a in impl.place_messages(odata, msgs, sizes, tags, 500, 9, lambda q: 0,
                                               "\u00e9\u4e2d", tuple)[1]] == [
         f"\u00e9\u4e2d{p:016X}" for p in phys[:-1]]
+
+
+@params
+@given(cut=st.integers(0, 400), flip=st.integers(0, 400), byte=st.integers(0, 255),
+       at=st.integers(0, 400), pos=st.sampled_from([0, 100, 200, 7]))
+@settings(max_examples=300, deadline=None)
+def test_record_info_checks_and_reads_records_alike(impl: ModuleType, cut: int, flip: int,
+                                                     byte: int, at: int, pos: int) -> None:
+    """What recovery and a slave read from each record: the same answers from both
+    implementations (info or reason) on whole, damaged and misaligned records; on whole ones,
+    what the decoder reads."""
+    whole = _sample_records()
+    starts = list(itertools.accumulate(
+        (m.store_size for m in PY.decode_records(whole)), initial=0))[:-1]
+    for buf, o, p in [(whole, s, 100 * i) for i, s in enumerate(starts)] + [
+            (whole, starts[1], pos), (_damaged(whole, cut, flip, byte), at % len(whole), pos)]:
+        got = outcome(impl.record_info, buf, o, p, len(buf), tuple)
+        for other in OTHERS[impl]:
+            assert outcome(other.record_info, buf, o, p, len(buf), tuple) == got
+        if buf is whole and o in starts and p == 100 * starts.index(o):
+            m = PY.decode_record(buf, o)
+            assert got == ("ok", (p, m.store_size, m.topic, m.queue_id, m.queue_offset,
+                                  m.store_timestamp, m.tags or None, m.properties.get("KEYS"),
+                                  m.properties.get("UNIQ_KEY"), None))
+        else:
+            assert got[0] == "ok" or isinstance(got[1], str)

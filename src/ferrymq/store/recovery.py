@@ -16,20 +16,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..common.record import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    MessageDecodeError,
-    locate,
-    properties_scan,
-    store_timestamp_position,
-)
-from ..common.record.layout import HEAD, I32, I64, SIZE_AND_MAGIC
+from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
+from ..common.record.layout import I32, SIZE_AND_MAGIC
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 
 _MAGIC_BYTES = I32.pack(MESSAGE_MAGIC_CODE)
@@ -61,22 +53,10 @@ def check_record(mm: mmap.mmap | bytes, o: int, pos: int, seg_end_o: int,
                  decode: bool) -> tuple[int, RecordInfo | None] | str:
     """Verify the record at segment offset `o` (physical `pos`). Returns (size, info) or the
     reason it is not a valid record."""
-    try:
-        total, sys_flag, body_at, body_len, topic_at, props_at = locate(
-            mm, o, seg_end_o - END_FILE_MIN_BLANK)
-    except MessageDecodeError as exc:
-        return exc.reason
-    _t, _m, crc, qid, _flag, qo, phys, _s, _born_ts = HEAD.unpack_from(mm, o)
-    if phys != pos:
-        return f"PHYSICALOFFSET field {phys} is not the record's position"
-    if zlib.crc32(memoryview(mm)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
-        return "body CRC mismatch"
-    if not decode:
-        return total, None
-    (store_ts,) = I64.unpack_from(mm, o + store_timestamp_position(sys_flag))
-    topic = bytes(mm[topic_at : props_at - 2]).decode("utf-8", "replace")
-    tags, keys, uniq, delay = properties_scan(memoryview(mm)[props_at : o + total])
-    return total, RecordInfo(pos, total, topic, qid, qo, store_ts, tags, keys, uniq, delay)
+    info = record_info(mm, o, pos, seg_end_o - END_FILE_MIN_BLANK, RecordInfo)
+    if isinstance(info, str):
+        return info
+    return info.size, (info if decode else None)
 
 
 class Scanner:

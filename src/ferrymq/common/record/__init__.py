@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         properties_decode,
         properties_encode,
         properties_scan,
+        record_info,
         record_starts,
         split_batch,
     )
@@ -113,6 +114,7 @@ __all__ = [
     "properties_map",
     "properties_scan",
     "property_value",
+    "record_info",
     "record_size",
     "record_starts",
     "split_batch",

@@ -315,6 +315,37 @@ def decode_record(buf, Py_ssize_t pos=0, *, broker="", bint decompress=True,
         PyBuffer_Release(&view)
 
 
+def record_info(buf, Py_ssize_t o, int64_t pos, Py_ssize_t limit, info_type):
+    cdef Py_buffer view
+    cdef Located r
+    cdef const unsigned char* b
+    cdef int64_t phys, store_ts
+    cdef int32_t crc
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if o < 0 or limit > view.len:
+            raise ValueError("locate: bounds outside the buffer")
+        b = <const unsigned char*>view.buf
+        try:
+            locate_c(b, o, limit, &r)
+        except _MessageDecodeError as exc:
+            return exc.reason
+        phys = rd64(b + o + P_PHYSICALOFFSET)
+        if phys != pos:
+            return f"PHYSICALOFFSET field {phys} is not the record's position"
+        crc = rd32(b + o + P_BODYCRC)
+        if <int32_t>body_crc(b + r.body_at, r.body_len) != crc:
+            return "body CRC mismatch"
+        store_ts = rd64(b + o + P_STORETIMESTAMP_V4 + (V6_EXTRA if r.sys_flag & F_BORN_V6 else 0))
+        topic = utf8(b + r.topic_at, r.props_at - 2 - r.topic_at)
+        tags, keys, uniq, delay = scan_props(b + r.props_at, o + r.total - r.props_at)
+        fields = (pos, r.total, topic, rd32(b + o + P_QUEUEID), rd64(b + o + P_QUEUEOFFSET),
+                  store_ts, tags, keys, uniq, delay)
+    finally:
+        PyBuffer_Release(&view)
+    return _new_tuple(info_type, fields)
+
+
 def decode_records(buf, *, broker="", bint decompress=True):
     cdef Py_buffer view
     cdef Py_ssize_t pos = 0, n, total

@@ -47,7 +47,7 @@ IMPLEMENTATION = "python"
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
              "batch_to_messages", "encode_messages", "place_messages", "record_starts",
-             "key_entries")
+             "key_entries", "record_info")
 
 _new_tuple = tuple.__new__
 
@@ -197,6 +197,29 @@ def decode_record(buf: Buffer, pos: int = 0, *, broker: str = "", decompress: bo
     m._props_at = props_at
     m._props = m._born_host = m._store_host = m._msg_id = m._offset_msg_id = None
     return m
+
+
+def record_info(buf: Buffer, o: int, pos: int, limit: int,
+                info_type: type[tuple[Any, ...]]) -> Any:
+    """Verify the record at `o` (which must end by `limit`) as recovery and a slave do: its
+    fields (locate), its PHYSICALOFFSET equal to `pos`, its body CRC. Returns what dispatching
+    it needs as an `info_type` tuple (pos, size, topic, queue id, queue offset, store time,
+    TAGS, KEYS, UNIQ_KEY, DELAY: the four properties scanned for, the rest not decoded), or
+    the reason it is not a valid record."""
+    try:
+        total, sys_flag, body_at, body_len, topic_at, props_at = locate(buf, o, limit)
+    except MessageDecodeError as exc:
+        return exc.reason
+    (_t, _m, crc, qid, _flag, qo, phys, _s, _born_ts) = HEAD.unpack_from(buf, o)
+    if phys != pos:
+        return f"PHYSICALOFFSET field {phys} is not the record's position"
+    if zlib.crc32(memoryview(buf)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+        return "body CRC mismatch"
+    at = o + POS_STORETIMESTAMP_V4 + (IPV6_EXTRA if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    (store_ts,) = I64.unpack_from(buf, at)
+    topic = bytes(buf[topic_at : props_at - 2]).decode("utf-8", "replace")
+    tags, keys, uniq, delay = properties_scan(memoryview(buf)[props_at : o + total])
+    return _new_tuple(info_type, (pos, total, topic, qid, qo, store_ts, tags, keys, uniq, delay))
 
 
 def decode_records(buf: Buffer, *, broker: str = "", decompress: bool = True) -> list[MessageExt]:
