@@ -206,10 +206,16 @@ class Index:
         return out
 
     def flush(self) -> None:
+        """The maintenance thread's periodic flush. An fsync of the file, not mmap.flush():
+        msync runs holding the interpreter lock (CPython's mmap does not release it), so the
+        broker's event loop stood still for as long as the disk took to write the pages the
+        keys dirtied since the last flush (tens of ms each second under trace records or any
+        keyed puts). The pages written through the mapping are the file's page cache, which
+        fsync writes out the same way, with the lock released."""
         for f in self.files[-2:]:
             with contextlib.suppress(ValueError, OSError):
                 f.write_header()
-                f.mm.flush()
+                os.fsync(f.fd)
 
     def delete_below(self, min_phys: int) -> None:
         files = self.files
