@@ -78,6 +78,7 @@ setup(
             Extension(
                 "ferrymq.common.record._crecord",
                 ["src/ferrymq/common/record/_crecord.pyx"],
+                depends=["src/ferrymq/common/record/crc32_fold.h"],
                 libraries=["z"],
                 extra_compile_args=["-O2"],
             ),

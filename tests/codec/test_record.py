@@ -10,6 +10,7 @@ import pickle
 import string
 import subprocess
 import sys
+import zlib
 from array import array
 from types import ModuleType
 from typing import Any
@@ -421,3 +422,18 @@ def test_record_info_checks_and_reads_records_alike(impl: ModuleType, cut: int, 
                                   m.properties.get("UNIQ_KEY"), None))
         else:
             assert got[0] == "ok" or isinstance(got[1], str)
+
+
+@pytest.mark.skipif(C is None, reason="the compiled codec is not built in this tree")
+@given(data=st.binary(max_size=700), skip=st.integers(0, 15), value=st.integers(0, 2**32 - 1),
+       big=st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_the_compiled_crc_is_zlibs(data: bytes, skip: int, value: int, big: bool) -> None:
+    """Body CRCs are computed with carry-less multiplication where the CPU has it (64 bytes
+    and more); the result must be zlib's for every length, start alignment and running
+    value."""
+    if big:
+        data = data * 50
+    view = memoryview(data)[min(skip, len(data)):]
+    assert C.zlib_crc32(view, value) == zlib.crc32(view, value)
+    assert C.zlib_crc32(view) == zlib.crc32(view)
