@@ -1,6 +1,7 @@
 """Kill -9 a real writer process under SYNC_FLUSH at random moments, over and over, on the
 same store. After each recovery every acknowledged record reads back byte for byte, its
-consume-queue entry points at it, and the store takes new appends."""
+consume-queue entry points at it, and the store takes new appends. Every other round the writer
+puts from several asyncio writers at once, so groups of coalesced puts are cut by the kill too."""
 
 from __future__ import annotations
 

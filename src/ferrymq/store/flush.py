@@ -5,9 +5,16 @@ offset its bytes end at and wakes the thread; the thread fsyncs everything writt
 releases every waiter that fsync covered. Writers that arrive while an fsync runs are covered
 by the next one, so concurrent writers share fsyncs (group commit). Blocking callers wait on a
 condition; asyncio callers get their futures resolved on their own loop, one callback per loop
-per fsync. A put that is not durable in time gets False: one timer per loop (set for the
-oldest waiter's deadline) expires them, not a timer per put. Waiters are registered in append
-order and all share one timeout, so deadlines are in order too."""
+per fsync. A waiter is anything with a future's `done`/`set_result(bool)`: the store registers
+one per group of coalesced puts (store/groupcommit.py), not one per put. A waiter that is not
+durable in time gets False: one timer per loop (set for the oldest waiter's deadline) expires
+them, not a timer per put. Waiters are registered in append order and all share one timeout,
+so deadlines are in order too.
+
+Gathering (waiting a moment before an fsync for more writers to join it) is adaptive: the
+thread waits only while fewer waiters are outstanding than the previous fsync released, i.e.
+while writers that came back from the last fsync are still arriving. A lone writer, or one
+event loop whose puts are already coalesced into one waiter, never waits."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from typing import Protocol
 
 from ..common.histogram import Histogram
 from .commitlog import CommitLog
@@ -23,13 +31,21 @@ from .commitlog import CommitLog
 log = logging.getLogger("ferrymq.store.flush")
 
 
-def _resolve(futures: list[asyncio.Future[bool]], value: bool) -> None:
-    for fut in futures:
-        if not fut.done():
-            fut.set_result(value)
+class FlushWaiter(Protocol):
+    """What the flush service resolves: an asyncio.Future[bool] is one."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, value: bool, /) -> None: ...
 
 
-_Waiter = tuple[int, asyncio.Future[bool], asyncio.AbstractEventLoop, float]
+def _resolve(waiters: list[FlushWaiter], value: bool) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_result(value)
+
+
+_Waiter = tuple[int, FlushWaiter, asyncio.AbstractEventLoop, float]
 
 
 class FlushService:
@@ -50,6 +66,11 @@ class FlushService:
         # off by one for one scrape).
         self.latency = Histogram()
         self.gather_s = 0.0005
+        # Callers blocked in wait_flushed, and how many waiters the last fsync released: the
+        # gather waits for about that many to come back.
+        self._blocked = 0
+        self._released = 0
+        self.gathers = 0  # fsyncs that waited for writers to join
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-flush", daemon=True)
@@ -67,11 +88,15 @@ class FlushService:
     def wait_flushed(self, offset: int, timeout_s: float) -> bool:
         if self.log.flushed >= offset:
             return True
-        self._wake.set()
         with self._cond:
-            return self._cond.wait_for(lambda: self.log.flushed >= offset, timeout_s)
+            self._blocked += 1
+            self._wake.set()
+            try:
+                return self._cond.wait_for(lambda: self.log.flushed >= offset, timeout_s)
+            finally:
+                self._blocked -= 1
 
-    def add_waiter(self, offset: int, fut: asyncio.Future[bool],
+    def add_waiter(self, offset: int, fut: FlushWaiter,
                    loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         """Resolve `fut` (on `loop`, from whose thread this is called) with True once the log
         is flushed to `offset`, with False when it is not within `timeout_s`."""
@@ -86,7 +111,7 @@ class FlushService:
         """On `loop`: fail its waiters past their deadline; re-arm for the next one."""
         self._sweepers.pop(loop, None)
         now = time.monotonic()
-        expired: list[asyncio.Future[bool]] = []
+        expired: list[FlushWaiter] = []
         nxt: float | None = None
         with self._cond:
             keep: list[_Waiter] = []
@@ -119,15 +144,24 @@ class FlushService:
                 self._gather()
             self._flush_once()
 
+    def _outstanding(self) -> int:
+        return len(self._waiters) + self._blocked
+
     def _gather(self) -> None:
-        """Let writers that are about to arrive join this fsync: wait while the number of
-        waiters still grows, for at most gather_s. An fsync costs far more than the wait."""
+        """Let writers that are about to arrive join this fsync: while fewer waiters are
+        outstanding than the last fsync released, wait as long as their number still grows,
+        for at most gather_s. An fsync costs far more than the wait; a writer that is alone
+        (or one loop's coalesced puts, one waiter) does not wait at all."""
+        expected = self._released
+        seen = self._outstanding()
+        if seen >= expected:
+            return
+        self.gathers += 1
         deadline = time.monotonic() + self.gather_s
-        seen = len(self._waiters)
         while time.monotonic() < deadline:
             time.sleep(self.gather_s / 5)
-            now = len(self._waiters)
-            if now == seen:
+            now = self._outstanding()
+            if now == seen or now >= expected:
                 return
             seen = now
 
@@ -147,17 +181,22 @@ class FlushService:
                 self.last_error = exc
                 return
         flushed = self.log.flushed
-        ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = defaultdict(list)
+        ready: dict[asyncio.AbstractEventLoop, list[FlushWaiter]] = defaultdict(list)
+        released = 0
         with self._cond:
+            released = self._blocked  # roughly: those whose bytes were written are released
             self._cond.notify_all()
             if self._waiters:
                 keep = []
                 for item in self._waiters:
                     if item[0] <= flushed:
                         ready[item[2]].append(item[1])
+                        released += 1
                     elif not item[1].done():
                         keep.append(item)
                 self._waiters = keep
+        if released:
+            self._released = released
         for loop, futures in ready.items():
             try:
                 loop.call_soon_threadsafe(_resolve, futures, True)

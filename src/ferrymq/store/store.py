@@ -8,7 +8,6 @@ they walk are replaced, never mutated, and deleted files stay open for a grace p
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -42,6 +41,7 @@ from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreStateError
 from .files import FileIO, is_disk_full
 from .flush import FlushService
+from .groupcommit import PutCoalescer
 from .index import Index
 from .integrity import ReadGuard
 from .model import GetResult, GetStatus, PutResult, PutStatus, QueueEntry, StoreMessage
@@ -55,6 +55,7 @@ from .scrub import Scrubber, last_record_before, tail_cut
 log = logging.getLogger("ferrymq.store")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_MAX_GROUP_BYTES = 4 * 1024 * 1024
 _READ_AHEAD = 4096
 
 ArrivalListener = Callable[[str, int, int], None]
@@ -88,6 +89,10 @@ class MessageStore(Retention, ReplicaLog):
                                 config.delay_levels_ms)
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._flusher = FlushService(self._log, self._sync, config.flush_interval_ms)
+        # A coalesced group stays well inside a segment (a roll-over moves a whole batch).
+        self._coalescer = PutCoalescer(self._append, self._flusher, self._sync,
+                                       config.sync_flush_timeout_ms,
+                                       min(_MAX_GROUP_BYTES, config.commitlog_segment_size // 4))
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._dirty: set[QueueFile] = set()
@@ -406,20 +411,16 @@ class MessageStore(Retention, ReplicaLog):
         return result
 
     async def put_messages_async(self, msgs: Sequence[StoreMessage]) -> PutResult:
-        """Append on the calling (loop) thread; under SYNC_FLUSH wait for the group commit
-        without blocking the loop."""
-        result = self._append(msgs)
-        if (not self._sync or result.status is not PutStatus.PUT_OK
-                or self._log.flushed >= result.end_offset):
-            return result
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        self._flusher.add_waiter(result.end_offset, fut, loop,
-                                 self.config.sync_flush_timeout_ms / 1000)
-        if not await fut:
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            result.reason = f"not flushed to disk within {self.config.sync_flush_timeout_ms} ms"
-        return result
+        """Append on the calling (loop) thread, coalesced with the other puts waiting on this
+        loop (store/groupcommit.py); under SYNC_FLUSH wait for the group commit without
+        blocking the loop."""
+        if not msgs:
+            return self._append(msgs)
+        return await self._coalescer.submit(msgs)
+
+    @property
+    def coalescer(self) -> PutCoalescer:
+        return self._coalescer
 
     # --- reads ---------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int,
