@@ -17,6 +17,7 @@ from store_util import crash_image, msg, open_store
 
 from ferrymq.common.record import decode_record, decode_records
 from ferrymq.store import FileIO, FlushDiskType, GetStatus, MessageStore, PutResult, PutStatus
+from ferrymq.store.groupcommit import SINGLES_BEFORE_EAGER
 from ferrymq.store.model import StoreMessage
 
 SYNC = FlushDiskType.SYNC_FLUSH
@@ -226,8 +227,47 @@ def test_a_lone_sync_writer_does_not_gather(tmp_path: Path) -> None:
 
     try:
         asyncio.run(lone())
+        assert s.coalescer.eager_puts == 20 - SINGLES_BEFORE_EAGER
         for i in range(5):
             assert s.put_messages([msg(body=b"blocking %d" % i)]).ok
         assert s._flusher.gathers == 0
+    finally:
+        s.shutdown()
+
+
+def test_a_lone_writer_is_appended_at_once_until_another_writer_joins(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s")
+
+    def at_once(body: bytes) -> PutResult:
+        """The put finishes in the caller's step: the coroutine returns without suspending."""
+        coro = s.put_messages_async([msg(body=body)])
+        with pytest.raises(StopIteration) as stop:
+            coro.send(None)
+        result = stop.value.value
+        assert isinstance(result, PutResult)
+        return result
+
+    async def scenario() -> None:
+        co = s.coalescer
+        for i in range(SINGLES_BEFORE_EAGER):  # queued, each alone in its turn
+            assert (await s.put_messages_async([msg(body=b"q%d" % i)])).ok
+        assert co.eager_puts == 0
+        assert at_once(b"eager-1").ok and at_once(b"eager-2").ok  # one task, again and again
+        assert co.eager_puts == 2
+        groups, grouped = co.groups, co.grouped_puts
+        results = await put_together(s, [[msg(body=b"g%d" % i)] for i in range(5)])
+        # the first was appended at once; the others came in the same turn and were grouped
+        assert (co.eager_puts, co.groups - groups, co.grouped_puts - grouped) == (3, 1, 4)
+        offsets = [r.messages[0].queue_offset for r in results]
+        assert offsets == list(range(SINGLES_BEFORE_EAGER + 2, SINGLES_BEFORE_EAGER + 7))
+        for i in range(SINGLES_BEFORE_EAGER):  # alone again
+            assert (await s.put_messages_async([msg(body=b"r%d" % i)])).ok
+        assert at_once(b"eager-3").ok
+
+    try:
+        asyncio.run(scenario())
+        assert stored(s) == ([b"q%d" % i for i in range(SINGLES_BEFORE_EAGER)]
+                             + [b"eager-1", b"eager-2"] + [b"g%d" % i for i in range(5)]
+                             + [b"r%d" % i for i in range(SINGLES_BEFORE_EAGER)] + [b"eager-3"])
     finally:
         s.shutdown()

@@ -344,6 +344,14 @@ class BrokerCollector:
             gauge("ferrymq_store_disk_free_bytes", "Free bytes on the store's disk", usage.free)
         out.append(_histogram("ferrymq_flush_latency_seconds", "Commit-log fsync duration", labels,
                               store.flush_latency))
+        co = store.coalescer
+        for metric, doc, count in (
+                ("ferrymq_store_put_groups", "Appends made for two or more coalesced puts", co.groups),
+                ("ferrymq_store_grouped_puts", "Puts appended in a group of coalesced puts",
+                 co.grouped_puts)):
+            c = CounterMetricFamily(metric, doc, labels=OWN_LABELS)
+            c.add_metric(labels, count)
+            out.append(c)
         return out
 
     def _replication_families(self, cluster: str, name: str) -> list[Metric]:

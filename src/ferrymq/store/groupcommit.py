@@ -7,9 +7,14 @@ waiter. Each caller still gets its own PutResult: its own offsets and message id
 status.
 
 Nothing waits on purpose: the first put of a loop turn schedules the append with `call_soon`,
-so a lone put is appended in the turn it was made in, and puts made meanwhile (other tasks
-of the same turn, or writers released by the previous fsync together) join it. No task is
-created per put or per group.
+so a lone put is appended in the next turn, and puts made meanwhile (other tasks of the same
+turn, or writers released by the previous fsync together) join it. No task is created per put
+or per group.
+
+A writer that is alone does not even pay that turn: after a run of groups of one put, a loop's
+puts are appended at once, in the caller's step, until a put from another task arrives in the
+same turn (then they are queued again). A task putting again and again without yielding is
+still alone: nobody else can put meanwhile.
 
 When the appended group is refused for its content (an illegal message: nothing was written),
 its puts are appended one by one, so only the culprit fails. A refusal for the store's state
@@ -20,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .flush import FlushService
 from .model import PutResult, PutStatus, StoreMessage
@@ -36,6 +43,9 @@ _CONTENT_REFUSALS = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_S
 # Estimated bytes a record adds to its body (properties, fixed fields, topic, hosts); only
 # bounds a group's size.
 _RECORD_OVERHEAD = 256
+
+# Groups of one put in a row after which a loop's puts are appended at once.
+SINGLES_BEFORE_EAGER = 8
 
 _Put = tuple[Sequence[StoreMessage], "asyncio.Future[PutResult]"]
 
@@ -69,8 +79,24 @@ class _Group:
             fut.set_result(result)
 
 
+class _LoopPuts:
+    """One loop's queued puts and whether its writer looks alone."""
+
+    __slots__ = ("eager", "queued", "singles", "turn_task")
+
+    def __init__(self) -> None:
+        self.queued: list[_Put] = []
+        self.eager = False
+        self.singles = 0
+        # The task whose put was appended at once in this turn; None once the turn is over.
+        self.turn_task: asyncio.Task[Any] | None = None
+
+    def end_turn(self) -> None:
+        self.turn_task = None
+
+
 class PutCoalescer:
-    """Per event loop, the puts waiting to be appended; see the module's description."""
+    """See the module's description."""
 
     def __init__(self, append: AppendFn, flusher: FlushService, sync: bool,
                  sync_timeout_ms: int, max_group_bytes: int) -> None:
@@ -79,43 +105,80 @@ class PutCoalescer:
         self._sync = sync
         self._timeout_ms = sync_timeout_ms
         self._max_bytes = max_group_bytes
-        self._queued: dict[asyncio.AbstractEventLoop, list[_Put]] = {}
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPuts] = (
+            weakref.WeakKeyDictionary())
+        # The loop used last and its state: a store is used from one loop almost always.
+        self._last: tuple[asyncio.AbstractEventLoop | None, _LoopPuts] = (None, _LoopPuts())
         # What coalescing achieved, for tests and operators: appends made for two or more
-        # puts, and the puts they carried.
+        # puts, the puts they carried, and puts appended at once (a lone writer's).
         self.groups = 0
         self.grouped_puts = 0
+        self.eager_puts = 0
 
-    def submit(self, msgs: Sequence[StoreMessage]) -> asyncio.Future[PutResult]:
-        """Queue a put on the running loop; its future gets the put's own result."""
+    def put(self, msgs: Sequence[StoreMessage]) -> PutResult | asyncio.Future[PutResult]:
+        """The put's own result, now (appended at once and nothing to wait for) or as a
+        future of the running loop."""
         loop = asyncio.get_running_loop()
+        last_loop, lp = self._last
+        if last_loop is not loop:
+            lp = self._loops.get(loop) or self._loops.setdefault(loop, _LoopPuts())
+            self._last = (loop, lp)
+        if lp.eager and not lp.queued:
+            task = asyncio.current_task(loop)
+            if lp.turn_task is None:
+                lp.turn_task = task
+                loop.call_soon(lp.end_turn)
+                return self._append_now(loop, msgs)
+            if lp.turn_task is task:
+                return self._append_now(loop, msgs)
+            lp.eager = False  # another writer in the same turn: coalesce from now on
+            lp.singles = 0
         fut: asyncio.Future[PutResult] = loop.create_future()
-        queued = self._queued.get(loop)
-        if queued is None:
-            queued = self._queued[loop] = []
-            loop.call_soon(self._run, loop)
-        queued.append((msgs, fut))
+        if not lp.queued:
+            loop.call_soon(self._run, loop, lp)
+        lp.queued.append((msgs, fut))
         return fut
 
-    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        puts = self._queued.pop(loop, [])
+    def _append_now(self, loop: asyncio.AbstractEventLoop,
+                    msgs: Sequence[StoreMessage]) -> PutResult | asyncio.Future[PutResult]:
+        self.eager_puts += 1
+        result = self._append(msgs)
+        if not self._sync or result.status is not PutStatus.PUT_OK:
+            return result
+        if result.end_offset <= self._flusher.log.flushed:
+            return result
+        fut: asyncio.Future[PutResult] = loop.create_future()
+        self._flusher.add_waiter(result.end_offset, _Group([fut], [result], self._timeout_ms),
+                                 loop, self._timeout_ms / 1000)
+        return fut
+
+    def _run(self, loop: asyncio.AbstractEventLoop, lp: _LoopPuts) -> None:
+        puts, lp.queued = lp.queued, []
+        if len(puts) == 1:
+            lp.singles += 1
+            if lp.singles >= SINGLES_BEFORE_EAGER:
+                lp.eager = True
+        else:
+            lp.singles = 0
         start = 0
         size = 0
-        for i, (msgs, fut) in enumerate(puts):
-            if fut.done():  # cancelled before it was appended: nothing of it is stored
-                continue
-            put_size = sum(len(m.body) for m in msgs) + _RECORD_OVERHEAD * len(msgs)
-            if size and size + put_size > self._max_bytes:
+        max_bytes = self._max_bytes
+        for i, (msgs, _) in enumerate(puts):
+            put_size = (len(msgs[0].body) + _RECORD_OVERHEAD if len(msgs) == 1 else
+                        sum(len(m.body) for m in msgs) + _RECORD_OVERHEAD * len(msgs))
+            if size and size + put_size > max_bytes:
                 self._append_group(loop, puts[start:i])
                 start, size = i, 0
             size += put_size
-        self._append_group(loop, puts[start:])
+        self._append_group(loop, puts[start:] if start else puts)
 
     def _append_group(self, loop: asyncio.AbstractEventLoop, puts: list[_Put]) -> None:
+        # A put cancelled before it was appended is not stored.
         live = [p for p in puts if not p[1].done()]
         if not live:
             return
         try:
-            results = self._append_all(live)
+            results, end = self._append_all(live)
         except Exception as exc:  # an unexpected failure is every caller's, not the loop's
             log.exception("append of %d coalesced puts failed", len(live))
             for _, fut in live:
@@ -123,43 +186,50 @@ class PutCoalescer:
                     fut.set_exception(exc)
             return
         futures = [fut for _, fut in live]
-        if self._sync:
-            end = max((r.end_offset for r in results if r.status is PutStatus.PUT_OK),
-                      default=0)
-            if end > self._flusher.log.flushed:
-                group = _Group(futures, results, self._timeout_ms)
-                self._flusher.add_waiter(end, group, loop, self._timeout_ms / 1000)
-                return
+        if self._sync and end > self._flusher.log.flushed:
+            self._flusher.add_waiter(end, _Group(futures, results, self._timeout_ms), loop,
+                                     self._timeout_ms / 1000)
+            return
         for fut, result in zip(futures, results, strict=True):
             if not fut.done():
                 fut.set_result(result)
 
-    def _append_all(self, puts: list[_Put]) -> list[PutResult]:
-        """One result per put, in order; the puts appended with one `append` when they can."""
+    def _append_all(self, puts: list[_Put]) -> tuple[list[PutResult], int]:
+        """One result per put, in order, and where the last stored byte ends (0: nothing
+        stored); the puts appended with one `append` when they can."""
         append = self._append
         if len(puts) == 1:
-            return [append(puts[0][0])]
+            result = append(puts[0][0])
+            return [result], result.end_offset if result.status is PutStatus.PUT_OK else 0
         msgs = [m for p in puts for m in p[0]]
         result = append(msgs)
         status = result.status
         if status is PutStatus.PUT_OK:
             self.groups += 1
             self.grouped_puts += len(puts)
-            return _split(result, puts)
+            return _split(result, puts), result.end_offset
         if status in _CONTENT_REFUSALS:
-            return [append(p[0]) for p in puts]
-        return [PutResult(status, [], result.end_offset, result.reason) for _ in puts]
+            results = [append(p[0]) for p in puts]
+            return results, max((r.end_offset for r in results
+                                 if r.status is PutStatus.PUT_OK), default=0)
+        return [PutResult(status, [], result.end_offset, result.reason) for _ in puts], 0
 
 
 def _split(result: PutResult, puts: list[_Put]) -> list[PutResult]:
     """The group's result cut into one per put: its own messages, ending where its last
     record ends."""
     appended = result.messages
+    ok = PutStatus.PUT_OK
     out: list[PutResult] = []
     at = 0
     for msgs, _ in puts:
-        mine = appended[at:at + len(msgs)]
-        at += len(msgs)
-        last = mine[-1]
-        out.append(PutResult(PutStatus.PUT_OK, mine, last.phys_offset + last.size))
+        n = len(msgs)
+        if n == 1:
+            last = appended[at]
+            out.append(PutResult(ok, [last], last.phys_offset + last.size))
+        else:
+            mine = appended[at:at + n]
+            last = mine[-1]
+            out.append(PutResult(ok, mine, last.phys_offset + last.size))
+        at += n
     return out

@@ -416,7 +416,8 @@ class MessageStore(Retention, ReplicaLog):
         blocking the loop."""
         if not msgs:
             return self._append(msgs)
-        return await self._coalescer.submit(msgs)
+        result = self._coalescer.put(msgs)
+        return result if isinstance(result, PutResult) else await result
 
     @property
     def coalescer(self) -> PutCoalescer:
