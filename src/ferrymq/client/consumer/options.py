@@ -24,7 +24,7 @@ class ConsumerOptions:
     consume_timestamp: int | dt.datetime | None = None
     consume_threads: int = 20
     consume_message_batch_max_size: int = 1
-    pull_batch_size: int = 32
+    pull_batch_size: int = 32  # messages a pull asks for; PushConsumer: 128 (push.py)
     max_reconsume_times: int = 16
     # Flow control per queue: stop pulling at this many held messages or MiB of bodies.
     pull_threshold_for_queue: int = 1000

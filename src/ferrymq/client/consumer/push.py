@@ -25,12 +25,20 @@ from .types import ConsumeConcurrentlyContext, ConsumeOrderlyContext, ConsumeSta
 
 log = logging.getLogger("ferrymq.client.consumer")
 
+# A push consumer's default pull size. RocketMQ's is 32; ferrymq's broker serves up to 1024
+# messages (4 MiB) a pull, and through a backlog every pull costs each side a request's work
+# (over 100 us of broker CPU), so larger pulls cut that per message by four. A caught-up
+# consumer's pulls bring what has arrived, whatever this is, so it adds no latency; flow
+# control (pull_threshold_for_queue) still bounds what a queue holds.
+PUSH_PULL_BATCH_SIZE = 128
+
 
 class AsyncPushConsumer(ConsumerBase):
     kind = "PushConsumer"
     consume_type = "CONSUME_PASSIVELY"
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
+        options.setdefault("pull_batch_size", PUSH_PULL_BATCH_SIZE)
         super().__init__(group, namesrv, ConsumerOptions(**options))
         self._runner: ListenerRunner | None = None
         self._orderly = False
