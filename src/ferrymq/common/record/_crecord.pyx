@@ -36,9 +36,6 @@ cdef extern from "Python.h":
     ctypedef struct TypeWithAlloc "PyTypeObject":
         allocfunc tp_alloc
 
-cdef extern from "zlib.h":
-    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int length) nogil
-
 IMPLEMENTATION = "cython"
 
 cdef int32_t MAGIC = L.MESSAGE_MAGIC_CODE
@@ -87,6 +84,9 @@ _DELAY = "DELAY"
 cdef extern from "crc32_fold.h":
     # zlib's crc32, folded with carry-less multiplication where the CPU has it.
     unsigned long ferrymq_crc32(unsigned long crc, const unsigned char* p, size_t n) nogil
+    void ferrymq_crc32_init()
+
+ferrymq_crc32_init()
 
 
 cdef inline uint32_t body_crc(const unsigned char* p, Py_ssize_t n) noexcept nogil:
@@ -631,15 +631,15 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
 # --- key-index entries: KEY_ENTRY records (native int64 hash, offset, time) ---------------------------
 cdef inline unsigned long topic_prefix_crc(const char* topic, Py_ssize_t n) noexcept:
     # The CRC of "topic#", from which every key of the topic continues.
-    cdef unsigned long c = crc32(crc32(0, NULL, 0), <const unsigned char*>topic, <unsigned int>n)
-    return crc32(c, <const unsigned char*>b"#", 1)
+    cdef unsigned long c = ferrymq_crc32(0, <const unsigned char*>topic, <size_t>n)
+    return ferrymq_crc32(c, <const unsigned char*>b"#", 1)
 
 
 cdef inline int add_key(bytearray out, unsigned long prefix, const char* key, Py_ssize_t n,
                         int64_t phys, int64_t ts) except -1:
     cdef int64_t e[3]
     cdef Py_ssize_t at = PyByteArray_GET_SIZE(out)
-    e[0] = <int64_t>(crc32(prefix, <const unsigned char*>key, <unsigned int>n) & 0x7FFFFFFF)
+    e[0] = <int64_t>(ferrymq_crc32(prefix, <const unsigned char*>key, <size_t>n) & 0x7FFFFFFF)
     e[1] = phys
     e[2] = ts
     PyByteArray_Resize(out, at + 24)
