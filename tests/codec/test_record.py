@@ -437,3 +437,42 @@ def test_the_compiled_crc_is_zlibs(data: bytes, skip: int, value: int, big: bool
     view = memoryview(data)[min(skip, len(data)):]
     assert C.zlib_crc32(view, value) == zlib.crc32(view, value)
     assert C.zlib_crc32(view) == zlib.crc32(view)
+
+
+class _PlainMessage:
+    """StoreMessage's fields as ordinary attributes (no __slots__)."""
+
+    def __init__(self, m: StoreMessage) -> None:
+        for name in StoreMessage.__dataclass_fields__:
+            setattr(self, name, getattr(m, name))
+
+
+class _TopicByProperty(StoreMessage):
+    __slots__ = ()
+
+    @property  # type: ignore[misc]
+    def topic(self) -> str:
+        return "Renamed"
+
+    @topic.setter
+    def topic(self, value: str) -> None:
+        pass
+
+
+@params
+def test_encoder_reads_messages_of_any_shape_alike(impl: ModuleType) -> None:
+    """The compiled encoder reads a slots class's fields at their slots; other shapes (plain
+    attributes, a property over a field, a slot never set) read as attributes."""
+    args = (pack_host("127.0.0.1", 1), 1 << 20, str.encode, lambda h: pack_host(*h), len, "S")
+    msgs = [StoreMessage("T", i, b"b%d" % i, {"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"}, flag=i,
+                         sys_flag=0, born_timestamp=7 + i, reconsume_times=i,
+                         prepared_transaction_offset=3 * i) for i in range(4)]
+    want = impl.encode_messages(msgs, *args)
+    mixed = [msgs[0], _PlainMessage(msgs[1]), msgs[2], _PlainMessage(msgs[3])]
+    assert impl.encode_messages(mixed, *args) == want
+    renamed = _TopicByProperty("T", 0, b"b0", {})
+    got = impl.encode_messages([renamed], *args)
+    assert PY.decode_records(bytes(got[0]))[0].topic == "Renamed"
+    unset = StoreMessage.__new__(StoreMessage)
+    with pytest.raises(AttributeError):
+        impl.encode_messages([msgs[0], unset], *args)
