@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
 from ..common.record.layout import SIZE_AND_MAGIC
 from .checkpoint import Checkpoint
 from .commitlog import END_FILE_MIN_BLANK, CommitLog
@@ -24,7 +24,7 @@ from .errors import StoreError
 from .index import Index
 from .prealloc import Preallocator
 from .reads import store_time_at
-from .recovery import RecordInfo, check_record
+from .recovery import RecordInfo
 
 log = logging.getLogger("ferrymq.store")
 
@@ -117,20 +117,18 @@ class ReplicaLog:
         infos: list[RecordInfo] = []
         blank_at = -1
         o = 0
-        limit = len(data) + END_FILE_MIN_BLANK
-        while o < len(data):
-            if len(data) - o >= END_FILE_MIN_BLANK:
-                _total, magic = SIZE_AND_MAGIC.unpack_from(data, o)
-                if magic == BLANK_MAGIC_CODE and o + END_FILE_MIN_BLANK == len(data):
-                    blank_at = o
-                    break
-            checked = check_record(data, o, pos + o, limit, True)
-            if isinstance(checked, str):
-                raise ReplicaError(pos + o, checked)
-            size, info = checked
-            assert info is not None
+        n = len(data)
+        # A blank record can only be the span's last 8 bytes; record_info checks the rest.
+        last = n - END_FILE_MIN_BLANK
+        while o < n:
+            if o == last and SIZE_AND_MAGIC.unpack_from(data, o)[1] == BLANK_MAGIC_CODE:
+                blank_at = o
+                break
+            info = record_info(data, o, pos + o, n, RecordInfo)
+            if type(info) is str:
+                raise ReplicaError(pos + o, info)
             infos.append(info)
-            o += size
+            o += info.size
         clog = self._log
         with self._lock:
             if pos != clog.write_pos:
