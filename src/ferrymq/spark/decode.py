@@ -161,53 +161,60 @@ def _u8(value: int) -> pa.Scalar:
 # Index arrays for `take`. Batches come in every size (a partition's last batch, short
 # pulls), so an index is never built for one size: each pattern below has elements that do not
 # depend on how many are used, and is kept at the largest size asked so far and sliced. Building
-# one for each new size cost more than decoding the batch (a Python list per size).
+# one for each new size cost more than decoding the batch (a Python list per size); the
+# patterns are computed with kernels over 0, 1, 2, ... instead.
 _PREFIXES: dict[tuple[int | str, ...], pa.Array] = {}
 
 
-def _prefix(key: tuple[int | str, ...], m: int, element: Callable[[int], int]) -> pa.Array:
-    """The first m elements of the pattern `element` (i -> value) named by `key`."""
+def _prefix(key: tuple[int | str, ...], m: int, build: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """The first m elements of the pattern `build` makes from 0, 1, 2, ..., named by `key`."""
     have = _PREFIXES.get(key)
     if have is None or len(have) < m:
         size = max(m, 2 * len(have) if have is not None else 0, 4096)
-        have = _PREFIXES[key] = pa.array(map(element, range(size)), pa.int32())
+        have = _PREFIXES[key] = build(_ramp(size)[:size])
     return have[:m] if len(have) > m else have
+
+
+def _div(r: pa.Array, k: int) -> pa.Array:
+    return pc.divide(r, _i32(k))  # integer division: truncates
+
+
+def _mod(r: pa.Array, k: int) -> pa.Array:
+    return pc.modulo(r, _i32(k))
+
+
+def _native(j: pa.Array, width: int) -> pa.Array:
+    """Byte j of a big-endian field of `width` bytes, in native order."""
+    return pc.subtract(_i32(width - 1), j) if sys.byteorder == "little" else j
 
 
 def _interleave_index(n: int, k: int) -> pa.Array:
     """Positions that turn k concatenated arrays of n into record-major order: element
     i*k + j is j*n + i."""
-    col = _prefix(("mod", k), n * k, lambda r: r % k)
-    row = _prefix(("div", k), n * k, lambda r: r // k)
+    col = _prefix(("mod", k), n * k, lambda r: _mod(r, k))
+    row = _prefix(("div", k), n * k, lambda r: _div(r, k))
     return pc.add(pc.multiply(col, _i32(n)), row)
 
 
 def _field_index(n: int, k: int, j: int) -> pa.Array:
-    return _prefix(("field", k, j), n, lambda i: i * k + j)
-
-
-def _byte_order(width: int) -> Callable[[int], int]:
-    """Byte j of a big-endian field of `width` bytes, in native order."""
-    if sys.byteorder == "little":
-        return lambda j: width - 1 - j
-    return lambda j: j
+    return _prefix(("field", k, j), n, lambda r: pc.add(pc.multiply(r, _i32(k)), _i32(j)))
 
 
 def _fixed_index(n: int, stride: int, pos: int, width: int) -> pa.Array:
     """Byte positions of a big-endian field in n fixed-stride records, least significant first,
     so the gathered bytes are already the native little-endian integers."""
-    order = _byte_order(width)
-    return _prefix(
-        ("fixed", stride, pos, width),
-        n * width,
-        lambda r: (r // width) * stride + pos + order(r % width),
-    )
+
+    def build(r: pa.Array) -> pa.Array:
+        record = pc.add(pc.multiply(_div(r, width), _i32(stride)), _i32(pos))
+        return pc.add(record, _native(_mod(r, width), width))
+
+    return _prefix(("fixed", stride, pos, width), n * width, build)
 
 
 def _repeat_index(n: int, width: int) -> tuple[pa.Array, pa.Array]:
-    order = _byte_order(width)
-    rep = _prefix(("div", width), n * width, lambda r: r // width)
-    return rep, _prefix(("order", width), n * width, lambda r: order(r % width))
+    rep = _prefix(("div", width), n * width, lambda r: _div(r, width))
+    order = _prefix(("order", width), n * width, lambda r: _native(_mod(r, width), width))
+    return rep, order
 
 
 def _fixed_int(
