@@ -1,15 +1,24 @@
 """Spark connector benchmark: rows/s through the `ferrymq` source of a real `ferrymq
 standalone` broker into Spark's noop sink and into Parquet, for 100 B and 1 KiB messages
-(4M of each; quick mode: 200k), local[2].
+(4M of each in micro-batches of 500k; quick mode: 300k in micro-batches of 75k), local[2].
 
-Steady state: the read is split into micro-batches (maxOffsetsPerTrigger = total / 8) and
-the first micro-batch, which pays for Python worker start-up, is left out: rows of the
-remaining batches over their trigger execution time, as Spark reports them.
+Steady state: the read is split into micro-batches (maxOffsetsPerTrigger) and the first one,
+which pays for Python worker start-up, is left out: rows of the remaining batches over their
+trigger execution time, as Spark reports them. Every micro-batch also pays Spark's fixed
+costs (planning, two checkpoint writes, task scheduling: a few hundred ms on two cores), so
+the batches are large enough for per-row costs to dominate; with tens of thousands of rows
+per trigger the figure measures Spark's per-trigger overhead instead. One unmeasured query of
+each source runs first, so neither pays for the JVM's warm-up, and the two alternate which
+goes first from run to run.
 
 Peer, in the same run and session: a toy in-memory source with the same schema, partitions,
-batch sizes and Arrow record batches built once per task (Spark's ceiling for a Python data
-source on this machine; the broker, the network and decoding are what we add to it).
-`run(quick)` returns one row per measurement, median of 3 runs (1 in quick mode)."""
+micro-batches and Arrow record batches (8192 rows, built once per task with whole-array
+constructors): Spark's ceiling for a Python data source on this machine; the broker, the
+network and decoding are what we add to it. Each row also gives the CPU time per row of the
+steady micro-batches by process, ours and the peer's: the JVM, the Python workers, the
+broker. CPU time is what the two cores have to share, and it is less disturbed
+by other work on the machine than the rates are. `run(quick)` returns one row per
+measurement, median of 3 runs (1 in quick mode)."""
 
 from __future__ import annotations
 
@@ -35,16 +44,68 @@ QUEUES = 8
 TARGET = 1_000_000.0
 PEER = "toy in-memory Arrow source (same schema and batches, same Spark)"
 TOPIC = "spark-bench-{size}"
+WARMUP_TOPIC = "spark-bench-warmup"
+WARMUP = 100_000
 
 
 @dataclass(frozen=True)
 class Sizes:
     messages: int
     runs: int
+    per_trigger: int
 
 
 def sizes(quick: bool) -> Sizes:
-    return Sizes(200_000, 1) if quick else Sizes(4_000_000, 3)
+    return Sizes(300_000, 1, 75_000) if quick else Sizes(4_000_000, 3, 500_000)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _kind(cmd: str) -> str:
+    if "standalone" in cmd:
+        return "broker"
+    if "java" in cmd:
+        return "jvm"
+    return "python" if "pyspark" in cmd else "other"
+
+
+class CpuMeter:
+    """CPU seconds (user + system) of this process's descendants by kind: the Spark JVM,
+    Spark's Python processes (workers, planners), the broker. Read from /proc (Linux; empty
+    elsewhere) each time `sample` is called; a process keeps the last figure seen, so one that
+    exits between samples (Spark starts and stops Python planners per query) still counts."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[str, float]] = {}
+
+    def sample(self) -> dict[int, tuple[str, float]]:
+        parents: dict[int, list[int]] = {}
+        stats: dict[int, tuple[str, float]] = {}
+        for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if not name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:  # exited meanwhile
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            parents.setdefault(int(fields[1]), []).append(int(name))
+            stats[int(name)] = (_kind(cmd), (int(fields[11]) + int(fields[12])) / _TICK)
+        todo = list(parents.get(os.getpid(), []))
+        while todo:
+            pid = todo.pop()
+            todo.extend(parents.get(pid, []))
+            if pid in stats:
+                self.seen[pid] = stats[pid]
+        return dict(self.seen)
+
+    def since(self, base: dict[int, tuple[str, float]]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (kind, seconds) in self.sample().items():
+            out[kind] = out.get(kind, 0.0) + seconds - base.get(pid, (kind, 0.0))[1]
+        return out
 
 
 @contextlib.contextmanager
@@ -83,60 +144,101 @@ def steady_rate(progress: list[dict[str, Any]]) -> float:
     return rows / seconds if seconds else float("nan")
 
 
-def run_query(spark: Any, df: Any, sink: str, workdir: Path) -> float:
+@dataclass(frozen=True)
+class Run:
+    rate: float  # steady rows/s
+    cpu_us_per_row: dict[str, float]  # steady micro-batches, by process kind
+
+
+def run_query(spark: Any, df: Any, sink: str, workdir: Path) -> Run:
     checkpoint = Path(tempfile.mkdtemp(prefix="cp-", dir=workdir))
     writer = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint))
     if sink == "parquet":
         writer = writer.option("path", str(workdir / f"out-{checkpoint.name}"))
+    meter = CpuMeter()
     query = writer.trigger(availableNow=True).start()
-    query.awaitTermination()
+    # CPU from the end of the first micro-batch (worker start-up) to the end; polled, so the
+    # start is late by at most the polling interval.
+    first: dict[int, tuple[str, float]] | None = None
+    polls = 0
+    while not query.awaitTermination(0.02):
+        polls += 1
+        if first is None and query.lastProgress is not None:
+            first = meter.sample()
+        elif first is not None and polls % 10 == 0:
+            meter.sample()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
+    used = meter.since(first) if first is not None else {}
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    rows = sum(p["numInputRows"] for p in progress[1:])
+    cpu = {k: round(v / rows * 1e6, 2) for k, v in sorted(used.items()) if rows and k != "other"}
     rate = steady_rate(query.recentProgress)
     shutil.rmtree(checkpoint, ignore_errors=True)
     shutil.rmtree(workdir / f"out-{checkpoint.name}", ignore_errors=True)
-    return rate
+    return Run(rate, cpu)
 
 
-def toy_source(body_size: int, total: int) -> type:
+def toy_source(body_size: int, total: int, per_trigger: int) -> type:
     """A stream source that serves `total` rows from memory, shaped like ours."""
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 
     from ferrymq.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
 
     rows_per_batch = 8192
 
     def template() -> pa.RecordBatch:
+        # Built with whole-array constructors (a few ms), not per-row Python: the peer is
+        # Spark's cost, not the cost of making its input. Properties as ferrymq's producers
+        # write them (UNIQ_KEY, CLUSTER).
         n = rows_per_batch
-        ts = pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(ARROW_SCHEMA.field(9).type)
-        props = pa.array(
-            [[("UNIQ_KEY", f"{i:032X}"), ("WAIT", "true")] for i in range(n)],
-            ARROW_SCHEMA.field(8).type,
+        ts = pa.repeat(pa.scalar(1_700_000_000_000_000, pa.int64()), n).cast(
+            ARROW_SCHEMA.field(9).type
+        )
+        ids = pa.array([f"{i:032X}" for i in range(n)], pa.string())
+        keys = pa.repeat(pa.scalar("UNIQ_KEY"), 2 * n)
+        keys = pa.concat_arrays([keys.slice(0, n), pa.repeat(pa.scalar("CLUSTER"), n)])
+        order = pa.array([i + j * n for i in range(n) for j in (0, 1)], pa.int32())
+        items = pa.concat_arrays([ids, pa.repeat(pa.scalar("DefaultCluster"), n)])
+        props = pa.MapArray.from_arrays(
+            pa.array(range(0, 2 * n + 1, 2), pa.int32()),
+            keys.take(order),
+            items.take(order),
+            type=ARROW_SCHEMA.field(8).type,
         )
         cols = [
-            pa.array(["bench"] * n),
-            pa.array(["broker-a"] * n),
-            pa.array([0] * n, pa.int32()),
+            pa.repeat(pa.scalar("bench"), n),
+            pa.repeat(pa.scalar("broker-a"), n),
+            pa.repeat(pa.scalar(0, pa.int32()), n),
             pa.array(range(n), pa.int64()),
-            pa.array([f"{i:032X}" for i in range(n)]),
+            ids,
             pa.nulls(n, pa.string()),
             pa.nulls(n, pa.string()),
-            pa.array([b"x" * body_size] * n, pa.binary()),
+            pa.repeat(pa.scalar(b"x" * body_size, pa.binary()), n),
             props,
             ts,
             ts,
-            pa.array([0] * n, pa.int32()),
+            pa.repeat(pa.scalar(0, pa.int32()), n),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
 
-    class ToyReader(DataSourceStreamReader):  # type: ignore[misc]
+    # SupportsTriggerAvailableNow as ours: without it Spark reads everything available in one
+    # micro-batch under Trigger.AvailableNow, ignoring the read limit.
+    class ToyReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
         def initialOffset(self) -> dict[str, int]:
             return {"n": 0}
 
         def getDefaultReadLimit(self) -> Any:
-            return ReadMaxRows(max(1, total // 8))
+            return ReadMaxRows(per_trigger)
 
         def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
             if isinstance(limit, ReadAllAvailable):
@@ -168,50 +270,73 @@ def toy_source(body_size: int, total: int) -> type:
     return ToySource
 
 
-def measure(quick: bool) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+def open_source(spark: Any, which: str, namesrv: str, topic: str, per_trigger: int) -> Any:
+    if which == "toy":
+        return spark.readStream.format("ferrymq_bench_toy").load()
+    return (
+        spark.readStream.format("ferrymq")
+        .option("namesrv", namesrv)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .load()
+    )
+
+
+def measure(
+    quick: bool,
+) -> tuple[dict[str, list[Run]], dict[str, list[Run]], dict[str, float]]:
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
 
     # The toy source is defined here; Spark's workers must get it by value, not by import.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     sz = sizes(quick)
-    ours: dict[str, list[float]] = {}
-    theirs: dict[str, list[float]] = {}
+    ours: dict[str, list[Run]] = {}
+    theirs: dict[str, list[Run]] = {}
     produce_rates: dict[str, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-work-"))
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("ferrymq-spark-bench")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     ferrymq.spark.register(spark)
     try:
         with standalone() as namesrv:
+            # Warm-up on a topic of its own: the JVM's JIT and both sources' Python workers.
+            produce(namesrv, WARMUP_TOPIC, WARMUP, 100)
+            spark.dataSource.register(toy_source(100, WARMUP, WARMUP // 4))
+            for which in ("ours", "toy"):
+                df = open_source(spark, which, namesrv, WARMUP_TOPIC, WARMUP // 4)
+                run_query(spark, df, "noop", workdir)
             for body_size in (100, 1024):
                 topic = TOPIC.format(size=body_size)
                 produce_rates[str(body_size)] = produce(namesrv, topic, sz.messages, body_size)
-                spark.dataSource.register(toy_source(body_size, sz.messages))
+                spark.dataSource.register(toy_source(body_size, sz.messages, sz.per_trigger))
                 label = "100 B" if body_size == 100 else "1 KiB"
                 for sink in ("noop", "parquet"):
                     key = f"{sink} {label}"
-                    for _ in range(sz.runs):
-                        df = (
-                            spark.readStream.format("ferrymq")
-                            .option("namesrv", namesrv)
-                            .option("topic", topic)
-                            .option("startingOffsets", "earliest")
-                            .option("maxOffsetsPerTrigger", str(max(1, sz.messages // 8)))
-                            .load()
-                        )
-                        ours.setdefault(key, []).append(run_query(spark, df, sink, workdir))
-                        toy = spark.readStream.format("ferrymq_bench_toy").load()
-                        theirs.setdefault(key, []).append(run_query(spark, toy, sink, workdir))
+                    for i in range(sz.runs):
+                        for which in ("ours", "toy") if i % 2 == 0 else ("toy", "ours"):
+                            df = open_source(spark, which, namesrv, topic, sz.per_trigger)
+                            result = run_query(spark, df, sink, workdir)
+                            (ours if which == "ours" else theirs).setdefault(key, []).append(
+                                result
+                            )
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     return ours, theirs, produce_rates
+
+
+def median_cpu(runs: list[Run]) -> dict[str, float]:
+    kinds = sorted({k for r in runs for k in r.cpu_us_per_row})
+    return {k: round(statistics.median(r.cpu_us_per_row.get(k, 0.0) for r in runs), 2)
+            for k in kinds}
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
@@ -223,14 +348,17 @@ def run(quick: bool) -> list[dict[str, Any]]:
             {
                 "area": "spark connector",
                 "measurement": f"source -> {sink}, {size} messages (steady rows/s)",
-                "value": statistics.median(ours[key]),
+                "value": statistics.median(r.rate for r in ours[key]),
                 "unit": "rows/s",
                 "target": TARGET,
-                "peer": statistics.median(theirs[key]),
-                "runs": [round(v) for v in ours[key]],
+                "peer": statistics.median(r.rate for r in theirs[key]),
+                "runs": [round(r.rate) for r in ours[key]],
                 "peer_name": PEER,
-                "peer_runs": [round(v) for v in theirs[key]],
+                "peer_runs": [round(r.rate) for r in theirs[key]],
+                "cpu_us_per_row": median_cpu(ours[key]),
+                "peer_cpu_us_per_row": median_cpu(theirs[key]),
                 "messages": sizes(quick).messages,
+                "rows_per_trigger": sizes(quick).per_trigger,
                 "produce_msgs_per_s": round(produce_rates["100" if size == "100 B" else "1024"]),
             }
         )
