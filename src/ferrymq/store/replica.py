@@ -60,8 +60,8 @@ class ReplicaLog:
     def checkpoint(self, clean: bool = False) -> Checkpoint:
         raise NotImplementedError
 
-    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]],
-                    keys: bytearray) -> None:
+    def _dispatch(self, infos: list[RecordInfo], pending: dict[tuple[str, int], list[bytes]],
+                  keys: bytearray) -> None:
         raise NotImplementedError
 
     def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
@@ -143,8 +143,7 @@ class ReplicaLog:
             clog.write(pos, data)
             pending: dict[tuple[str, int], list[bytes]] = {}
             keys = bytearray()
-            for info in infos:
-                self._redispatch(info, pending, keys)
+            self._dispatch(infos, pending, keys)
             queues = list(pending)
             self._write_pending(pending, keys)
             clog.write_pos = span.next_pos

@@ -9,6 +9,7 @@ they walk are replaced, never mutated, and deleted files stay open for a grace p
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -248,15 +249,14 @@ class MessageStore(Retention, ReplicaLog):
         for cq in self._cqs.values():
             cq.truncate_phys(start)
         scanner = Scanner(clog, start)
+        records_in = iter(scanner)
         pending: dict[tuple[str, int], list[bytes]] = {}
         keys = bytearray()
         records = 0
-        for info in scanner:
-            self._redispatch(info, pending, keys)
-            records += 1
-            if records % 50_000 == 0:
-                self._write_pending(pending, keys)
-        self._write_pending(pending, keys)
+        while chunk := list(itertools.islice(records_in, 50_000)):
+            self._dispatch(chunk, pending, keys)
+            self._write_pending(pending, keys)
+            records += len(chunk)
         end = scanner.result.end
         reason = scanner.result.bad_reason
         nxt = find_valid_after(clog, end)
@@ -282,30 +282,46 @@ class MessageStore(Retention, ReplicaLog):
         log.info("recovered commit log from %d to %d (%d records) in %.3f s", start, end,
                  records, self.last_recovery.seconds)
 
-    def _redispatch(self, info: RecordInfo, pending: dict[tuple[str, int], list[bytes]],
-                    keys: bytearray) -> None:
-        """Queue the record's consume-queue entry in `pending` and its key-index entries in
-        `keys`; _write_pending writes both."""
-        key = (info.topic, info.queue_id)
-        cq = self._queue(key)
-        waiting = pending.setdefault(key, [])
-        expected = cq.max_offset + len(waiting)
-        if info.queue_offset < expected:
-            return  # already in the queue
-        if info.queue_offset > expected:
-            log.warning("queue %s/%d: record at %d has queue offset %d, queue expected %d",
-                        info.topic, info.queue_id, info.pos, info.queue_offset, expected)
-        if info.topic == SCHEDULE_TOPIC:
-            levels = self.config.delay_levels_ms
-            raw_level = info.delay or "1"
-            level = int(raw_level) if raw_level.isdigit() else 1
-            tag = info.store_ts + levels[min(max(level, 1), len(levels)) - 1]
-        else:
-            tag = tag_code(info.tags) if info.tags else 0
-        waiting.append(ENTRY.pack(info.pos, info.size, tag))
-        # Records already indexed before a crash are not indexed twice (recovery rescans).
-        if (info.keys or info.uniq) and info.pos > self._index.end_phys:
-            key_entries(keys, info.topic, info.keys, info.uniq, info.pos, info.store_ts)
+    def _dispatch(self, infos: list[RecordInfo], pending: dict[tuple[str, int], list[bytes]],
+                  keys: bytearray) -> None:
+        """Queue each record's consume-queue entry in `pending` and its key-index entries in
+        `keys`; _write_pending writes both. Records already in their queue are passed over."""
+        index_end = self._index.end_phys
+        pack = ENTRY.pack
+        last_topic: str | None = None
+        last_qid = -1
+        cq: ConsumeQueue | None = None
+        waiting: list[bytes] = []
+        last_tags: str | None = None
+        tags_code = 0
+        for info in infos:
+            topic = info.topic
+            if topic != last_topic or info.queue_id != last_qid:
+                key = (topic, info.queue_id)
+                cq = self._queue(key)
+                waiting = pending.setdefault(key, [])
+                last_topic, last_qid = key
+            assert cq is not None
+            expected = cq.max_offset + len(waiting)
+            if info.queue_offset < expected:
+                continue  # already in the queue
+            if info.queue_offset > expected:
+                log.warning("queue %s/%d: record at %d has queue offset %d, queue expected %d",
+                            topic, info.queue_id, info.pos, info.queue_offset, expected)
+            if topic == SCHEDULE_TOPIC:
+                levels = self.config.delay_levels_ms
+                raw_level = info.delay or "1"
+                level = int(raw_level) if raw_level.isdigit() else 1
+                tag = info.store_ts + levels[min(max(level, 1), len(levels)) - 1]
+            else:
+                if info.tags != last_tags:
+                    last_tags = info.tags
+                    tags_code = tag_code(last_tags) if last_tags else 0
+                tag = tags_code
+            waiting.append(pack(info.pos, info.size, tag))
+            # Records already indexed before a crash are not indexed twice (recovery rescans).
+            if (info.keys or info.uniq) and info.pos > index_end:
+                key_entries(keys, topic, info.keys, info.uniq, info.pos, info.store_ts)
 
     def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
                        keys: bytearray) -> None:
