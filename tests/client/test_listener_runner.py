@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 from ferrymq.client.consumer.runner import ConsumeRequest, ListenerRunner
@@ -79,60 +78,5 @@ def test_a_blocked_listener_does_not_strand_a_later_prompt_run() -> None:
         await runner.wait_idle()
         runner.shutdown()
         assert sorted(finished) == [b"blocks", b"later"]
-
-    asyncio.run(scenario())
-
-
-def test_a_long_run_of_quick_requests_keeps_to_one_worker() -> None:
-    """Workers are added when no request was taken for a while (the running ones are stuck),
-    not because a long run takes a while to go through: 2,000 requests of ~20 us each (40 ms
-    in all, twenty times the spawn delay) are taken by one thread (two when the first one
-    starts late on a loaded machine)."""
-    async def scenario() -> None:
-        threads: set[int] = set()
-
-        def listener(msgs: list[Any], ctx: Any) -> str:
-            threads.add(threading.get_ident())
-            end = time.perf_counter() + 20e-6
-            while time.perf_counter() < end:
-                pass
-            return "ok"
-
-        runner = ListenerRunner(listener, 20, "t-quick")
-        runner.submit([ConsumeRequest(Queue(), [b"m"], None) for _ in range(2000)])
-        async with asyncio.timeout(60):
-            await runner.wait_idle()
-        runner.shutdown()
-        assert len(threads) <= 2, len(threads)
-
-    asyncio.run(scenario())
-
-
-def test_a_stuck_worker_gets_help_with_the_requests_behind_it() -> None:
-    """A listener blocked on the first of a run: the rest are taken by another worker."""
-    async def scenario() -> None:
-        release = threading.Event()
-        done = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        count = [0]
-
-        def listener(msgs: list[Any], ctx: Any) -> str:
-            if msgs[0] == b"blocks":
-                release.wait(10)
-                return "ok"
-            count[0] += 1
-            if count[0] == 50:
-                loop.call_soon_threadsafe(done.set)
-            return "ok"
-
-        runner = ListenerRunner(listener, 4, "t-stuck")
-        runner.submit([ConsumeRequest(Queue(), [b"blocks"], None)]
-                      + [ConsumeRequest(Queue(), [b"m"], None) for _ in range(50)])
-        try:
-            await _wait(done, "the requests behind the blocked one")
-        finally:
-            release.set()
-        await runner.wait_idle()
-        runner.shutdown()
 
     asyncio.run(scenario())

@@ -10,11 +10,9 @@ worker checks that the request's queue is still owned right before calling the l
 (RocketMQ's processQueue.isDropped() in ConsumeRequest.run): messages buffered for a queue
 this member gave away are never consumed here.
 
-Workers are added while requests wait and no worker has taken one for SPAWN_AFTER (the
-workers running are busy in a slow or blocked listener), up to consume_threads; a fast
-listener keeps one or two busy instead of twenty threads fighting for the interpreter lock,
-however long the queue (a pull of a few hundred messages takes longer than SPAWN_AFTER to go
-through, which is progress, not a stuck worker)."""
+Workers are added while requests wait in the queue longer than SPAWN_AFTER (the workers
+running are busy in a slow or blocked listener), up to consume_threads; a fast listener
+keeps one or two busy instead of twenty threads fighting for the interpreter lock."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ from ...common.message import MessageExt
 
 log = logging.getLogger("ferrymq.client.listener")
 
-# A worker is added when requests wait and none was taken for this long.
+# A worker is added when the oldest queued request has waited this long.
 SPAWN_AFTER = 0.002
 
 
@@ -64,7 +62,7 @@ class Droppable(Protocol):
 class ConsumeRequest:
     """One listener call: its messages, context and, once run, its result."""
 
-    __slots__ = ("ctx", "msgs", "pq", "ran", "result", "started")
+    __slots__ = ("ctx", "msgs", "pq", "queued", "ran", "result", "started")
 
     def __init__(self, pq: Any, msgs: list[MessageExt], ctx: Any) -> None:
         self.pq = pq  # a ProcessQueue; only `dropped` is read off the loop
@@ -73,6 +71,7 @@ class ConsumeRequest:
         self.result: Any = None
         self.ran = False  # False: its queue was dropped before it started
         self.started = 0.0  # time.time() when the listener was called
+        self.queued = 0.0  # time.monotonic() when it was submitted
 
 
 class ListenerRunner:
@@ -92,8 +91,6 @@ class ListenerRunner:
         self._wake_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._check: asyncio.TimerHandle | None = None
-        self._taken = 0  # requests taken by workers so far
-        self._seen = 0  # _taken when the watch was armed
         self._outstanding = 0
         self._idle: asyncio.Event | None = None
 
@@ -144,15 +141,24 @@ class ListenerRunner:
                 self._workers += 1
                 self._loop.create_task(self._awork())
             return
+        now = time.monotonic()
+        for req in reqs:
+            req.queued = now
         with self._lock:
             self._queue.extend(reqs)
         self._add_worker_if_needed(first=True, favour=favour)
 
+    def _waited(self) -> float:
+        """How long the oldest queued request has waited (0: none waits)."""
+        try:
+            return time.monotonic() - self._queue[0].queued
+        except IndexError:  # a worker took the last one meanwhile
+            return 0.0
+
     def _watch(self) -> None:
-        """While requests wait, look again shortly whether the workers took any meanwhile."""
+        """While requests wait, look again shortly whether the workers are stuck."""
         if self._check is None and self._queue and self._workers < self.threads:
             assert self._loop is not None
-            self._seen = self._taken
             self._check = self._loop.call_later(SPAWN_AFTER, self._recheck)
 
     def _recheck(self) -> None:
@@ -160,15 +166,13 @@ class ListenerRunner:
         self._add_worker_if_needed(first=False)
 
     def _add_worker_if_needed(self, *, first: bool, favour: bool = False) -> None:
-        """Start a worker when none runs (on submit) or requests wait and none was taken
-        since the last look (SPAWN_AFTER ago); then keep watching while requests wait.
-        `favour`: hand the started worker the interpreter lock at once."""
+        """Start a worker when none runs (on submit) or the oldest request has waited longer
+        than SPAWN_AFTER; then keep watching while requests wait. `favour`: hand the started
+        worker the interpreter lock at once."""
         with self._lock:
-            if first:
-                start = self._workers == 0
-            else:
-                start = (bool(self._queue) and self._workers < self.threads
-                         and self._taken == self._seen)
+            start = (first and self._workers == 0) or (
+                self._workers < self.threads and self._waited() > SPAWN_AFTER
+            )
             if start:
                 self._workers += 1
         if start:
@@ -194,7 +198,6 @@ class ListenerRunner:
                         continue
                     self._workers -= 1
                     return
-            self._taken += 1  # progress, for _add_worker_if_needed (a lost race only delays)
             if not req.pq.dropped:
                 req.ran = True
                 req.started = time.time()
