@@ -96,7 +96,14 @@ def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, of
         return 0
     info = broker.clients.consumer_group(group)
     if info is not None and info.message_model == "CLUSTERING":
-        return broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
+        seq = broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
+        if (info.consume_from_where == "CONSUME_FROM_FIRST_OFFSET" and broker.store is not None
+                and offset <= broker.store.get_min_offset(topic, queue_id)):
+            # Lost in a crash, this start would be computed again as the queue's first offset:
+            # the same place or an earlier one, nothing skipped. So the group's first pull
+            # (on the path of every new consumer's first message) does not wait for the fsync.
+            return 0
+        return seq
     broker.offsets.note_pull(group, topic, queue_id, offset)
     return 0
 
