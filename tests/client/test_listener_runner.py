@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from ferrymq.client.consumer.runner import ConsumeRequest, ListenerRunner
@@ -78,5 +79,30 @@ def test_a_blocked_listener_does_not_strand_a_later_prompt_run() -> None:
         await runner.wait_idle()
         runner.shutdown()
         assert sorted(finished) == [b"blocks", b"later"]
+
+    asyncio.run(scenario())
+
+
+def test_a_long_run_of_quick_requests_is_not_spread_over_threads() -> None:
+    """Workers are added for requests that wait while the running workers wait too (in I/O, a
+    sleep); not while they compute: 2,000 busy requests of ~20 us each (40 ms in all, twenty
+    times the spawn delay) stay on one thread (two when the first starts late on a loaded
+    machine). test_push_threads has the other side: a sleeping listener gets more threads."""
+    async def scenario() -> None:
+        threads: set[int] = set()
+
+        def listener(msgs: list[Any], ctx: Any) -> str:
+            threads.add(threading.get_ident())
+            end = time.thread_time() + 20e-6
+            while time.thread_time() < end:
+                pass
+            return "ok"
+
+        runner = ListenerRunner(listener, 20, "t-quick")
+        runner.submit([ConsumeRequest(Queue(), [b"m"], None) for _ in range(2000)])
+        async with asyncio.timeout(60):
+            await runner.wait_idle()
+        runner.shutdown()
+        assert len(threads) <= 2, len(threads)
 
     asyncio.run(scenario())

@@ -10,9 +10,12 @@ worker checks that the request's queue is still owned right before calling the l
 (RocketMQ's processQueue.isDropped() in ConsumeRequest.run): messages buffered for a queue
 this member gave away are never consumed here.
 
-Workers are added while requests wait in the queue longer than SPAWN_AFTER (the workers
-running are busy in a slow or blocked listener), up to consume_threads; a fast listener
-keeps one or two busy instead of twenty threads fighting for the interpreter lock."""
+Workers are added while requests wait in the queue longer than SPAWN_AFTER and the workers
+running are waiting (a listener blocked in I/O, a sleep, a lock), up to consume_threads. Not
+while they compute: a run of quick listener calls (a pull of a hundred messages at listener
+batch 1) can take longer than SPAWN_AFTER to go through, and more threads would only fight
+the one running it, and the event loop, for the interpreter lock. The workers' CPU clocks,
+read on each look, tell the two apart."""
 
 from __future__ import annotations
 
@@ -91,6 +94,9 @@ class ListenerRunner:
         self._wake_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._check: asyncio.TimerHandle | None = None
+        self._worker_ids: set[int] = set()  # threads inside _work
+        self._cpu_seen: dict[int, float] = {}  # each worker's CPU clock at the last look
+        self._cpu_seen_at = 0.0
         self._outstanding = 0
         self._idle: asyncio.Event | None = None
 
@@ -172,6 +178,7 @@ class ListenerRunner:
         with self._lock:
             start = (first and self._workers == 0) or (
                 self._workers < self.threads and self._waited() > SPAWN_AFTER
+                and not self._workers_computing()
             )
             if start:
                 self._workers += 1
@@ -187,7 +194,33 @@ class ListenerRunner:
                 time.sleep(0)
         self._watch()
 
+    def _workers_computing(self) -> bool:
+        """Whether the workers spent at least half the time since the last look on the CPU
+        (running listener code, not waiting in it). A thread seen for the first time only
+        gives a reading."""
+        now = time.monotonic()
+        clocks: dict[int, float] = {}
+        for ident in list(self._worker_ids):
+            try:
+                clocks[ident] = time.clock_gettime(time.pthread_getcpuclockid(ident))
+            except (OSError, OverflowError):  # the thread ended meanwhile
+                continue
+        seen, at = self._cpu_seen, self._cpu_seen_at
+        self._cpu_seen, self._cpu_seen_at = clocks, now
+        known = [c - seen[i] for i, c in clocks.items() if i in seen]
+        if not known:
+            return True
+        return sum(known) >= 0.5 * (now - at)
+
     def _work(self) -> None:
+        ident = threading.get_ident()
+        self._worker_ids.add(ident)
+        try:
+            self._work_requests()
+        finally:
+            self._worker_ids.discard(ident)
+
+    def _work_requests(self) -> None:
         queue = self._queue
         while True:
             try:
