@@ -271,3 +271,16 @@ def test_a_lone_writer_is_appended_at_once_until_another_writer_joins(tmp_path: 
                              + [b"r%d" % i for i in range(SINGLES_BEFORE_EAGER)] + [b"eager-3"])
     finally:
         s.shutdown()
+
+
+def test_a_large_group_is_cut_to_stay_well_inside_a_segment(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s")  # 64 KiB segments: groups of at most 16 KiB
+    bodies = [bytes([i]) * 4000 for i in range(12)]
+    try:
+        results = asyncio.run(put_together(s, [[msg(body=b)] for b in bodies]))
+        assert all(r.ok for r in results)
+        assert [r.messages[0].queue_offset for r in results] == list(range(12))
+        assert s.coalescer.groups >= 3  # 12 x ~4 KiB does not go as one group
+        assert stored(s) == bodies
+    finally:
+        s.shutdown()

@@ -160,32 +160,40 @@ class PutCoalescer:
                 lp.eager = True
         else:
             lp.singles = 0
-        start = 0
-        size = 0
+        # One pass: the live puts (a put cancelled before it was appended is not stored),
+        # their messages, cut where a group would pass max_bytes.
         max_bytes = self._max_bytes
-        for i, (msgs, _) in enumerate(puts):
-            put_size = (len(msgs[0].body) + _RECORD_OVERHEAD if len(msgs) == 1 else
-                        sum(len(m.body) for m in msgs) + _RECORD_OVERHEAD * len(msgs))
-            if size and size + put_size > max_bytes:
-                self._append_group(loop, puts[start:i])
-                start, size = i, 0
+        live: list[_Put] = []
+        msgs: list[StoreMessage] = []
+        futures: list[asyncio.Future[PutResult]] = []
+        size = 0
+        for put in puts:
+            put_msgs, fut = put
+            if fut.done():
+                continue
+            put_size = (len(put_msgs[0].body) + _RECORD_OVERHEAD if len(put_msgs) == 1 else
+                        sum(len(m.body) for m in put_msgs) + _RECORD_OVERHEAD * len(put_msgs))
+            if live and size + put_size > max_bytes:
+                self._append_group(loop, live, msgs, futures)
+                live, msgs, futures, size = [], [], [], 0
+            live.append(put)
+            msgs.extend(put_msgs)
+            futures.append(fut)
             size += put_size
-        self._append_group(loop, puts[start:] if start else puts)
+        if live:
+            self._append_group(loop, live, msgs, futures)
 
-    def _append_group(self, loop: asyncio.AbstractEventLoop, puts: list[_Put]) -> None:
-        # A put cancelled before it was appended is not stored.
-        live = [p for p in puts if not p[1].done()]
-        if not live:
-            return
+    def _append_group(self, loop: asyncio.AbstractEventLoop, puts: list[_Put],
+                      msgs: list[StoreMessage],
+                      futures: list[asyncio.Future[PutResult]]) -> None:
         try:
-            results, end = self._append_all(live)
+            results, end = self._append_all(puts, msgs)
         except Exception as exc:  # an unexpected failure is every caller's, not the loop's
-            log.exception("append of %d coalesced puts failed", len(live))
-            for _, fut in live:
+            log.exception("append of %d coalesced puts failed", len(puts))
+            for fut in futures:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        futures = [fut for _, fut in live]
         if self._sync and end > self._flusher.log.flushed:
             self._flusher.add_waiter(end, _Group(futures, results, self._timeout_ms), loop,
                                      self._timeout_ms / 1000)
@@ -194,14 +202,15 @@ class PutCoalescer:
             if not fut.done():
                 fut.set_result(result)
 
-    def _append_all(self, puts: list[_Put]) -> tuple[list[PutResult], int]:
+    def _append_all(self, puts: list[_Put],
+                    msgs: list[StoreMessage]) -> tuple[list[PutResult], int]:
         """One result per put, in order, and where the last stored byte ends (0: nothing
-        stored); the puts appended with one `append` when they can."""
+        stored); the puts (`msgs`: all their messages) appended with one `append` when they
+        can."""
         append = self._append
         if len(puts) == 1:
             result = append(puts[0][0])
             return [result], result.end_offset if result.status is PutStatus.PUT_OK else 0
-        msgs = [m for p in puts for m in p[0]]
         result = append(msgs)
         status = result.status
         if status is PutStatus.PUT_OK:
