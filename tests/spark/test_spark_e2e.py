@@ -154,6 +154,33 @@ def test_max_offsets_per_trigger_splits_into_batches(
     assert spark.sql("select count(distinct queue_id, queue_offset) from lim").first()[0] == 100
 
 
+def test_max_partitions_groups_queues_and_reads_every_offset_once(
+    spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
+) -> None:
+    admin.create_topic("grouped-parts", 4)
+    produce(server.namesrv, "grouped-parts", 100, batch=10)  # a batch goes to one queue
+    assert sum(1 for n in max_offsets(admin, "grouped-parts").values() if n) == 4
+    df = stream(
+        spark, server, "grouped-parts", startingOffsets="earliest", maxOffsetsPerTrigger="30",
+        maxPartitions="2",
+    )
+    query = run_available_now(df, "gp", tmp_path / "cp")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 100 and max(sizes) <= 30
+    rows = spark.sql("select queue_id, queue_offset, body from gp").collect()
+    assert len(rows) == len({(r.queue_id, r.queue_offset) for r in rows}) == 100
+    assert sorted(r.body for r in rows) == sorted(f"m{i}".encode() for i in range(100))
+    batch = (
+        spark.read.format("ferrymq").option("namesrv", server.namesrv)
+        .option("topic", "grouped-parts").option("maxPartitions", "3").load()
+    )
+    from pyspark.sql.functions import spark_partition_id
+
+    rows = batch.select(spark_partition_id().alias("p"), "queue_id", "queue_offset").collect()
+    assert len({r.p for r in rows}) == 3  # 4 queues in 3 tasks
+    assert len({(r.queue_id, r.queue_offset) for r in rows}) == len(rows) == 100
+
+
 def test_group_offsets_reach_the_broker_after_the_query_stops(
     spark: Any, server: Standalone, admin: AdminClient, tmp_path: Path
 ) -> None:

@@ -225,6 +225,31 @@ def test_sql92_sub_expressions_are_taken() -> None:
         "amount > 5 AND region = 'EU'", "SQL92", frozenset())
 
 
+def test_max_partitions_groups_ranges_by_rows_and_keeps_every_range_once() -> None:
+    from ferrymq.spark.planning import plan_partitions
+    from ferrymq.spark.read import QueueRange, QueueRanges
+
+    keys = [QueueKey("t", "broker-a", q) for q in range(8)]
+    start = {k: 100 * k.queue_id for k in keys}
+    sizes = [50, 10, 40, 0, 30, 30, 20, 20]
+    end = {k: start[k] + n for k, n in zip(keys, sizes, strict=True)}
+    base = {"namesrv": "127.0.0.1:9876", "topic": "t"}
+    ranges = plan_partitions(reader_options(base, streaming=False), start, end)
+    assert len(ranges) == 7 and all(isinstance(r, QueueRange) for r in ranges)
+    opts = reader_options({**base, "maxPartitions": "3"}, streaming=False)
+    groups = plan_partitions(opts, start, end)
+    assert len(groups) == 3 and all(isinstance(g, QueueRanges) for g in groups)
+    flat = [r for g in groups for r in g.ranges]  # type: ignore[union-attr]
+    assert sorted(flat, key=lambda r: r.key) == ranges  # each range once, none split
+    # Largest first into the emptiest group: 50+20, 40+20+10, 30+30.
+    assert sorted(sum(r.end - r.start for r in g.ranges) for g in groups) == [60, 70, 70]  # type: ignore[union-attr]
+    assert plan_partitions(opts, start, end) == groups  # the same plan every time
+    assert len(plan_partitions(reader_options({**base, "maxPartitions": "16"}, streaming=False),
+                               start, end)) == 7
+    with pytest.raises(OptionError):
+        reader_options({**base, "maxPartitions": "0"}, streaming=False)
+
+
 def test_trigger_gate_waits_for_min_rows_or_the_delay() -> None:
     now = [1000.0]
     gate = TriggerGate(100, 30_000, clock=lambda: now[0])

@@ -11,7 +11,7 @@
 Reader options: namesrv, topic (comma list), group, startingOffsets (group | earliest |
 latest | JSON per queue), startingOffsetsByTimestamp, endingOffsets and
 endingOffsetsByTimestamp (batch reads), maxOffsetsPerTrigger, failOnDataLoss, pullBatchSize,
-rowsPerBatch, maxRowsPerPartition. Sink options: namesrv, topic, producerGroup, sendBatchSize.
+rowsPerBatch, maxRowsPerPartition, maxPartitions. Sink options: namesrv, topic, producerGroup, sendBatchSize.
 The row schema is documented in `ferrymq.spark.schema`; the sink's guarantee in
 `ferrymq.spark.writer` (at-least-once with deterministic UNIQ_KEYs)."""
 

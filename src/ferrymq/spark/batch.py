@@ -11,8 +11,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .cluster import Cluster, check_loss
 from .options import ReaderOptions
-from .planning import plan_ranges
-from .read import QueueRange, read_range
+from .planning import plan_partitions
+from .read import read_partition
 
 
 class FerryMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -30,8 +30,7 @@ class FerryMQBatchReader(DataSourceReader):  # type: ignore[misc]
         begin = {
             k: check_loss(k, start[k], bounds[k][0], self.options.fail_on_data_loss) for k in keys
         }
-        return plan_ranges(self.options, begin, end)
+        return plan_partitions(self.options, begin, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_range(partition)
+        return read_partition(partition)

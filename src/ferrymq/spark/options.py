@@ -62,6 +62,9 @@ class ReaderOptions:
     rows_per_batch: int
     max_rows_per_partition: int | None
     min_offsets_per_trigger: int | None = None
+    # At most this many Spark partitions per read (None: one per queue range, as Kafka's
+    # source has one per topic partition); queue ranges are grouped, balanced by rows.
+    max_partitions: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
     # The tags a row must carry ('*': every row); filtered by the broker, checked again here.
     tags: frozenset[str] = frozenset()
@@ -262,6 +265,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         rows_per_batch=_int(options, "rowsPerBatch", DEFAULT_ROWS_PER_BATCH)
         or DEFAULT_ROWS_PER_BATCH,
         max_rows_per_partition=_int(options, "maxRowsPerPartition", None),
+        max_partitions=_int(options, "maxPartitions", None),
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_ms=delay_ms,
         tags=tags,

@@ -65,6 +65,26 @@ class QueueRange(InputPartition):  # type: ignore[misc]
         return f"QueueRange({self.key} [{self.start}, {self.end}))"
 
 
+@dataclass(frozen=True)
+class QueueRanges(InputPartition):  # type: ignore[misc]
+    """Several queue ranges read one after the other in one Spark partition (maxPartitions)."""
+
+    ranges: tuple[QueueRange, ...]
+
+    def __repr__(self) -> str:
+        return f"QueueRanges({', '.join(map(repr, self.ranges))})"
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of a partition planned by `planning`: one queue range or a group of them."""
+    if isinstance(partition, QueueRanges):
+        for part in partition.ranges:
+            yield from read_range(part)
+    else:
+        assert isinstance(partition, QueueRange), partition
+        yield from read_range(partition)
+
+
 _clients: dict[str, AdminClient] = {}
 _clients_lock = threading.Lock()
 

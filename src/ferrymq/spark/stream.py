@@ -32,8 +32,8 @@ from .admission import TriggerGate, split_limit
 from .cluster import Cluster, check_loss
 from .offsets import QueueKey, SourceOffset
 from .options import ReaderOptions
-from .planning import plan_ranges
-from .read import QueueRange, read_range
+from .planning import plan_partitions
+from .read import read_partition
 
 log = logging.getLogger("ferrymq.spark")
 
@@ -119,11 +119,10 @@ class FerryMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow): 
             starts[key] = min(
                 check_loss(key, first, low, self.options.fail_on_data_loss), finish[key]
             )
-        return plan_ranges(self.options, starts, {k: finish[k] for k in moving})
+        return plan_partitions(self.options, starts, {k: finish[k] for k in moving})
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        return read_range(partition)
+        return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit(SourceOffset.from_json(end).queues)
