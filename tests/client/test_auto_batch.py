@@ -4,6 +4,8 @@ still gets the result of its own message."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from scenario_util import FAST_PRODUCER
 from ferrymq import AdminClient, Message, Producer, SendStatus
 from ferrymq.aio import Producer as AsyncProducer
 from ferrymq.client.accumulator import Accumulator, AutoBatchConfig, Pending
-from ferrymq.client.errors import BrokerError, broker_error
+from ferrymq.client.errors import BrokerError, ClientStateError, broker_error
 from ferrymq.client.results import SendResult
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.message import BatchEntry, MessageBatchItem, MessageQueue
@@ -50,6 +52,77 @@ def test_shutdown_sends_what_callers_handed_over(standalone: Any) -> None:
         producer.shutdown()  # a 5 s linger would still be waiting: shutdown must flush it
         assert all(f.result(10).status is SendStatus.SEND_OK for f in futures)
         assert admin.max_offset(MessageQueue("ab-stop", "broker-a", 0)) == 50
+
+
+def test_shutdown_while_threads_keep_sending_ends_and_settles_every_future(standalone: Any) -> None:
+    """Senders that keep calling send_async until they are refused: shutdown must stop taking
+    new sends before it drains (else the drain never ends), and every future handed out
+    settles, stored or refused, none left pending."""
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("ab-race", 2)
+    producer = Producer("ab-race-p", standalone.namesrv, **FAST_PRODUCER)
+    producer.start()
+    producer.send(Message("ab-race", b"warm"))
+    futures: list[concurrent.futures.Future[SendResult]] = []
+    refused: list[BaseException] = []
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def spam() -> None:
+        while True:
+            try:
+                f = producer.send_async(Message("ab-race", b"x"))
+            except ClientStateError as exc:
+                refused.append(exc)
+                return
+            with lock:
+                futures.append(f)
+                if len(futures) >= 300:
+                    enough.set()
+
+    threads = [threading.Thread(target=spam, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    assert enough.wait(30)
+    producer.shutdown()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive(), "a sender was never refused"
+    assert len(refused) == 3
+    _, pending = concurrent.futures.wait(futures, timeout=30)
+    assert not pending, f"{len(pending)} of {len(futures)} futures never settled"
+    for f in futures:
+        exc = f.exception()
+        assert exc is None or isinstance(exc, ClientStateError), exc
+
+
+async def test_shutdown_refuses_new_sends_before_it_drains(standalone: Any) -> None:
+    """A task sending one message per loop turn keeps a batch in flight at every turn: a drain
+    that still took new sends would never see the accumulator empty and never end."""
+    admin = AdminClient(standalone.namesrv)
+    with admin:
+        admin.create_topic("ab-drain", 1)
+    producer = AsyncProducer("ab-drain-p", standalone.namesrv, **FAST_PRODUCER)
+    await producer.start()
+    await producer.send(Message("ab-drain", b"warm"))
+    futures: list[asyncio.Future[SendResult]] = []
+
+    async def spam() -> ClientStateError:
+        while True:
+            try:
+                futures.append(producer.send_async(Message("ab-drain", b"x")))
+            except ClientStateError as exc:
+                return exc
+            await asyncio.sleep(0)
+
+    sender = asyncio.ensure_future(spam())
+    while len(futures) < 50:
+        await asyncio.sleep(0)
+    async with asyncio.timeout(30):
+        await producer.shutdown()
+        assert isinstance(await sender, ClientStateError)
+    assert all(f.done() for f in futures)
+    assert all(f.result().status is SendStatus.SEND_OK for f in futures)
 
 
 def test_auto_batch_off_sends_each_message_on_its_own(standalone: Any) -> None:

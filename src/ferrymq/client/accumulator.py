@@ -129,9 +129,12 @@ class Accumulator:
             self._flush_topic(topic)
 
     async def drain(self) -> None:
-        """Send everything waiting and wait for every batch in flight (producer shutdown)."""
-        self.flush()
-        while self._in_flight:
+        """Send everything waiting and wait for every batch in flight (producer shutdown).
+        Messages added meanwhile (handed over before the shutdown) are sent too."""
+        while True:
+            self.flush()
+            if not self._in_flight:
+                return
             await asyncio.gather(*list(self._in_flight), return_exceptions=True)
 
     def _flush_topic(self, topic: str) -> None:

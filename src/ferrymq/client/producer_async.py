@@ -33,6 +33,7 @@ from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .accumulator import Accumulator, AutoBatchConfig, Pending, split_batch_result
 from .errors import (
     BrokerError,
+    ClientClosedError,
     MessageValidationError,
     NameServerUnreachableError,
     NoRouteError,
@@ -205,6 +206,9 @@ class AsyncProducer(Lifecycle):
         self._no_route_checked: dict[str, float] = {}
         self._checked_topics: dict[str, int] = {}  # valid topic -> its plain-message limit
         self._new_id = new_uniq_id  # bound to the process's generator at start
+        # Set when shutdown begins: new sends are refused while what was handed over drains
+        # (senders that kept going would otherwise keep the drain from ever ending).
+        self._closing = False
         self.auto_batch = AutoBatchConfig(
             auto_batch, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes
         )
@@ -242,7 +246,8 @@ class AsyncProducer(Lifecycle):
         if self.state is not State.RUNNING or self._inst is None:
             self.state = State.SHUTDOWN
             return False
-        # What callers already handed over is sent before the producer stops.
+        # What callers already handed over is sent before the producer stops; nothing new is.
+        self._closing = True
         await self._accumulator.drain()
         self.state = State.SHUTDOWN
         inst = self._inst
@@ -350,6 +355,8 @@ class AsyncProducer(Lifecycle):
                 "(0 = no delay); set the producer's delay_levels if it is configured with more")
 
     def _prepare(self, msg: Message) -> Outgoing:
+        if self._closing:
+            raise ClientClosedError(self.kind, "send")
         topic = msg.topic
         if not msg.properties and msg.body and len(msg.body) <= self._valid_topic(topic):
             # The common message: a body and nothing else. Its one property is its id.
@@ -399,6 +406,8 @@ class AsyncProducer(Lifecycle):
                 f"own fields); the limit is {self.max_message_size}")
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> Outgoing:
+        if self._closing:
+            raise ClientClosedError(self.kind, "send")
         if not msgs:
             raise MessageValidationError("batch", "is empty")
         topic = msgs[0].topic
@@ -627,6 +636,10 @@ class AsyncProducer(Lifecycle):
     def start_prepared(self, out: Outgoing, result: concurrent.futures.Future[SendResult]) -> None:
         """send_async for the blocking producer, on the loop: `result` (the caller's future,
         running) is settled by the batch the message joins, or by its own send."""
+        if self.state is State.SHUTDOWN:
+            # Handed over just before shutdown began, but reached the loop after the drain.
+            result.set_exception(ClientClosedError(self.kind, "send"))
+            return
         if self.auto_batch.enabled and _batchable(out):
             # No closure for the path alone: the accumulator's default sender (_send_async)
             # takes the entry itself; fewer objects per message for the collector to visit.
