@@ -77,6 +77,17 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+def fsync_file(path: Path) -> None:
+    """Write a mapped file's dirty pages out with the interpreter lock released. Not
+    mmap.flush(): CPython runs msync holding the lock, so every thread (the broker's event loop
+    included) stands still for as long as the disk takes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -6,12 +6,14 @@ the read time is a horizon past the write time of its last entry."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...store.files import fsync_file
 from .codec import ENTRY, LogEntry, TimerFileError, decode_entry, encode_entry
 
 log = logging.getLogger("ferrymq.broker.timer")
@@ -122,8 +124,9 @@ class TimerLog:
         return len(self._segments)
 
     def flush(self) -> None:
-        for seg in self._segments.values():
-            seg.flush()
+        for start in list(self._segments):
+            with contextlib.suppress(FileNotFoundError):  # dropped meanwhile
+                fsync_file(self._path(start))
 
     def close(self) -> None:
         for seg in self._segments.values():

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...store.files import fsync_file
 from .codec import SLOT, Slot, TimerFileError
 
 _EMPTY = Slot(0, -1, -1, 0)
@@ -76,7 +77,7 @@ class TimerWheel:
         return None
 
     def flush(self) -> None:
-        self._map.flush()
+        fsync_file(self.path)
 
     def close(self) -> None:
         if not self._map.closed:
