@@ -171,6 +171,16 @@ def uniq_id_generator() -> UniqIdGenerator:
     return _default_generator
 
 
+def _forget_generator() -> None:
+    # A child inherits its parent's generator: its pid in the ids and its counter, so both
+    # would make the same ids (and its lock, held if another thread was taking an id).
+    global _default_generator
+    _default_generator = None
+
+
+os.register_at_fork(after_in_child=_forget_generator)
+
+
 def new_uniq_id() -> str:
     return uniq_id_generator().next_id()
 
