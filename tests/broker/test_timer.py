@@ -292,3 +292,40 @@ async def test_ten_thousand_pending_timers_live_in_the_wheel_files_not_in_memory
     await eventually(lambda: node.timer.pending() == 0, timeout=60, what="every delivery")
     got = await node.pull("t")
     assert len(got) == n and len({m.msg_id for m in got}) == n
+
+
+async def test_a_broker_without_the_wheel_stores_messages_that_only_mention_timer_(
+        tmp_path: Path) -> None:
+    """The timer's quick test looks for TIMER_ anywhere in the encoded properties; a key, tag
+    or value that merely contains it asks for no timer and must be stored, on a broker whose
+    wheel is off as on one whose wheel is on. A real request is still refused there."""
+    namesrv = NameServer(NamesrvConfig(port=0))
+    await namesrv.start()
+    broker = Broker(BrokerConfig(store_dir=tmp_path / "store", listen_port=0,
+                                 namesrv_addr=namesrv.address, timer_wheel_enable=False),
+                    clock=Clock())
+    await broker.start()
+    wire = Wire(namesrv.address, broker.addr)
+    try:
+        assert broker.timer is None
+        await wire.create_topic("t", 1)
+        mentions = [dict(_props("K"), KEYS="TIMER_42 order-7"), dict(_props("G"), TAGS="TIMER_A"),
+                    dict(_props("V"), note="reset TIMER_DELAY_SEC later")]
+        for props in mentions:
+            resp = await wire.send("t", b"x", props=props)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        body = encode_batch([MessageBatchItem(0, b"b", dict(_props("B1"), KEYS="TIMER_1")),
+                             MessageBatchItem(0, b"b", _props("B2"))])
+        resp = await wire.call(
+            RequestCode.SEND_BATCH_MESSAGE, body, producerGroup="p", topic="t",
+            defaultTopic="TBW102", defaultTopicQueueNums=1, queueId=0, sysFlag=0,
+            bornTimestamp=T0, flag=0, properties="", reconsumeTimes=0, unitMode=False, batch=True)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert [m.msg_id for m in await wire.pull_all("t", 0)] == ["K", "G", "V", "B1", "B2"]
+        resp = await wire.send("t", b"x", props=_props("R", TIMER_DELAY_MS=1_000))
+        assert resp.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "timer wheel is off" in (resp.remark or "")
+    finally:
+        await wire.close()
+        await broker.stop()
+        await namesrv.stop()

@@ -18,7 +18,7 @@ from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
 from ..common.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from ..common.record import property_value
+from ..common.record import properties_map, property_value
 from ..remoting import (
     ClientConfig,
     RemotingClient,
@@ -331,10 +331,16 @@ class Broker:
         if isinstance(props, bytes) and _DELAY_MARK not in props and _TIMER_MARK not in props:
             return msg  # as sent by a producer, asking for neither: two scans of C speed
         if asks_for_timer(props):
-            if self.timer is None:
+            if self.timer is not None:
+                msg = to_timer(msg, self.now_ms(), self.config.timer_max_delay_sec * 1000)
+            elif asks_for_timer(properties_map(props)):
+                # The quick test only found TIMER_ somewhere (a key, a tag or a value may
+                # contain it); without a wheel only a real request is refused.
                 raise TimerMessageError("TIMER_*", "", "cannot be honoured: the broker's timer "
                                         "wheel is off (timer_wheel_enable)")
-            msg = to_timer(msg, self.now_ms(), self.config.timer_max_delay_sec * 1000)
+        return self._maybe_delay(msg)
+
+    def _maybe_delay(self, msg: StoreMessage) -> StoreMessage:
         level_text = property_value(msg.properties, P.PROPERTY_DELAY_TIME_LEVEL)
         if not level_text or msg.topic == SCHEDULE_TOPIC:
             return msg
