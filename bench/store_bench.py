@@ -287,7 +287,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         appends.append(a)
         reads.append(r)
     rows = [
-        _row("append, ASYNC_FLUSH, batches of 32", "msg/s", appends, 500_000, PEER_ASYNC,
+        _row("append, ASYNC_FLUSH, batches of 32", "msg/s", appends, 600_000, PEER_ASYNC,
              _repeat(lambda: peer_async(sz["async"]))),
         _row("append, SYNC_FLUSH, 64 asyncio writers (group commit)", "msg/s",
              _repeat(lambda: append_sync(sz["sync64"], 64)), 120_000, PEER_SYNC64,
