@@ -362,6 +362,15 @@ def test_ali_ons_subscribing_with_sql92_receives_only_matching_messages(
                                   properties={"amount": str(i), "region": region}))
             if i >= 20 and (region == "EU" or tag == "vip"):
                 want.add(f"sql-{i}")
+        # Each queue ends with a matching message: a consumer that received it has read its
+        # queue to the end (filtered messages last in a queue are only passed by a further
+        # pull, which the stop below may come before).
+        for q in range(4):
+            body = f"sql-last-{q}"
+            producer.send_to_queue(Message(topic, body.encode(), tags="vip",
+                                           properties={"amount": "99", "region": "EU"}),
+                                   MessageQueue(topic, BROKER, q))
+            want.add(body)
     consumer.wait_received(bodies_received(want), 30, "every matching message")
     assert consumer.stop() == 0
     # Closed cleanly with every queue committed to its end: nothing else is on its way.
