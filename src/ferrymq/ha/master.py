@@ -86,6 +86,9 @@ class HaMaster:
         # (RocketMQ 4's SYNC_MASTER); in controller mode min_in_sync_replicas - 1, since the
         # in-sync set alone decides who may be elected.
         self.min_slaves = 1
+        # Readers see only what every slave waited for has (store/visibility.py): set for a
+        # SYNC_MASTER in controller mode, where a replica may be elected in this one's place.
+        self.gate_reads = False
         self._server: asyncio.base_events.Server | TlsStreamServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -100,7 +103,7 @@ class HaMaster:
         self._loop = loop
         self._thread = threading.get_ident()
         self.waiters = ReplicationWaiters(loop, self._acked)
-        self.store.add_arrival_listener(self._on_arrival)
+        self.store.add_append_listener(self._on_append)
         self._server = await start_stream_server(self._serve, self.config.host, self.config.port, self.config.tls)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = f"{host}:{port}"
@@ -142,6 +145,17 @@ class HaMaster:
         assert self.waiters is not None
         return await self.waiters.wait(end, timeout)
 
+    def update_confirmed(self) -> None:
+        """Tell the store how far readers may see: up to what every slave waited for has, or
+        everything when none is waited for (only this broker can then be elected)."""
+        if not self.gate_reads:
+            return
+        wait_set, links = self.wait_set, self.links
+        if not wait_set:
+            self.store.set_confirmed(None)
+        else:
+            self.store.set_confirmed(min((links[i].ack if i in links else -1) for i in wait_set))
+
     def demote(self) -> None:
         """This broker stops being the master: sends still waiting for slaves are answered
         FLUSH_SLAVE_TIMEOUT (stored here, never confirmed), before the sets are cleared, so an
@@ -151,15 +165,16 @@ class HaMaster:
         for link in list(self.links.values()):
             if link.writer is not None:
                 link.writer.close()
-        self.wait_set.clear()
+        self.wait_set.clear()  # readers stay held back: this log may yet be cut
         self.in_sync.clear()
 
     def set_changed(self) -> None:
+        self.update_confirmed()
         if self.waiters is not None:
             self.waiters.release()
 
     # --- links -----------------------------------------------------------------------------
-    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+    def _on_append(self) -> None:
         if threading.get_ident() != self._thread:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._wake_all)
@@ -264,8 +279,10 @@ class HaMaster:
             raise HaProtocolError(f"report {offset} goes back from {link.ack}")
         link.ack = offset
         self._check(link)
-        if self.waiters is not None and link.slave_id in self.wait_set:
-            self.waiters.release()
+        if link.slave_id in self.wait_set:
+            self.update_confirmed()
+            if self.waiters is not None:
+                self.waiters.release()
 
     def _check(self, link: SlaveLink) -> None:
         end = self.store.max_phy_offset
@@ -279,6 +296,7 @@ class HaMaster:
                 # once it also has everything acknowledged before (join_end).
                 self.wait_set.add(link.slave_id)
                 link.join_end = end
+                self.update_confirmed()
         if not link.in_sync and link.slave_id in self.wait_set and 0 <= link.join_end <= link.ack:
             link.in_sync = True
             self.policy.join(link.slave_id)

@@ -43,7 +43,14 @@ class ConsumeQueue:
         self.files: list[QueueFile] = []  # replaced, never mutated (lock-free readers)
         self.min_offset = 0
         self.max_offset = 0
+        # While entries wait for replicas (store/visibility.py): the end readers see.
+        self.limit: int | None = None
         self.retired: list[tuple[float, QueueFile]] = []
+
+    @property
+    def readable_max(self) -> int:
+        lim = self.limit
+        return self.max_offset if lim is None else lim
 
     # --- files ------------------------------------------------------------------------------
     def load(self) -> None:

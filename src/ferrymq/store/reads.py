@@ -56,7 +56,7 @@ def _get_filtered(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     parts: list[memoryview] = []
     count = total = 0
     pos = offset
-    res = GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, offset, cq.min_offset, cq.max_offset)
+    res = GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, offset, cq.min_offset, cq.readable_max)
     while pos < limit and count < max_nums:
         res = _get(cq, log, pos, min(batch, limit - pos), tag_filter, max_bytes, guard)
         if res.status is GetStatus.FOUND:
@@ -93,7 +93,7 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
          tag_filter: Callable[[int], bool] | None, max_bytes: int,
          guard: ReadGuard | None) -> GetResult:
     mn = cq.min_offset
-    mx = cq.max_offset
+    mx = cq.readable_max
     if mx == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, b"", 0, 0, mn, mx)
     if offset < mn:
@@ -109,7 +109,7 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         if past != offset:  # an operator skipped this range
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, min(past, mx), mn, mx)
         scan = min(scan, guard.damage.next_skip(cq.topic, cq.queue_id, offset) - offset)
-    raw = cq.read_raw(offset, scan)
+    raw = cq.read_raw(offset, min(scan, mx - offset))
     if raw is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
     min_phys = log.min_offset
@@ -198,9 +198,10 @@ def store_time_at(log: CommitLog, phys: int) -> int:
 def offset_by_time(cq: ConsumeQueue, log: CommitLog, ts: int) -> int:
     """The smallest queue offset whose store time is >= ts (RocketMQ 5's LOWER boundary):
     every message older → max offset, ts before the first → min offset, empty → 0."""
-    if cq.max_offset == 0:
+    hi = cq.readable_max
+    if hi == 0:
         return 0
-    lo, hi = cq.min_offset, cq.max_offset
+    lo = cq.min_offset
     min_phys = log.min_offset
     while lo < hi:
         mid = (lo + hi) // 2

@@ -25,6 +25,7 @@ from .index import Index
 from .prealloc import Preallocator
 from .reads import store_time_at
 from .recovery import RecordInfo
+from .visibility import Visibility
 
 log = logging.getLogger("ferrymq.store")
 
@@ -54,6 +55,7 @@ class ReplicaLog:
     _index: Index
     _damage: DamageRegistry
     _listeners: list[ArrivalListener]
+    _visibility: Visibility
     _root: Path
     preallocator: Preallocator | None
 
@@ -66,6 +68,9 @@ class ReplicaLog:
 
     def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
                        keys: bytearray) -> None:
+        raise NotImplementedError
+
+    def _appended(self, arrivals: list[tuple[str, int, int]]) -> None:
         raise NotImplementedError
 
     @property
@@ -147,13 +152,11 @@ class ReplicaLog:
             queues = list(pending)
             self._write_pending(pending, keys)
             clog.write_pos = span.next_pos
+            # Entries this broker held back as a master agree with its master's log now.
+            grown = self._visibility.advance(None) if self._visibility.confirm is not None else []
             arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in queues]
-        for cb in self._listeners:
-            for topic, qid, max_offset in arrivals:
-                try:
-                    cb(topic, qid, max_offset)
-                except Exception:
-                    log.exception("arrival listener failed")
+            arrivals += [(cq.topic, cq.queue_id, cq.max_offset) for cq in grown]
+        self._appended(arrivals)
 
     def truncate_log(self, pos: int) -> int:
         """Cut the log, its queues and damage records at `pos`; returns the bytes cut. The
@@ -167,6 +170,8 @@ class ReplicaLog:
             clog.truncate(pos)
             for cq in self._cqs.values():
                 cq.truncate_phys(pos)
+            # What was held back past the cut is gone; what is left agrees with the master.
+            self._visibility.advance(None)
         self._damage.forget_from(pos)
         self.checkpoint()
         log.warning("commit log truncated from %d to %d (%d bytes its master never had)",

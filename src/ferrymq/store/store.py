@@ -52,6 +52,7 @@ from .recovery import RecordInfo, Scanner, find_valid_after
 from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
 from .scrub import Scrubber, last_record_before, tail_cut
+from .visibility import Visibility
 
 log = logging.getLogger("ferrymq.store")
 
@@ -99,6 +100,8 @@ class MessageStore(Retention, ReplicaLog):
         self._dirty: set[QueueFile] = set()
         self._dead_queues: list[ConsumeQueue] = []  # deleted, descriptors not yet closed
         self._listeners: list[ArrivalListener] = []
+        self._append_listeners: list[Callable[[], None]] = []
+        self._visibility = Visibility()
         self._state = "new"
         self._refuse_reason = ""
         self._last_store_ts = 0
@@ -339,7 +342,40 @@ class MessageStore(Retention, ReplicaLog):
 
     # --- appends -------------------------------------------------------------------------------
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        """`cb(topic, queue_id, readable max offset)` when readers may see more of a queue."""
         self._listeners.append(cb)
+
+    def add_append_listener(self, cb: Callable[[], None]) -> None:
+        """`cb()` after every append to the commit log, readable or not (replication)."""
+        self._append_listeners.append(cb)
+
+    def _appended(self, arrivals: list[tuple[str, int, int]]) -> None:
+        for hook in self._append_listeners:
+            try:
+                hook()
+            except Exception:
+                log.exception("append listener failed")
+        self._arrived(arrivals)
+
+    def _arrived(self, arrivals: list[tuple[str, int, int]]) -> None:
+        for cb in self._listeners:
+            for topic, qid, max_offset in arrivals:
+                try:
+                    cb(topic, qid, max_offset)
+                except Exception:
+                    log.exception("arrival listener failed")
+
+    def set_confirmed(self, offset: int | None) -> None:
+        """Readers may see records up to commit-log `offset` (None: all of them); see
+        store/visibility.py. Called by a SYNC_MASTER in controller mode as replicas report."""
+        with self._lock:
+            grown = self._visibility.advance(offset)
+            arrivals = [(cq.topic, cq.queue_id, cq.readable_max) for cq in grown]
+        self._arrived(arrivals)
+
+    @property
+    def confirmed_offset(self) -> int | None:
+        return self._visibility.confirm
 
     def _append(self, msgs: Sequence[StoreMessage]) -> PutResult:
         clog = self._log
@@ -386,20 +422,19 @@ class MessageStore(Retention, ReplicaLog):
                 return self._io_failure(exc, "consume queue")
             end = pos + len(enc.data)
             clog.write_pos = end
+            visible = self._visibility.appended
+            arrivals: list[tuple[str, int, int]] = []
             for cq, _ in written:
+                before = cq.max_offset
                 cq.commit()
+                if visible(cq, before, end):
+                    arrivals.append((cq.topic, cq.queue_id, cq.max_offset))
             if enc.nkeys:
                 try:
                     index.put_entries(enc.keys, pos, now)
                 except OSError as exc:  # the data is stored; only lookups by key miss it
                     log.error("index update failed at %d: %s", pos, exc)
-            arrivals = [(cq.topic, cq.queue_id, cq.max_offset) for cq, _ in written]
-        for cb in self._listeners:
-            for topic, qid, max_offset in arrivals:
-                try:
-                    cb(topic, qid, max_offset)
-                except Exception:
-                    log.exception("arrival listener failed")
+        self._appended(arrivals)
         return PutResult(PutStatus.PUT_OK, enc.appended, end)
 
     def _next_offset(self, key: tuple[str, int]) -> int:
@@ -457,8 +492,9 @@ class MessageStore(Retention, ReplicaLog):
         if cq is None:
             return out
         offset = max(offset, cq.min_offset)
-        while len(out) < max_n and offset < cq.max_offset:
-            raw = cq.read_raw(offset, max_n - len(out))
+        end = cq.readable_max
+        while len(out) < max_n and offset < end:
+            raw = cq.read_raw(offset, min(max_n - len(out), end - offset))
             if not raw:
                 break
             for phys, size, tag in ENTRY.iter_unpack(raw):
@@ -492,7 +528,7 @@ class MessageStore(Retention, ReplicaLog):
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
-        return cq.max_offset if cq is not None else 0
+        return cq.readable_max if cq is not None else 0
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
@@ -504,7 +540,7 @@ class MessageStore(Retention, ReplicaLog):
 
     def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
         cq = self._cqs.get((topic, queue_id))
-        if cq is None or not cq.min_offset <= offset < cq.max_offset:
+        if cq is None or not cq.min_offset <= offset < cq.readable_max:
             return -1
         entry = cq.entry(offset)
         if entry is None or entry[0] < self._log.min_offset:
@@ -526,6 +562,7 @@ class MessageStore(Retention, ReplicaLog):
         with self._lock:
             for key in [k for k in self._cqs if k[0] == topic]:
                 cq = self._cqs.pop(key)
+                self._visibility.forget(cq)
                 cq.destroy()
                 self._dead_queues.append(cq)
             with contextlib.suppress(OSError):
