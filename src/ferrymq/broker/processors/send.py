@@ -147,6 +147,7 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     reconsume = opt_int(ext, "reconsumeTimes", 0)
     cluster = broker.config.broker_cluster_name
     batch = req.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(ext, "batch")
+    timer = True  # a single message is looked at by the put
     # The properties a producer sent are stored as they came, with CLUSTER added; they are
     # parsed into a map only where something must be taken out of them (a retry topic's).
     if batch:
@@ -159,9 +160,15 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
-        # A body without TRAN_MSG anywhere has no message asking for it (one scan, not one
-        # property lookup per message).
-        if ((_TRAN_MARK in body or sys_flag & TRANSACTION_TYPE_MASK)
+        # The marks are looked for in the properties only: a scan of the whole body (bodies
+        # are most of it) cost more than the rest of the checks together.
+        tran = timer = False
+        for m in msgs:
+            if _TRAN_MARK in m.properties:
+                tran = True
+            if _TIMER_MARK in m.properties:
+                timer = True
+        if ((tran or sys_flag & TRANSACTION_TYPE_MASK)
                 and any(is_half_message(sys_flag, m.properties, reconsume) for m in msgs)):
             return reply(req, ResponseCode.MESSAGE_ILLEGAL,
                          "a batch cannot carry transactional (half) messages; send them one by one")
@@ -186,9 +193,9 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         # A topic created by this send (auto-created, or a DLQ) is on disk before its message
         # is answered: after a crash the message must not sit in a topic the broker forgot.
         await broker.persist_topics()
-    # A batch carries no delay level (batch_to_messages refuses one); without TIMER_ anywhere in
-    # its body it asks for no timer either, and the put skips the per-message lookups.
-    result = await broker.put(msgs, allow_delay=not batch or _TIMER_MARK in body)
+    # A batch carries no delay level (batch_to_messages refuses one); without TIMER_ in any of
+    # its properties it asks for no timer either, and the put skips the per-message lookups.
+    result = await broker.put(msgs, allow_delay=not batch or timer)
     return _response(req, result, queue_id, broker)
 
 
