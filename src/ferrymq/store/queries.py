@@ -1,0 +1,159 @@
+"""The store's read side: pulls, consume-queue entries, single records, queue offsets and
+times, and lookups by key. A part of MessageStore kept in its own module; like the store's
+readers it takes no lock (see store.py) and stops at each queue's readable end
+(store/visibility.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..common.props import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+)
+from ..common.record import (
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    MessageDecodeError,
+    decode_record,
+)
+from ..common.record.layout import SIZE_AND_MAGIC
+from .commitlog import CommitLog
+from .consumequeue import ENTRY, ConsumeQueue
+from .index import Index
+from .integrity import ReadGuard
+from .model import GetResult, GetStatus, QueueEntry
+from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+_READ_AHEAD = 4096
+
+
+class Queries:
+    _log: CommitLog
+    _cqs: dict[tuple[str, int], ConsumeQueue]
+    _index: Index
+    _guard: ReadGuard
+
+    # --- reads ---------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int,
+                     tag_filter: Callable[[int], bool] | None = None,
+                     max_bytes: int = DEFAULT_MAX_BYTES,
+                     record_filter: RecordFilter | None = None) -> GetResult:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, b"", 0, 0, 0, 0)
+        return get_messages(cq, self._log, offset, max_nums, tag_filter, max_bytes,
+                            self._guard, record_filter)
+
+    def read_queue_entries(self, topic: str, queue_id: int, offset: int,
+                           max_n: int) -> list[QueueEntry]:
+        cq = self._cqs.get((topic, queue_id))
+        out: list[QueueEntry] = []
+        if cq is None:
+            return out
+        offset = max(offset, cq.min_offset)
+        end = cq.readable_max
+        while len(out) < max_n and offset < end:
+            raw = cq.read_raw(offset, min(max_n - len(out), end - offset))
+            if not raw:
+                break
+            for phys, size, tag in ENTRY.iter_unpack(raw):
+                out.append(QueueEntry(offset, phys, size, tag))
+                offset += 1
+        return out
+
+    def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
+        clog = self._log
+        if phys_offset < clog.min_offset or phys_offset + MIN_RECORD_SIZE > clog.write_pos:
+            return None
+        if size is not None:
+            data = clog.read(phys_offset, size)
+            if data is None or len(data) < 8:
+                return None
+            total, magic = SIZE_AND_MAGIC.unpack_from(data)
+            return data if magic == MESSAGE_MAGIC_CODE and total == size else None
+        seg = clog.segment_for(phys_offset)
+        if seg is None:
+            return None
+        n = min(_READ_AHEAD, clog.write_pos - phys_offset, seg.end - phys_offset)
+        head = clog.read(phys_offset, n)
+        if head is None:
+            return None
+        total, magic = SIZE_AND_MAGIC.unpack_from(head)
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE:
+            return None
+        if total <= len(head):
+            return head[:total]
+        return clog.read(phys_offset, total)
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.readable_max if cq is not None else 0
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def get_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return offset_by_time(cq, self._log, timestamp_ms) if cq is not None else 0
+
+    def get_store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None or not cq.min_offset <= offset < cq.readable_max:
+            return -1
+        entry = cq.entry(offset)
+        if entry is None or entry[0] < self._log.min_offset:
+            return -1
+        return store_time_at(self._log, entry[0])
+
+    def get_earliest_store_time(self, topic: str, queue_id: int) -> int:
+        return self.get_store_time(topic, queue_id, self.get_min_offset(topic, queue_id))
+
+    def queues(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, qid in list(self._cqs):
+            out.setdefault(topic, []).append(qid)
+        for qids in out.values():
+            qids.sort()
+        return out
+
+
+    # --- index ---------------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0,
+                     end_ts: int = 0) -> list[int]:
+        if end_ts <= 0:
+            end_ts = 2**63 - 1
+        return self._query(topic, key, max_num, begin_ts, end_ts, uniq=False)
+
+    def query_by_uniq_key(self, topic: str, key: str) -> list[int]:
+        return self._query(topic, key, 32, 0, 2**63 - 1, uniq=True)
+
+    def _query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int,
+               uniq: bool) -> list[int]:
+        found: list[int] = []
+        seen: set[int] = set()
+        for phys in self._index.query(topic, key, max_num * 4 + 16, begin_ts, end_ts):
+            if phys in seen:
+                continue
+            seen.add(phys)
+            raw = self.read_record(phys)
+            if raw is None:
+                continue
+            try:
+                msg = decode_record(raw, decompress=False)
+            except MessageDecodeError:
+                continue
+            if msg.topic != topic:
+                continue
+            if uniq:
+                match = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key
+            else:
+                match = key in msg.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR)
+            if match:
+                found.append(phys)
+                if len(found) >= max_num:
+                    break
+        return sorted(found)
