@@ -20,7 +20,8 @@ from ferrymq import (
     SendStatus,
     aio,
 )
-from ferrymq.client.producer_async import BROKER_PROPERTY_HEADROOM, AsyncProducer
+from ferrymq.client.outgoing import BROKER_PROPERTY_HEADROOM
+from ferrymq.client.producer_async import AsyncProducer
 from ferrymq.common import props as P
 from ferrymq.common.record import record_size
 

@@ -7,7 +7,8 @@ import pytest
 from ferrymq.client.accumulator import split_batch_result
 from ferrymq.client.errors import MessageValidationError
 from ferrymq.client.fault import LatencyFaultTolerance
-from ferrymq.client.producer_async import AsyncProducer, hash_queue_index, validate_message
+from ferrymq.client.outgoing import validate_message
+from ferrymq.client.producer_async import AsyncProducer, hash_queue_index
 from ferrymq.client.results import SendResult, SendStatus
 from ferrymq.common.ids import UniqIdGenerator, decode_uniq_id
 from ferrymq.common.message import Message, MessageBatchItem

@@ -11,7 +11,8 @@ from ..common.message import Message
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
 from .intake import Intake
 from .loop import LoopThread
-from .producer_async import AsyncProducer, Outgoing
+from .outgoing import Outgoing
+from .producer_async import AsyncProducer
 from .results import SendResult
 
 T = TypeVar("T")
