@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..common import props as P
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from ..common.ids import new_uniq_id, new_uniq_ids
-from ..common.message import Message, MessageBatchItem
+from ..common.message import Message
 from ..common.names import SYSTEM_TOPICS, is_retry_topic, validate_topic
 from ..common.record import SYSFLAG_COMPRESSED, encode_batch, record_size
 from .errors import ClientClosedError, MessageValidationError
@@ -236,7 +236,7 @@ class Preparer:
             # Each entry becomes a record of its own on the broker, limited like a single send.
             self._check_stored_size(topic, len(m.body), text)
         # Encoded at once, so the entries may share the callers' property maps.
-        body = encode_batch([MessageBatchItem(m.flag, m.body, m.properties) for m in msgs])
+        body = encode_batch(msgs)
         if len(body) > self.max_message_size:
             raise MessageValidationError(
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
