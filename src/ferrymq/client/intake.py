@@ -27,15 +27,32 @@ class Intake(Generic[T, R]):
         self._start = start
         self._lock = threading.Lock()
         self._waiting: list[tuple[T, concurrent.futures.Future[R]]] = []
+        self._closed: Callable[[], BaseException] | None = None
 
     def submit(self, item: T) -> concurrent.futures.Future[R]:
         result: concurrent.futures.Future[R] = concurrent.futures.Future()
         with self._lock:
-            self._waiting.append((item, result))
-            wake = len(self._waiting) == 1
+            closed = self._closed
+            if closed is None:
+                self._waiting.append((item, result))
+                wake = len(self._waiting) == 1
+        if closed is not None:
+            result.set_exception(closed())
+            return result
         if wake:
             self._loop.call_soon_threadsafe(self._drain)
         return result
+
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """No more items: what is still waiting (handed over as the client shut down, after
+        the loop's last turn, so no drain will come) and whatever is submitted from now on
+        fails with `error()` instead of waiting forever."""
+        with self._lock:
+            self._closed = error
+            stranded, self._waiting = self._waiting, []
+        for _, result in stranded:
+            if result.set_running_or_notify_cancel():
+                result.set_exception(error())
 
     def _drain(self) -> None:
         with self._lock:

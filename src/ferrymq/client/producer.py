@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from ..common.message import Message
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
+from .errors import ClientClosedError
 from .intake import Intake
 from .loop import LoopThread
 from .outgoing import Outgoing
@@ -45,7 +46,14 @@ class Producer(Facade[AsyncProducer]):
         return self
 
     def shutdown(self) -> None:
-        shutdown_blocking(self._impl, self._loop, 30.0)
+        try:
+            shutdown_blocking(self._impl, self._loop, 30.0)
+        finally:
+            if self._intake is not None:
+                # A send_async that passed the running check as the shutdown began may have
+                # reached the intake after the loop's last turn: it fails instead of hanging.
+                kind = self._impl.kind
+                self._intake.close(lambda: ClientClosedError(kind, "send"))
 
     def __enter__(self) -> Producer:
         return self.start()
