@@ -105,6 +105,10 @@ class BrokerConfig:
     # taking writes: it is then the only replica that can be elected, so nothing acknowledged
     # is lost; 2 refuses writes (SLAVE_NOT_AVAILABLE) without an in-sync slave.
     min_in_sync_replicas: int = 1
+    # Controller mode: consumers may read a message before the in-sync replicas have it
+    # (RocketMQ's readUnCommitted). Off: a failover cannot hand the queue offset of a message a
+    # consumer read to another message, which that consumer would then skip.
+    read_uncommitted: bool = False
     slave_read_enable: bool = False
     # The gRPC endpoint for RocketMQ 5 clients (apache.rocketmq.v2, docs/grpc.md). None: 8081,
     # or a free port when the remoting port is picked freely (0); 0: a free port; -1: off.
@@ -297,6 +301,7 @@ _CAMEL_ALIASES = {
     "haMaxGapNotInSync": "ha_max_gap_not_in_sync",
     "slaveReadEnable": "slave_read_enable",
     "minInSyncReplicas": "min_in_sync_replicas",
+    "readUnCommitted": "read_uncommitted",
     "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionTimeOut": "transaction_timeout_ms",

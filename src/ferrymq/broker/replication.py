@@ -75,9 +75,9 @@ class Replication:
             self.agent = ControllerAgent(broker, self)
             self.master.policy = self.agent
             self.master.min_slaves = cfg.min_in_sync_replicas - 1
-            # A send is answered once the in-sync set has it; a consumer must not see it
-            # sooner, or a failover could hand its queue offset to another message.
-            self.master.gate_reads = cfg.broker_role == "SYNC_MASTER"
+            # Readers see what the in-sync set has (store/visibility.py): a failover can cut
+            # anything else, and hand its queue offsets to other messages.
+            self.master.gate_reads = not cfg.read_uncommitted
             self.agent.start()
         elif cfg.broker_role == "SLAVE":
             self.become_slave(cfg.ha_master_address, "")

@@ -86,8 +86,8 @@ class HaMaster:
         # (RocketMQ 4's SYNC_MASTER); in controller mode min_in_sync_replicas - 1, since the
         # in-sync set alone decides who may be elected.
         self.min_slaves = 1
-        # Readers see only what every slave waited for has (store/visibility.py): set for a
-        # SYNC_MASTER in controller mode, where a replica may be elected in this one's place.
+        # Readers see only what every slave waited for has (store/visibility.py): set in
+        # controller mode, where a replica may be elected in this one's place.
         self.gate_reads = False
         self._server: asyncio.base_events.Server | TlsStreamServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

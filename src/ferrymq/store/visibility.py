@@ -1,18 +1,19 @@
 """Which stored messages readers may see.
 
-A SYNC_MASTER in controller mode answers a send once every replica the controller may elect
-has it. Until then the message can still be cut: if this master is replaced, its successor's
-log does not have it and this broker truncates it when it rejoins. A consumer that had read it
-would hold a queue offset the new master gives to the next message sent there, and would pull
-past that message: an acknowledged message never delivered. So, as RocketMQ dispatches its
-consume queues only up to the confirm offset (`allAckInSyncStateSet`, `readUnCommitted`
-false), entries whose record ends past the confirmed commit-log offset are held back from
-every read (pulls, pops, max offsets, the broker's own scans) until the replicas have them.
+In controller mode a message that not every replica the controller may elect has can still be
+cut: if this master is replaced, its successor's log does not have it and this broker
+truncates it when it rejoins (a SYNC_MASTER has not answered its send yet; an ASYNC_MASTER
+has). A consumer that had read it would hold a queue offset the new master gives to the next
+message sent there, and would pull past that message: an acknowledged message never
+delivered. So, as RocketMQ dispatches its consume queues only up to the confirm offset
+(`readUnCommitted` false), entries whose record ends past the confirmed commit-log offset are
+held back from every read (pulls, pops, max offsets, the broker's own scans) until the
+replicas have them.
 
-The gate costs nothing when it is open (`confirm is None`: a standalone broker, an
-ASYNC_MASTER, static roles, a master waiting for no replica). While it is closed each append
-records one (commit-log end, queue end) pair per queue it touched, and an advance walks only
-the queues holding such pairs."""
+The gate costs nothing when it is open (`confirm is None`: a standalone broker, static roles,
+`read_uncommitted`, a master waiting for no replica). While it is closed each append records
+one (commit-log end, queue end) pair per queue it touched, and an advance walks only the
+queues holding such pairs."""
 
 from __future__ import annotations
 
