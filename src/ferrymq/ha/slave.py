@@ -162,6 +162,10 @@ class HaSlave:
             raise HaProtocolError(f"the stream starts at {w.start_at}, this log ends at "
                                   f"{store.max_phy_offset}")
         store.epochs.replace(w.epochs, store.max_phy_offset)
+        # This log is now a prefix of the master's. Entries held back while this broker was a
+        # master (store/visibility.py) are not cut when the new master already had them, and
+        # an idle master sends nothing that would release them.
+        store.set_confirmed(None)
         self.master_addr = w.master_addr
         self.master_ha = addr
         self.master_end = max(self.master_end, w.start_at)

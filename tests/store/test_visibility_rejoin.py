@@ -1,0 +1,71 @@
+"""A master whose readers were held back (store/visibility.py) loses its role to a replica that
+already has everything it held, and rejoins as that replica's slave over the real replication
+stream: nothing is cut, and what it held must become readable without waiting for new writes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from store_util import msg, open_store
+
+from ferrymq.ha.master import HaMaster, HaMasterConfig
+from ferrymq.ha.slave import HaSlave, HaSlaveConfig
+from ferrymq.store import PutStatus
+
+
+async def until(probe: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_a_demoted_master_shows_what_it_held_once_it_agrees_with_its_new_master(
+        tmp_path: Path) -> None:
+    old, new = open_store(tmp_path / "old"), open_store(tmp_path / "new")
+    masters: list[HaMaster] = []
+    slaves: list[HaSlave] = []
+    try:
+        old.epochs.begin(1, 0)
+        old.set_confirmed(0)  # the gate is closed: readers wait for the replica's acks
+        r = old.put_messages([msg("T", 0, f"m{i}".encode()) for i in range(3)])
+        assert r.status is PutStatus.PUT_OK
+        assert old.get_max_offset("T", 0) == 0
+
+        # The replica copies all of it; the old master has not taken its acks in yet.
+        m_old = HaMaster(old, HaMasterConfig(port=0, heartbeat_interval_ms=100), lambda: "old:1")
+        masters.append(m_old)
+        await m_old.start()
+        s_new = HaSlave(new, HaSlaveConfig("b", 2, "new:1", retry_interval_ms=50), lambda: m_old.address)
+        slaves.append(s_new)
+        s_new.start()
+        await until(lambda: new.max_phy_offset == old.max_phy_offset, "the replica to copy the log")
+        assert new.get_max_offset("T", 0) == 3
+        await s_new.stop()
+        await m_old.stop()
+
+        # The replica is elected; the old master follows it. Its log is a prefix of the new
+        # master's, so nothing is truncated.
+        new.epochs.begin(2, new.max_phy_offset)
+        m_new = HaMaster(new, HaMasterConfig(port=0, heartbeat_interval_ms=100), lambda: "new:1")
+        masters.append(m_new)
+        await m_new.start()
+        s_old = HaSlave(old, HaSlaveConfig("b", 1, "old:1", retry_interval_ms=50), lambda: m_new.address)
+        slaves.append(s_old)
+        s_old.start()
+        await until(lambda: s_old.connected, "the old master to rejoin as slave")
+        assert s_old.truncated_bytes == 0
+        await until(lambda: old.get_max_offset("T", 0) == 3,
+                    "the old master's held entries to become readable")
+        assert [e.queue_offset for e in old.read_queue_entries("T", 0, 0, 10)] == [0, 1, 2]
+    finally:
+        for s in slaves:
+            await s.stop()
+        for m in masters:
+            await m.stop()
+        old.shutdown()
+        new.shutdown()
