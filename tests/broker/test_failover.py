@@ -13,7 +13,7 @@ from wire_util import Wire, eventually
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
-from ferrymq.broker.replication import MASTER, SLAVE
+from ferrymq.broker.replication import MASTER, SLAVE, UNDECIDED
 from ferrymq.common.codes import ResponseCode
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 
@@ -149,3 +149,29 @@ async def test_a_promoted_slave_delivers_the_pending_timers_once_and_not_the_del
     await eventually(all_late, timeout=15, what="the late timers delivered by the new master")
     bodies = sorted(m.body.decode() for m in decode_records((await w2.pull("TM", 0, 0, max_nums=32)).body or b""))
     assert bodies == sorted([f"early{i}" for i in range(5)] + [f"late{i}" for i in range(5)])
+
+
+async def test_an_in_sync_set_change_finishing_after_a_demotion_keeps_the_read_gate_closed(setup: Setup) -> None:
+    """A change of the in-sync set asked for while master (here: a slave leaving) may finish
+    after the broker was demoted; it must not touch the cleared sets, which would open the
+    read gate on a log whose unconfirmed tail is about to be cut."""
+    b1 = await setup.broker(1)
+    await eventually(lambda: _true(b1.replication.role == MASTER), what="b1 to be master")
+    await setup.broker(2)
+    await eventually(lambda: _true(b1.replication.agent is not None
+                                   and b1.replication.agent.sync_state_set == {1, 2}), what="b2 in sync")
+    store, agent = b1.store, b1.replication.agent
+    assert store is not None and agent is not None
+    await eventually(lambda: _true(store.confirmed_offset is not None), what="the gate closed")
+    # Demoted as a heartbeat answer naming no master does it: the sets are cleared, the gate
+    # stays as it was. Nothing below yields to the loop until the assertions, so no heartbeat
+    # can promote b1 again in between.
+    rep = b1.replication
+    rep.role = UNDECIDED
+    b1.stop_master_services()
+    rep.drop_slaves()
+    held = store.confirmed_offset
+    assert held is not None
+    await agent._alter(remove=2)
+    assert store.confirmed_offset == held
+    assert rep.master is not None and not rep.master.in_sync and not rep.master.wait_set

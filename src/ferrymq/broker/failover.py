@@ -196,7 +196,9 @@ class ControllerAgent:
                     continue
                 log.warning("controller refused the in-sync set change: %s", resp.remark)
                 return
-            if m is None:
+            if m is None or rep.role != MASTER:
+                # Demoted while the change was being asked for: the sets were cleared and the
+                # read gate stays as demote() left it (this log may yet be cut).
                 return
             if remove >= 0 and remove not in self.sync_state_set:
                 # Only now, with the controller agreeing, stop waiting for it.
