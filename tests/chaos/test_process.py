@@ -22,8 +22,10 @@ def plain_broker(tmp_path: Path, ns: NamesrvProcess) -> ServerProcess:
 
     def argv() -> list[str]:
         port = proc.ready["broker"].rsplit(":", 1)[1] if proc.ready else "0"
+        # The other ports are picked freely on every start: their defaults on a fixed broker
+        # port (gRPC 8081, replication the broker port + 1) may be held by anything by then.
         return ["broker", "--namesrv", ns.addr, "--store-dir", str(tmp_path / "store"), "--broker-port", port,
-                "--config", str(config)]
+                "--ha-port", "0", "--grpc-port", "0", "--config", str(config)]
 
     proc = ServerProcess("broker", argv, tmp_path / "logs" / "broker.log", "broker", timeout=30)
     return proc
