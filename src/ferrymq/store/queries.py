@@ -6,6 +6,7 @@ readers it takes no lock (see store.py) and stops at each queue's readable end
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..common.props import (
     KEY_SEPARATOR,
@@ -26,8 +27,20 @@ from .integrity import ReadGuard
 from .model import GetResult, GetStatus, QueueEntry
 from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 
+if TYPE_CHECKING:
+    from ..common.message import MessageExt
+
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 _READ_AHEAD = 4096
+
+
+class KeyHit(NamedTuple):
+    """A record found by key: its commit-log offset, its bytes, and it decoded (bodies left
+    compressed)."""
+
+    phys: int
+    raw: bytes
+    message: MessageExt
 
 
 class Queries:
@@ -124,16 +137,25 @@ class Queries:
     # --- index ---------------------------------------------------------------------------------
     def query_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0,
                      end_ts: int = 0) -> list[int]:
-        if end_ts <= 0:
-            end_ts = 2**63 - 1
-        return self._query(topic, key, max_num, begin_ts, end_ts, uniq=False)
+        return [hit.phys for hit in self.find_by_key(topic, key, max_num, begin_ts, end_ts)]
 
     def query_by_uniq_key(self, topic: str, key: str) -> list[int]:
-        return self._query(topic, key, 32, 0, 2**63 - 1, uniq=True)
+        return [hit.phys for hit in self.find_by_uniq_key(topic, key)]
 
-    def _query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int,
-               uniq: bool) -> list[int]:
-        found: list[int] = []
+    def find_by_key(self, topic: str, key: str, max_num: int, begin_ts: int = 0,
+                    end_ts: int = 0) -> list[KeyHit]:
+        """The records of `topic` whose KEYS hold `key`, as read and decoded to check them
+        (callers need not read them again), in commit-log order."""
+        if end_ts <= 0:
+            end_ts = 2**63 - 1
+        return self._find(topic, key, max_num, begin_ts, end_ts, uniq=False)
+
+    def find_by_uniq_key(self, topic: str, key: str) -> list[KeyHit]:
+        return self._find(topic, key, 32, 0, 2**63 - 1, uniq=True)
+
+    def _find(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int,
+              uniq: bool) -> list[KeyHit]:
+        found: list[KeyHit] = []
         seen: set[int] = set()
         for phys in self._index.query(topic, key, max_num * 4 + 16, begin_ts, end_ts):
             if phys in seen:
@@ -153,7 +175,7 @@ class Queries:
             else:
                 match = key in msg.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR)
             if match:
-                found.append(phys)
+                found.append(KeyHit(phys, raw, msg))
                 if len(found) >= max_num:
                     break
-        return sorted(found)
+        return sorted(found, key=lambda hit: hit.phys)

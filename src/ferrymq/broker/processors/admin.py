@@ -72,11 +72,11 @@ async def query_message(broker: BrokerContext, conn: Connection, req: RemotingCo
     topic, key = req_str(ext, "topic"), req_str(ext, "key")
     max_num = max(1, min(opt_int(ext, "maxNum", 32), 1000))
     if opt_bool(ext, "_UNIQUE_KEY_QUERY"):
-        offsets = store.query_by_uniq_key(topic, key)[:max_num]
+        hits = store.find_by_uniq_key(topic, key)[:max_num]
     else:
-        offsets = store.query_by_key(topic, key, max_num, opt_int(ext, "beginTimestamp", 0),
-                                     opt_int(ext, "endTimestamp", 2**63 - 1))
-    records = [r for r in (store.read_record(o) for o in offsets) if r is not None]
+        hits = store.find_by_key(topic, key, max_num, opt_int(ext, "beginTimestamp", 0),
+                                 opt_int(ext, "endTimestamp", 2**63 - 1))
+    records = [hit.raw for hit in hits]
     if not records:
         return reply(req, ResponseCode.QUERY_NOT_FOUND, f"can not find message, topic {topic} key {key}")
     return reply(req, ResponseCode.SUCCESS, body=b"".join(records), ext_fields=fields(

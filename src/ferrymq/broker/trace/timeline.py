@@ -45,12 +45,10 @@ class _Record:
 
 def _records(store: MessageStore, key: str) -> list[_Record]:
     out = []
-    for phys in store.query_by_key(C.TRACE_TOPIC, key, MAX_RECORDS_PER_KEY):
-        raw = store.read_record(phys)
-        if raw is None:
-            continue
+    for hit in store.find_by_key(C.TRACE_TOPIC, key, MAX_RECORDS_PER_KEY):
+        phys = hit.phys
         try:
-            msg = decode_record(raw)
+            msg = decode_record(hit.raw)  # again, for the body: the lookup leaves it compressed
         except MessageDecodeError:
             continue
         if msg.properties.get(C.PROPERTY_BROKER_TRACE) == "1":
@@ -71,14 +69,8 @@ def stored_copies(store: MessageStore, msg_id: str) -> list[dict[str, Any]]:
     for topic in sorted(store.queues()):
         if topic == C.TRACE_TOPIC:
             continue
-        for phys in store.query_by_uniq_key(topic, msg_id):
-            raw = store.read_record(phys)
-            if raw is None:
-                continue
-            try:
-                m = decode_record(raw, decompress=False)
-            except MessageDecodeError:
-                continue
+        for hit in store.find_by_uniq_key(topic, msg_id):
+            m = hit.message
             props = m.properties
             detail: dict[str, str] = {"offset_msg_id": m.offset_msg_id}
             if m.reconsume_times:
@@ -90,7 +82,7 @@ def stored_copies(store: MessageStore, msg_id: str) -> list[dict[str, Any]]:
                 if value:
                     detail[key] = value
             out.append({"ts": m.store_timestamp, "k": C.R_STORED, "t": m.topic,
-                        "q": m.queue_id, "o": m.queue_offset, "p": phys, "id": msg_id,
+                        "q": m.queue_id, "o": m.queue_offset, "p": hit.phys, "id": msg_id,
                         "d": detail})
     return out
 
