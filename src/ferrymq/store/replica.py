@@ -152,10 +152,7 @@ class ReplicaLog:
             queues = list(pending)
             self._write_pending(pending, keys)
             clog.write_pos = span.next_pos
-            # Entries this broker held back as a master agree with its master's log now.
-            grown = self._visibility.advance(None) if self._visibility.confirm is not None else []
             arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in queues]
-            arrivals += [(cq.topic, cq.queue_id, cq.max_offset) for cq in grown]
         self._appended(arrivals)
 
     def truncate_log(self, pos: int) -> int:

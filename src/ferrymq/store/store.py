@@ -355,7 +355,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
 
     def set_confirmed(self, offset: int | None) -> None:
         """Readers may see records up to commit-log `offset` (None: all of them); see
-        store/visibility.py. Called by a SYNC_MASTER in controller mode as replicas report."""
+        store/visibility.py. Called by a controller-mode master as its slaves report, and by a
+        slave once its log lines up with its new master's."""
         with self._lock:
             grown = self._visibility.advance(offset)
             arrivals = [(cq.topic, cq.queue_id, cq.readable_max) for cq in grown]

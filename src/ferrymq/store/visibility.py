@@ -80,8 +80,3 @@ class Visibility:
         """The queue was deleted."""
         self._pending.pop(cq, None)
         cq.limit = None
-
-    @property
-    def held(self) -> int:
-        """Queues with entries readers cannot see yet."""
-        return len(self._pending)
