@@ -13,7 +13,7 @@ from store_util import msg, open_store
 
 from ferrymq.ha.master import HaMaster, HaMasterConfig
 from ferrymq.ha.slave import HaSlave, HaSlaveConfig
-from ferrymq.store import PutStatus
+from ferrymq.store import MessageStore, PutStatus
 
 
 async def until(probe: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -22,6 +22,20 @@ async def until(probe: Callable[[], bool], what: str, timeout: float = 10.0) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def replicate(source: MessageStore, source_addr: str, target: MessageStore, target_id: int,
+                    target_addr: str, masters: list[HaMaster],
+                    slaves: list[HaSlave]) -> tuple[HaMaster, HaSlave]:
+    """`target` follows `source` over a real replication link (both kept for the cleanup)."""
+    master = HaMaster(source, HaMasterConfig(port=0, heartbeat_interval_ms=100), lambda: source_addr)
+    masters.append(master)
+    await master.start()
+    slave = HaSlave(target, HaSlaveConfig("b", target_id, target_addr, retry_interval_ms=50),
+                    lambda: master.address)
+    slaves.append(slave)
+    slave.start()
+    return master, slave
 
 
 async def test_a_demoted_master_shows_what_it_held_once_it_agrees_with_its_new_master(
@@ -37,12 +51,7 @@ async def test_a_demoted_master_shows_what_it_held_once_it_agrees_with_its_new_m
         assert old.get_max_offset("T", 0) == 0
 
         # The replica copies all of it; the old master has not taken its acks in yet.
-        m_old = HaMaster(old, HaMasterConfig(port=0, heartbeat_interval_ms=100), lambda: "old:1")
-        masters.append(m_old)
-        await m_old.start()
-        s_new = HaSlave(new, HaSlaveConfig("b", 2, "new:1", retry_interval_ms=50), lambda: m_old.address)
-        slaves.append(s_new)
-        s_new.start()
+        m_old, s_new = await replicate(old, "old:1", new, 2, "new:1", masters, slaves)
         await until(lambda: new.max_phy_offset == old.max_phy_offset, "the replica to copy the log")
         assert new.get_max_offset("T", 0) == 3
         await s_new.stop()
@@ -51,12 +60,7 @@ async def test_a_demoted_master_shows_what_it_held_once_it_agrees_with_its_new_m
         # The replica is elected; the old master follows it. Its log is a prefix of the new
         # master's, so nothing is truncated.
         new.epochs.begin(2, new.max_phy_offset)
-        m_new = HaMaster(new, HaMasterConfig(port=0, heartbeat_interval_ms=100), lambda: "new:1")
-        masters.append(m_new)
-        await m_new.start()
-        s_old = HaSlave(old, HaSlaveConfig("b", 1, "old:1", retry_interval_ms=50), lambda: m_new.address)
-        slaves.append(s_old)
-        s_old.start()
+        _, s_old = await replicate(new, "new:1", old, 1, "old:1", masters, slaves)
         await until(lambda: s_old.connected, "the old master to rejoin as slave")
         assert s_old.truncated_bytes == 0
         await until(lambda: old.get_max_offset("T", 0) == 3,
