@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from .futures import LightFuture
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -30,7 +32,7 @@ class Intake(Generic[T, R]):
         self._closed: Callable[[], BaseException] | None = None
 
     def submit(self, item: T) -> concurrent.futures.Future[R]:
-        result: concurrent.futures.Future[R] = concurrent.futures.Future()
+        result: concurrent.futures.Future[R] = LightFuture()
         with self._lock:
             closed = self._closed
             if closed is None:
