@@ -256,8 +256,9 @@ class HaMaster:
                 link.grew.clear()
                 span = self.store.read_span(pos, SPAN_BYTES)
                 if span is not None:
-                    writer.write(encode_data_head(span.pos, span.next_pos, len(span.data)))
-                    writer.write(span.data)
+                    # One writev: two writes were two sends, and the slave woke for the head alone.
+                    writer.writelines((encode_data_head(span.pos, span.next_pos, len(span.data)),
+                                       span.data))
                     await writer.drain()
                     pos = span.next_pos
                 if loop.time() >= next_beat:
