@@ -51,7 +51,7 @@ def apply(fut: concurrent.futures.Future[Any], op: str, seen: list[str]) -> obje
         if op == "repr_state":
             return repr(fut).split("state=")[1].split(" ")[0]
         raise AssertionError(op)
-    except BaseException as exc:  # noqa: BLE001 - the exception's type is the outcome
+    except BaseException as exc:  # the exception's type is the outcome
         return type(exc).__name__
 
 
@@ -144,20 +144,27 @@ def test_wait_and_as_completed_work_with_light_futures() -> None:
     t.join()
 
 
+def _cancelled_then_noticed(make: Callable[[], concurrent.futures.Future[int]]) -> list[set[Any]]:
+    fut, other = make(), make()
+    assert fut.cancel()
+    woke: list[set[Any]] = []
+
+    def waits() -> None:
+        woke.append(concurrent.futures.wait([fut, other], timeout=10, return_when="FIRST_COMPLETED").done)
+
+    waiting = threading.Thread(target=waits)
+    waiting.start()
+    assert not fut.set_running_or_notify_cancel()
+    waiting.join(15)
+    assert woke == [{fut}]
+    return woke
+
+
 def test_wait_sees_a_cancelled_future_once_its_worker_learns_of_it() -> None:
     """As the standard: a cancelled future counts as done for wait() once the worker's
     set_running_or_notify_cancel has seen the cancellation."""
-    for make in (LightFuture, concurrent.futures.Future):
-        fut: concurrent.futures.Future[int] = make()
-        other: concurrent.futures.Future[int] = make()
-        assert fut.cancel()
-        woke: list[set[concurrent.futures.Future[int]]] = []
-        waiting = threading.Thread(target=lambda: woke.append(
-            concurrent.futures.wait([fut, other], timeout=10, return_when="FIRST_COMPLETED").done))
-        waiting.start()
-        assert not fut.set_running_or_notify_cancel()
-        waiting.join(15)
-        assert woke == [{fut}], make
+    _cancelled_then_noticed(LightFuture)
+    _cancelled_then_noticed(concurrent.futures.Future)
 
 
 def test_asyncio_wrap_future_copies_the_result_and_the_error() -> None:
@@ -192,43 +199,47 @@ def test_a_failing_callback_is_logged_and_the_next_still_runs(caplog: pytest.Log
     assert "exception calling callback" in caplog.text
 
 
+def _waiters_wake(value: int, blocked_first: bool) -> None:
+    fut: LightFuture[int] = LightFuture()
+    fut.set_running_or_notify_cancel()
+    got: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(5)
+
+    def waiter() -> None:
+        start.wait(10)
+        result = fut.result()  # no timeout: a missed notification hangs, and join fails
+        with lock:
+            got.append(result)
+
+    def waits_through_wait() -> None:
+        start.wait(10)
+        done, _ = concurrent.futures.wait([fut])
+        with lock:
+            got.append(next(iter(done)).result())
+
+    threads = [threading.Thread(target=waiter, daemon=True) for _ in range(3)]
+    threads.append(threading.Thread(target=waits_through_wait, daemon=True))
+    for t in threads:
+        t.start()
+    start.wait(10)
+    if blocked_first:
+        deadline = time.monotonic() + 10
+        while not (fut._cond is not None and len(fut._cond._waiters) == 3  # type: ignore[attr-defined]
+                   and len(fut._waiters) == 1):
+            assert time.monotonic() < deadline, "the waiters never blocked"
+            time.sleep(0.0005)
+    fut.set_result(value)
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), f"a waiter missed the result in round {value}"
+    assert got == [value] * 4
+
+
 @pytest.mark.parametrize("blocked_first", [True, False], ids=["waiters-blocked", "racing"])
 def test_every_waiter_wakes_when_the_future_is_settled(blocked_first: bool) -> None:
     """Three threads in result() and one in wait(): settled once they are all blocked (the
     notification path), or at the moment they start (the condition is built only when a
     thread has to wait, maybe while the loop's thread is settling): none may miss it."""
     for round_ in range(50 if blocked_first else 300):
-        fut: LightFuture[int] = LightFuture()
-        fut.set_running_or_notify_cancel()
-        got: list[int] = []
-        lock = threading.Lock()
-        start = threading.Barrier(5)
-
-        def waiter() -> None:
-            start.wait(10)
-            value = fut.result()  # no timeout: a missed notification hangs, and join fails
-            with lock:
-                got.append(value)
-
-        def waits_through_wait() -> None:
-            start.wait(10)
-            done, _ = concurrent.futures.wait([fut])
-            with lock:
-                got.append(next(iter(done)).result())
-
-        threads = [threading.Thread(target=waiter, daemon=True) for _ in range(3)]
-        threads.append(threading.Thread(target=waits_through_wait, daemon=True))
-        for t in threads:
-            t.start()
-        start.wait(10)
-        if blocked_first:
-            deadline = time.monotonic() + 10
-            while not (fut._cond is not None and len(fut._cond._waiters) == 3  # type: ignore[attr-defined]
-                       and len(fut._waiters) == 1):
-                assert time.monotonic() < deadline, "the waiters never blocked"
-                time.sleep(0.0005)
-        fut.set_result(round_)
-        for t in threads:
-            t.join(10)
-            assert not t.is_alive(), f"a waiter missed the result in round {round_}"
-        assert got == [round_] * 4
+        _waiters_wake(round_, blocked_first)

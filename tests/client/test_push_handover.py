@@ -85,12 +85,15 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
         wait_for(lambda: seen.total() >= 200, what="the first member to be consuming")
         with member() as second:
             wait_for(lambda: len(second.assignment()) >= 2, what="the second member's queues")
+            moved = len(second.assignment())
             wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
-    # The old owner finishes at most what its listener threads had started; what it finished
-    # after the new owner read the queue's offset (acknowledged, not yet committed, at most
-    # about one pull of 128 per queue taken over) is read again. Measured: 41 to 92 in eight
-    # runs; what must never happen is the old owner's whole buffer being consumed twice.
-    assert seen.duplicates() <= threads + 128 * 2, seen.duplicates()
+    # The new owner starts from what the old owner released (broker/handover.py): everything
+    # the old owner finished, committed or acknowledged in ranges, is skipped. Only a listener
+    # call still running on a queue when it was given up is consumed again: at most one per
+    # listener thread for each queue moved (batches of 1). Measured: 0 to 4; before the
+    # hand-over waited for the release, 41 to 100 (what the old owner had finished but not yet
+    # committed when the new owner read the offset).
+    assert seen.duplicates() <= threads * moved, (seen.duplicates(), moved)
     admin.close()
 
 

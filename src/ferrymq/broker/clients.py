@@ -106,6 +106,9 @@ class ClientChannel:
     language: str
     version: int
     last_update_ms: int
+    # The client sends a release with its last commit of a queue it gives up (ferrymq's own
+    # clients announce it in their heartbeat): a new owner may wait for that (handover.py).
+    releases_queues: bool = False
 
     @property
     def addr(self) -> str:
@@ -208,6 +211,24 @@ class ClientRegistry:
 
     def consumer_group(self, group: str) -> ConsumerGroupInfo | None:
         return self.consumers.get(group)
+
+    def is_member(self, group: str, conn: Any) -> bool:
+        info = self.consumers.get(group)
+        return info is not None and id(conn) in info.channels
+
+    def releases_queues(self, group: str, conn: Any, asker: Any) -> bool:
+        """`conn` is an open member connection of `group` whose client releases queues, and
+        another client than `asker`'s (a client that reconnected is not waited for by itself)."""
+        info = self.consumers.get(group)
+        if info is None:
+            return False
+        channel = info.channels.get(id(conn))
+        if channel is None or channel.conn is not conn or not channel.releases_queues:
+            return False
+        if getattr(conn, "closed", False):
+            return False
+        mine = info.channels.get(id(asker))
+        return mine is None or mine.client_id != channel.client_id
 
     def member_connections(self, group: str) -> list[Any]:
         with self._lock:

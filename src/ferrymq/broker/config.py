@@ -77,6 +77,9 @@ class BrokerConfig:
     secret_key: str = ""
     # A group's members hear of membership changes at most once per this delay, not per change.
     notify_consumer_ids_changed_delay_ms: int = 200
+    # A member asking where to start on a queue another member still owns waits up to this
+    # long for that owner to release it (broker/handover.py); 0 answers at once, as RocketMQ.
+    handover_wait_ms: int = 2000
     # After a crash, a corrupt record followed by valid ones stops the start (the default);
     # set this to discard everything from the corrupt record on instead.
     truncate_on_corruption: bool = False
@@ -235,6 +238,8 @@ class BrokerConfig:
             raise ConfigError("on_corrupt_record", "must be skip or stop")
         if self.notify_consumer_ids_changed_delay_ms < 0:
             raise ConfigError("notify_consumer_ids_changed_delay_ms", "must be >= 0")
+        if self.handover_wait_ms < 0:
+            raise ConfigError("handover_wait_ms", "must be >= 0")
         if self.transaction_check_interval_ms <= 0:
             raise ConfigError("transaction_check_interval_ms", "must be > 0")
         if self.transaction_timeout_ms < 0:

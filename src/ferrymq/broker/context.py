@@ -13,6 +13,7 @@ from ..store import MessageStore, PutResult, StoreMessage
 from .clients import ClientRegistry, QueueLocks
 from .config import BrokerConfig
 from .events import MessageEvents
+from .handover import Handover
 from .longpoll import PullWaiters
 from .offsets import DelayOffsetManager, OffsetManager
 from .stats import TrafficStats
@@ -45,6 +46,9 @@ class BrokerContext(Protocol):
 
     @property
     def locks(self) -> QueueLocks: ...
+
+    @property
+    def handover(self) -> Handover: ...
 
     @property
     def events(self) -> MessageEvents: ...

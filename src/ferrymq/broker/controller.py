@@ -32,6 +32,7 @@ from .clients import ClientRegistry, QueueLocks
 from .coalesce import Coalescer
 from .config import BrokerConfig, parse_delay_levels
 from .events import MessageEvent, MessageEventKind, MessageEvents
+from .handover import Handover
 from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
@@ -70,6 +71,7 @@ class Broker:
         self.clients = ClientRegistry(channel_expired_ms=config.channel_expired_timeout_ms,
                                       on_consumer_change=self._consumers_changed)
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
+        self.handover = Handover(config.handover_wait_ms, self.clients.releases_queues)
         self.notifier = GroupChangeNotifier(self.clients.member_connections,
                                             config.notify_consumer_ids_changed_delay_ms / 1000)
         # topics.json is written in a worker thread, one snapshot for any number of changes.
@@ -140,6 +142,9 @@ class Broker:
             "partialFrameConnectionsClosed": str(s.closed_over_partial_budget),
             "acceptFailures": str(s.accept_failures),
             "consumerIdsChangedNotices": str(self.notifier.sent),
+            # Members that waited for a queue's previous owner to release it, and waits that ran out.
+            "consumerHandoverWaits": str(self.handover.waits),
+            "consumerHandoverWaitsRunOut": str(self.handover.waited_out),
         }
 
     @property
@@ -367,6 +372,7 @@ class Broker:
     # --- consumers -------------------------------------------------------------------------
     def _consumers_changed(self, group: str) -> None:
         self.notifier.changed(group)
+        self.handover.members_changed(group)
 
     # --- name server registration ----------------------------------------------------------
     def _topics_changed(self) -> None:

@@ -17,6 +17,12 @@ Ranges = list[tuple[int, int]]
 # QUERY_CONSUMER_OFFSET header field by which a ferrymq client asks for the ranges too; the
 # answer then carries them as its body (encode_ranges).
 WITH_ACK_RANGES = "withAckRanges"
+# UPDATE_CONSUMER_PROGRESS header field ("true"): the client gives these queues up, this is
+# its last commit of them (the broker's hand-over waits for it: broker/handover.py).
+RELEASED = "released"
+# QUERY_CONSUMER_OFFSET header field: how long (ms) the asking member lets the broker wait for
+# the queue's previous owner to release it. Clients that do not send it are answered at once.
+HANDOVER_WAIT_MS = "handoverWaitMs"
 
 
 class ProgressDecodeError(ValueError):

@@ -7,9 +7,11 @@ from typing import Any
 
 from ...common import jsonx
 from ...common.codes import LanguageCode, RequestCode, ResponseCode
-from ...common.headers import fields, opt_str, req_int, req_str
+from ...common.headers import fields, opt_int, opt_str, req_int, req_str
 from ...common.names import retry_topic, validate_group
 from ...common.progress import (
+    HANDOVER_WAIT_MS,
+    RELEASED,
     WITH_ACK_RANGES,
     ProgressDecodeError,
     decode_progress,
@@ -29,6 +31,7 @@ def _watch(broker: BrokerContext, conn: Connection) -> None:
     if not getattr(conn, _WATCHED, False):
         setattr(conn, _WATCHED, True)
         conn.on_close(broker.clients.drop_connection)
+        conn.on_close(broker.handover.connection_closed)
 
 
 # Java and ali-ons send enum names; the C++ client sends their ordinals (fastjson reads both).
@@ -82,7 +85,8 @@ async def heart_beat(broker: BrokerContext, conn: Connection, req: RemotingComma
             created = True
         broker.clients.register_consumer(
             group,
-            ClientChannel(client_id, conn, language, req.version, now),
+            ClientChannel(client_id, conn, language, req.version, now,
+                          releases_queues=consumer.get("releasesQueues") is True),
             consume_type=_enum_name(consumer.get("consumeType"), _CONSUME_TYPES, "CONSUME_PASSIVELY"),
             message_model=model,
             consume_from_where=_enum_name(consumer.get("consumeFromWhere"), _CONSUME_FROM,
@@ -119,6 +123,10 @@ async def query_consumer_offset(broker: BrokerContext, conn: Connection,
                                 req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     group, topic, queue_id = req_str(ext, "consumerGroup"), req_str(ext, "topic"), req_int(ext, "queueId")
+    wait_ms = opt_int(ext, HANDOVER_WAIT_MS, 0)
+    if wait_ms > 0 and broker.clients.is_member(group, conn):
+        # A member taking the queue over: the owner's last progress first (handover.py).
+        await broker.handover.wait_released(group, topic, queue_id, conn, wait_ms / 1000)
     progress = broker.offsets.progress(group, topic, queue_id)
     if progress is not None and progress.offset >= 0:
         # Ranges only for a ferrymq client that asks: Apache clients see RocketMQ's answer.
@@ -165,12 +173,16 @@ async def update_consumer_progress(broker: BrokerContext, conn: Connection,
         return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
     now = broker.now_ms()
     seq = 0
+    releasing = req.ext_fields.get(RELEASED) == "true"
     for u in updates:
         seq = max(seq, broker.offsets.commit(group, u.topic, u.queue_id, u.offset, now, acked=list(u.acked)))
         if broker.events.wants(MessageEventKind.COMMITTED):
             broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, u.topic, u.queue_id, u.offset,
                                             group=group, client=conn.remote_addr))
     await broker.offsets.wait_durable(seq)
+    if releasing:  # durable first: the next owner starts from what it reads
+        for u in updates:
+            broker.handover.released(group, u.topic, u.queue_id, conn)
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -75,6 +75,7 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         if found.selector is not None and not broker.config.enable_property_filter:
             raise UnsupportedFilterError(topic, found.expression_type)
         sub = found
+    broker.handover.pulled(group, topic, queue_id, conn)
     if sys_flag & PULL_FLAG_COMMIT_OFFSET:
         commit = opt_int(ext, "commitOffset", -1)
         if commit >= 0:

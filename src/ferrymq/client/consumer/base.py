@@ -120,6 +120,8 @@ class ConsumerBase(Lifecycle):
             "messageModel": self.options.message_model.value,
             "subscriptionDataSet": [s.to_json() for s in self.effective_subscriptions().values()],
             "unitMode": False,
+            # ferrymq brokers let a new owner of a queue wait for our release (RELEASED).
+            "releasesQueues": True,
         }
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -301,7 +303,8 @@ class ConsumerBase(Lifecycle):
     async def release_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """A queue this member no longer owns: its offset goes to the broker first."""
         if self.clustering:
-            await self.offset_store.persist({mq})  # failures are logged; the lease moves on
+            # Failures are logged; the new owner's wait for the release then runs out.
+            await self.offset_store.persist({mq}, release=True)
         self.offset_store.remove(mq)
 
     def may_pull(self, pq: ProcessQueue) -> bool:

@@ -26,6 +26,8 @@ from ...common.jsonx import FrozenKey
 from ...common.message import MessageQueue
 from ...common.names import MASTER_ID
 from ...common.progress import (
+    HANDOVER_WAIT_MS,
+    RELEASED,
     WITH_ACK_RANGES,
     ProgressDecodeError,
     QueueProgressUpdate,
@@ -42,6 +44,9 @@ Ranges = list[tuple[int, int]]
 RangesOf = Callable[[], Ranges]
 
 
+# How long a member taking a queue over lets the broker wait for the previous owner's release.
+HANDOVER_WAIT_BUDGET_MS = 2000
+
 class OffsetStore(Protocol):
     async def load(self) -> None: ...
 
@@ -57,7 +62,8 @@ class OffsetStore(Protocol):
 
     def take_dirty(self) -> set[MessageQueue]: ...
 
-    async def persist(self, mqs: set[MessageQueue]) -> None: ...
+    async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
+        """`release`: this member gives these queues up; the broker may hand them over now."""
 
     def remove(self, mq: MessageQueue) -> None: ...
 
@@ -151,10 +157,15 @@ class RemoteOffsetStore(_MemoryTable):
         ext = fields(consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id)
         if self.precise_ack:
             ext[WITH_ACK_RANGES] = "true"
-        resp = await self.inst.api.invoke_ok(
+        # A ferrymq broker may hold the answer until the queue's previous owner released it
+        # (its last progress committed): the request's timeout covers that wait.
+        ext[HANDOVER_WAIT_MS] = str(HANDOVER_WAIT_BUDGET_MS)
+        api = self.inst.api
+        resp = await api.invoke_ok(
             await self._addr(mq),
             RequestCode.QUERY_CONSUMER_OFFSET,
             ext,
+            timeout=api.timeout + HANDOVER_WAIT_BUDGET_MS / 1000,
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
@@ -170,8 +181,8 @@ class RemoteOffsetStore(_MemoryTable):
                     log.warning("%s: ack ranges of %s ignored: %s", self.group, mq, exc)
         return offset
 
-    async def persist(self, mqs: set[MessageQueue]) -> None:
-        failed = await self._persist_once(mqs)
+    async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
+        failed = await self._persist_once(mqs, release)
         # A broker that is gone makes its queues' route be fetched again; where that names
         # another broker (a slave while the master is away), the offsets go there now.
         retry: set[MessageQueue] = set()
@@ -187,11 +198,11 @@ class RemoteOffsetStore(_MemoryTable):
                         pass
             else:
                 log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, exc)
-        for addr, _, exc in await self._persist_once(retry) if retry else []:
+        for addr, _, exc in await self._persist_once(retry, release) if retry else []:
             log.warning("%s: persisting offsets on %s failed: %s", self.group, addr, exc)
 
     async def _persist_once(
-        self, mqs: set[MessageQueue]
+        self, mqs: set[MessageQueue], release: bool
     ) -> list[tuple[str, list[MessageQueue], FerryMQError]]:
         by_addr: dict[str, list[MessageQueue]] = defaultdict(list)
         for mq in mqs:
@@ -202,7 +213,7 @@ class RemoteOffsetStore(_MemoryTable):
             except FerryMQError as exc:
                 log.warning("%s: persisting offset of %s failed: %s", self.group, mq, exc)
         results = await asyncio.gather(
-            *(self._persist_broker(addr, qs) for addr, qs in by_addr.items()),
+            *(self._persist_broker(addr, qs, release) for addr, qs in by_addr.items()),
             return_exceptions=True,
         )
         failed: list[tuple[str, list[MessageQueue], FerryMQError]] = []
@@ -213,7 +224,7 @@ class RemoteOffsetStore(_MemoryTable):
                 raise result
         return failed
 
-    async def _persist_broker(self, addr: str, mqs: list[MessageQueue]) -> None:
+    async def _persist_broker(self, addr: str, mqs: list[MessageQueue], release: bool) -> None:
         api = self.inst.api
         if self._extension.get(addr, True):
             updates = []
@@ -223,7 +234,8 @@ class RemoteOffsetStore(_MemoryTable):
                 acked = tuple(self.acked(mq, offset)) if self.precise_ack else ()
                 updates.append(QueueProgressUpdate(mq.topic, mq.queue_id, offset, acked))
             resp = await api.invoke(
-                addr, RequestCode.UPDATE_CONSUMER_PROGRESS, body=encode_progress(self.group, updates)
+                addr, RequestCode.UPDATE_CONSUMER_PROGRESS, {RELEASED: "true"} if release else None,
+                encode_progress(self.group, updates),
             )
             if resp.code == ResponseCode.SUCCESS:
                 self._extension[addr] = True
@@ -271,7 +283,7 @@ class LocalOffsetStore(_MemoryTable):
             self.dirty.discard(mq)
         return offset
 
-    async def persist(self, mqs: set[MessageQueue]) -> None:
+    async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
         for mq in mqs:
             if mq in self.offsets:
                 self._stored[mq] = self.offsets[mq]
