@@ -8,6 +8,7 @@ acknowledged with one process-queue removal and one offset update per queue."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -38,7 +39,8 @@ class ConcurrentService:
         runner.on_done = self._finished
         self._later: set[asyncio.TimerHandle] = set()
         self._sending: set[asyncio.Task[None]] = set()
-        self._closing: ProcessQueue | None = None
+        self._closing: set[ProcessQueue] = set()
+        self._progress: asyncio.Event | None = None  # set after every run handed back
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         n = self.c.options.consume_message_batch_max_size
@@ -68,11 +70,18 @@ class ConcurrentService:
         self._later.add(handle)
 
     def _finished(self, reqs: list[ConsumeRequest]) -> None:
+        try:
+            self._settle_finished(reqs)
+        finally:
+            if self._progress is not None:
+                self._progress.set()
+
+    def _settle_finished(self, reqs: list[ConsumeRequest]) -> None:
         done: dict[ProcessQueue, list[MessageExt]] = defaultdict(list)
         closing = self._closing
         for req in reqs:
             pq = req.pq
-            if not req.ran or (pq.dropped and pq is not closing):
+            if not req.ran or (pq.dropped and pq not in closing):
                 # The queue went to another member meanwhile; it will deliver these again.
                 continue
             ctx: ConsumeConcurrentlyContext = req.ctx
@@ -96,7 +105,7 @@ class ConcurrentService:
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
         for pq, msgs in done.items():
-            self.c.settle(pq, msgs, closing=pq is closing)
+            self.c.settle(pq, msgs, closing=pq in closing)
 
     async def _send_back(
         self, pq: ProcessQueue, failed: list[MessageExt], ctx: ConsumeConcurrentlyContext
@@ -123,11 +132,32 @@ class ConcurrentService:
     def close_queue(self, pq: ProcessQueue) -> None:
         """The queue is being handed over: acknowledge what finished on it already, so the
         offset persisted next covers it; only what is still in the listener comes again."""
-        self._closing = pq
+        self._closing.add(pq)
         try:
             self.runner.collect()
         finally:
-            self._closing = None
+            self._closing.discard(pq)
+
+    async def finish_queue(self, pq: ProcessQueue, wait: float) -> None:
+        """close_queue, after waiting up to `wait` seconds for the listener calls still
+        running on the queue, so that what they consume is acknowledged too and the next owner
+        (which waits for our release: broker/handover.py) does not deliver it again."""
+        self._closing.add(pq)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            while True:
+                self.runner.collect()
+                left = deadline - loop.time()
+                if left <= 0 or not self.runner.busy_with(pq):
+                    break
+                if self._progress is None:
+                    self._progress = asyncio.Event()
+                self._progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress.wait(), left)
+        finally:
+            self._closing.discard(pq)
 
     async def clean_expired(self) -> None:
         """Messages whose consumption started more than consume_timeout ago are sent back and

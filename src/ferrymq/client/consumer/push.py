@@ -33,6 +33,11 @@ log = logging.getLogger("ferrymq.client.consumer")
 PUSH_PULL_BATCH_SIZE = 128
 
 
+# How long a member giving a queue up waits for the listener calls still running on it. The
+# next owner lets the broker wait 2 s for our release (HANDOVER_WAIT_BUDGET_MS), so this stays
+# well under that; a call that runs longer is delivered again by the next owner.
+RELEASE_WAIT_S = 1.0
+
 class AsyncPushConsumer(ConsumerBase):
     kind = "PushConsumer"
     consume_type = "CONSUME_PASSIVELY"
@@ -227,9 +232,21 @@ class AsyncPushConsumer(ConsumerBase):
                 await self.inst.api.unlock_batch(addr, self.group, self.client_id, group_mqs)
 
     async def release_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        concurrent = self._concurrent
+        if concurrent is not None and self.clustering:
+            # The listener calls still running on the queue are waited for (briefly, off the
+            # rebalance path), so their messages are acknowledged in our release and the next
+            # owner, which waits for that release, does not deliver them again.
+            async def finish_concurrent() -> None:
+                await concurrent.finish_queue(pq, RELEASE_WAIT_S)
+                if mq not in self.table:  # not taken back meanwhile
+                    await super(AsyncPushConsumer, self).release_queue(mq, pq)
+
+            self._spawn_free(finish_concurrent())
+            return
         if not (self._orderly and self.clustering):
-            if self._concurrent is not None:
-                self._concurrent.close_queue(pq)
+            if concurrent is not None:
+                concurrent.close_queue(pq)
             await super().release_queue(mq, pq)
             return
         # The queue's lock may only be given up once our batch on it has finished, or two

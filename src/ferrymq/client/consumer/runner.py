@@ -242,8 +242,12 @@ class ListenerRunner:
                 except Exception as exc:
                     _listener_failed(exc, req.msgs, req.ctx)
                 finally:
+                    # Handed back before it leaves the running set: busy_with never sees a
+                    # request in neither.
+                    self._done.append(req)
                     self._running.discard(req)
-            self._done.append(req)
+            else:
+                self._done.append(req)
             if not self._wake_pending:
                 self._wake_pending = True
                 assert self._loop is not None
@@ -294,6 +298,11 @@ class ListenerRunner:
     def running(self) -> list[ConsumeRequest]:
         """Requests whose listener call is in progress."""
         return list(self._running)
+
+    def busy_with(self, pq: object) -> bool:
+        """A listener call on `pq` is in progress, or finished and not yet handed back."""
+        return any(req.pq is pq for req in list(self._running)) or any(
+            req.pq is pq and req.ran for req in list(self._done))
 
     async def wait_idle(self) -> None:
         """Until every submitted request ran and was handed back."""
