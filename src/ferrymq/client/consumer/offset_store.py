@@ -56,7 +56,9 @@ class OffsetStore(Protocol):
 
     def read_memory(self, mq: MessageQueue) -> int: ...
 
-    async def read_store(self, mq: MessageQueue) -> int: ...
+    async def read_store(self, mq: MessageQueue, *, taking: bool = False) -> int:
+        """`taking`: this member takes the queue over (rebalance); only then may the broker
+        hold the answer for the previous owner's release."""
 
     def loaded_ranges(self, mq: MessageQueue) -> Ranges: ...
 
@@ -143,29 +145,33 @@ class RemoteOffsetStore(_MemoryTable):
     async def load(self) -> None:
         return None
 
-    async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self.inst.find_read_addr(
-            mq.broker_name, mq.topic, self.read_from.get(mq, MASTER_ID)
-        )
+    async def _addr(self, mq: MessageQueue, *, handover: bool = False) -> str:
+        # A hand-over (the new owner's question, the old owner's release) meets on the master
+        # (a slave while it is away), whichever broker either side last read the queue from.
+        suggested = MASTER_ID if handover else self.read_from.get(mq, MASTER_ID)
+        addr = await self.inst.find_read_addr(mq.broker_name, mq.topic, suggested)
         if addr is None:
             raise ClientError(f"broker {mq.broker_name} of {mq} has no known address")
         return addr
 
-    async def read_store(self, mq: MessageQueue) -> int:
+    async def read_store(self, mq: MessageQueue, *, taking: bool = False) -> int:
         """The broker's committed offset (-1: none); remembered locally when found, with the
-        ranges above it already acknowledged (see loaded_ranges)."""
+        ranges above it already acknowledged (see loaded_ranges). `taking`: see OffsetStore."""
         ext = fields(consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id)
         if self.precise_ack:
             ext[WITH_ACK_RANGES] = "true"
-        # A ferrymq broker may hold the answer until the queue's previous owner released it
-        # (its last progress committed): the request's timeout covers that wait.
-        ext[HANDOVER_WAIT_MS] = str(HANDOVER_WAIT_BUDGET_MS)
         api = self.inst.api
+        timeout = api.timeout
+        if taking:
+            # A ferrymq broker may hold the answer until the queue's previous owner released
+            # it (its last progress committed): the request's timeout covers that wait.
+            ext[HANDOVER_WAIT_MS] = str(HANDOVER_WAIT_BUDGET_MS)
+            timeout += HANDOVER_WAIT_BUDGET_MS / 1000
         resp = await api.invoke_ok(
-            await self._addr(mq),
+            await self._addr(mq, handover=taking),
             RequestCode.QUERY_CONSUMER_OFFSET,
             ext,
-            timeout=api.timeout + HANDOVER_WAIT_BUDGET_MS / 1000,
+            timeout=timeout,
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
@@ -192,7 +198,7 @@ class RemoteOffsetStore(_MemoryTable):
             if any(refreshed):
                 for mq in qs:
                     try:
-                        if await self._addr(mq) != addr:
+                        if await self._addr(mq, handover=release) != addr:
                             retry.add(mq)
                     except FerryMQError:
                         pass
@@ -209,7 +215,7 @@ class RemoteOffsetStore(_MemoryTable):
             if self.offsets.get(mq, -1) < 0:
                 continue
             try:
-                by_addr[await self._addr(mq)].append(mq)
+                by_addr[await self._addr(mq, handover=release)].append(mq)
             except FerryMQError as exc:
                 log.warning("%s: persisting offset of %s failed: %s", self.group, mq, exc)
         results = await asyncio.gather(
@@ -276,7 +282,7 @@ class LocalOffsetStore(_MemoryTable):
             return {}
         return {mq_from_key(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
 
-    async def read_store(self, mq: MessageQueue) -> int:
+    async def read_store(self, mq: MessageQueue, *, taking: bool = False) -> int:
         offset = self._stored.get(mq, -1)
         if offset >= 0:
             self.update(mq, offset, increase_only=False)

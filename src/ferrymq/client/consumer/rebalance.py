@@ -125,7 +125,7 @@ class Rebalancer:
 
     async def compute_pull_from(self, mq: MessageQueue) -> int:
         c = self.consumer
-        last = await c.offset_store.read_store(mq)
+        last = await c.offset_store.read_store(mq, taking=True)
         if last >= 0:
             return last
         if is_retry_topic(mq.topic):
