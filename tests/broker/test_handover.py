@@ -167,3 +167,23 @@ async def test_a_client_that_reconnected_does_not_wait_for_its_old_connection(
     resp = await asyncio.wait_for(_query(after), 10)
     assert resp.ext_fields["offset"] == "6"
     assert b.handover.waits == 0
+
+
+async def test_a_pull_from_outside_the_group_does_not_take_the_queue_over(
+        broker: tuple[Broker, Callable[[], Wire]]) -> None:
+    """A connection that is no member (an admin tool, the dashboard, a Spark read: they pull
+    with a group but never send a heartbeat) neither becomes the queue's owner, which would end
+    the wait for the real owner's release, nor stays in the owner table after it closed (its
+    close is never watched)."""
+    b, wire = broker
+    old, tool, new = wire(), wire(), wire()
+    await _member(old, "old")
+    await _own(old, 2)
+    assert (await tool.pull(TOPIC, 0, 0, group=GROUP)).code == ResponseCode.SUCCESS
+    await tool.close()
+    await _member(new, "new")
+    asked = _query(new)
+    await _until(lambda: b.handover.waiting == 1, "the query to wait for the owner's release")
+    await _release(old, 7)
+    resp = await asyncio.wait_for(asked, 10)
+    assert resp.ext_fields["offset"] == "7"

@@ -75,7 +75,10 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         if found.selector is not None and not broker.config.enable_property_filter:
             raise UnsupportedFilterError(topic, found.expression_type)
         sub = found
-    broker.handover.pulled(group, topic, queue_id, conn)
+    if broker.clients.is_member(group, conn):
+        # Only a member's close is watched, and only a member can be waited for: a tool pulling
+        # with the group's name (admin, dashboard, Spark) must not replace the real owner.
+        broker.handover.pulled(group, topic, queue_id, conn)
     if sys_flag & PULL_FLAG_COMMIT_OFFSET:
         commit = opt_int(ext, "commitOffset", -1)
         if commit >= 0:
