@@ -187,3 +187,19 @@ async def test_a_pull_from_outside_the_group_does_not_take_the_queue_over(
     await _release(old, 7)
     resp = await asyncio.wait_for(asked, 10)
     assert resp.ext_fields["offset"] == "7"
+
+
+async def test_a_broker_stopping_answers_the_waiting_members_at_once(
+        broker: tuple[Broker, Callable[[], Wire]]) -> None:
+    """A stop wakes the held pulls; a member held for a release is answered too, with what is
+    committed, rather than holding the stop (a restart, a failover) until its wait ends."""
+    b, wire = broker
+    old, new = wire(), wire()
+    await _member(old, "old")
+    await _own(old, 4)
+    await _member(new, "new")
+    asked = _query(new)  # the broker's limit here: 30 s, beyond the stop's grace
+    await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
+    await b.stop()
+    resp = await asyncio.wait_for(asked, 10)
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == "4"

@@ -285,6 +285,7 @@ class Broker:
         await self.replication.stop()
         if self.waiters is not None:
             self.waiters.wake_all()
+        self.handover.close()
         self.notifier.close()
         with contextlib.suppress(Exception):
             await self._registrar.idle()

@@ -67,6 +67,15 @@ class Handover:
                 for event in events:
                     event.set()
 
+    def close(self) -> None:
+        """The broker stops: nobody is held for a release any longer (answered with what is
+        committed, instead of holding the stop until each wait ends)."""
+        self.wait_s = 0.0
+        self._owner.clear()
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
+
     def connection_closed(self, conn: object) -> None:
         for key in [k for k, owner in self._owner.items() if owner is conn]:
             del self._owner[key]
