@@ -26,6 +26,7 @@ REGISTRY: list[str] = [
     "spark_bench",
     "ha_bench",
     "pop_dup_bench",
+    "handover_bench",
     "timer_bench",
     "grpc_bench",
     "acl_bench",

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
 
 from ferrymq import (
@@ -20,6 +21,8 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from ferrymq.client.consumer import push as push_module
+from ferrymq.client.lifecycle import State
 
 
 class Seen:
@@ -57,11 +60,11 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
     standalone: Any,
 ) -> None:
     admin = AdminClient(standalone.namesrv)
-    admin.create_topic("handover", 4)
+    admin.create_topic("handover", 8)
     total = 3200
     _produce(standalone.namesrv, "handover", total)
     seen = Seen()
-    threads = 2
+    threads = 4
 
     def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
         time.sleep(0.001)  # the work; the first member's buffers fill meanwhile
@@ -84,7 +87,7 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
         # Every queue is pulled up to its buffer before the second member comes.
         wait_for(lambda: seen.total() >= 200, what="the first member to be consuming")
         with member() as second:
-            wait_for(lambda: len(second.assignment()) >= 2, what="the second member's queues")
+            wait_for(lambda: len(second.assignment()) >= 4, what="the second member's queues")
             moved = len(second.assignment())
             wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
     # The new owner starts from what the old owner released (broker/handover.py), and the old
@@ -204,4 +207,68 @@ def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner
                 unblock.set()  # before the members stop: a stopping member waits for its calls
     finally:
         unblock.set()
+    admin.close()
+
+
+def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(
+    standalone: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release of a queue given up waits for the listener calls running on it; a member
+    that stops meanwhile lets those calls finish, and the release then goes out with their
+    progress (persisting at stop covers only the queues still held): the new owner consumes
+    none of them again."""
+    monkeypatch.setattr(push_module, "RELEASE_WAIT_S", 30.0)  # only the stop ends the wait here
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("stophandover", 2)
+    _produce(standalone.namesrv, "stophandover", 64)
+    seen = Seen()
+    lock = threading.Lock()
+    stuck: set[int] = set()
+    unblock = threading.Event()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        with lock:
+            block = len(stuck) < 2 and ctx.message_queue.queue_id not in stuck
+            if block:
+                stuck.add(ctx.message_queue.queue_id)
+        if block:  # the first member's first call on each queue
+            unblock.wait(60)
+        seen.add(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def member() -> PushConsumer:
+        c = PushConsumer("g-stophandover", standalone.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                         consume_threads=2, **FAST_CONSUMER)
+        c.subscribe("stophandover")
+        c.register_listener(listener)
+        return c
+
+    first = member().start()
+    second = member()
+    try:
+        wait_for(lambda: len(stuck) == 2, what="a call stuck on each queue of the first member")
+        # start() returns after its first rebalance, whose question for the queue taken over
+        # waits for the release: started on a thread of its own.
+        starting = threading.Thread(target=second.start)
+        starting.start()
+        wait_for(lambda: len([q for q in first.assignment() if q.topic == "stophandover"]) == 1,
+                 what="the first member to give a queue up")
+
+        def unblock_once_stopping() -> None:
+            wait_for(lambda: first._impl.state is not State.RUNNING, what="the first member to stop")
+            unblock.set()
+
+        t = threading.Thread(target=unblock_once_stopping)
+        t.start()
+        first.shutdown()  # its stuck calls end while it stops, and its release goes out
+        t.join(30)
+        starting.join(30)
+        wait_for(lambda: seen.distinct() >= 64, timeout=30, what="every message")
+        run_out = int(next(iter(admin.cluster_list())).runtime.get("consumerHandoverWaitsRunOut", "-1"))
+        assert run_out == 0, "the new owner was answered before the release"
+    finally:
+        unblock.set()
+        first.shutdown()
+        second.shutdown()
+    assert seen.duplicates() == 0, {k: n for k, n in seen.counts.items() if n > 1}
     admin.close()

@@ -138,6 +138,11 @@ class ConcurrentService:
         finally:
             self._closing.discard(pq)
 
+    def begin_close(self, pq: ProcessQueue) -> None:
+        """The queue was just dropped and is being handed over: runs on it handed back from
+        now on are acknowledged, not dropped (finish_queue ends this)."""
+        self._closing.add(pq)
+
     async def finish_queue(self, pq: ProcessQueue, wait: float) -> None:
         """close_queue, after waiting up to `wait` seconds for the listener calls still
         running on the queue, so that what they consume is acknowledged too and the next owner

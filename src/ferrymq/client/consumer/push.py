@@ -51,6 +51,7 @@ class AsyncPushConsumer(ConsumerBase):
         self._ordered: OrderlyService | None = None
         self._releasing: set[MessageQueue] = set()
         self._free_tasks: set[asyncio.Task[None]] = set()
+        self._concurrent_releases: set[asyncio.Task[None]] = set()
 
     # --- configuration -----------------------------------------------------------------------
     def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False) -> None:
@@ -127,11 +128,15 @@ class AsyncPushConsumer(ConsumerBase):
             await self._concurrent.drain()
         if self._ordered is not None:
             await self._ordered.drain()
+        # Queues given up just before: their releases carry progress that persist_all, which
+        # covers only the queues still held, would not (bounded by the shutdown timeout too).
+        while self._concurrent_releases:
+            await asyncio.gather(*list(self._concurrent_releases), return_exceptions=True)
 
     async def _after_stopped(self) -> None:
-        for task in list(self._free_tasks):
+        for task in [*self._free_tasks, *self._concurrent_releases]:
             task.cancel()
-        for task in list(self._free_tasks):
+        for task in [*self._free_tasks, *self._concurrent_releases]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._ordered is not None and self.clustering:
@@ -237,12 +242,16 @@ class AsyncPushConsumer(ConsumerBase):
             # The listener calls still running on the queue are waited for (briefly, off the
             # rebalance path), so their messages are acknowledged in our release and the next
             # owner, which waits for that release, does not deliver them again.
+            concurrent.begin_close(pq)  # before the loop runs anything else
+
             async def finish_concurrent() -> None:
                 await concurrent.finish_queue(pq, RELEASE_WAIT_S)
                 if mq not in self.table:  # not taken back meanwhile
                     await super(AsyncPushConsumer, self).release_queue(mq, pq)
 
-            self._spawn_free(finish_concurrent())
+            task = asyncio.create_task(finish_concurrent())
+            self._concurrent_releases.add(task)
+            task.add_done_callback(self._concurrent_releases.discard)
             return
         if not (self._orderly and self.clustering):
             if concurrent is not None:

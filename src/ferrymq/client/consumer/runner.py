@@ -233,21 +233,21 @@ class ListenerRunner:
                         continue
                     self._workers -= 1
                     return
+            # In the running set before its queue's dropped flag is read: a release waiting
+            # for the queue's calls (busy_with, on the loop, after setting the flag) either
+            # sees this call, or this thread sees the flag and skips it.
+            self._running.add(req)
             if not req.pq.dropped:
                 req.ran = True
                 req.started = time.time()
-                self._running.add(req)
                 try:
                     req.result = self.fn(list(req.msgs), req.ctx)
                 except Exception as exc:
                     _listener_failed(exc, req.msgs, req.ctx)
-                finally:
-                    # Handed back before it leaves the running set: busy_with never sees a
-                    # request in neither.
-                    self._done.append(req)
-                    self._running.discard(req)
-            else:
-                self._done.append(req)
+            # Handed back before it leaves the running set: busy_with never sees a request
+            # in neither.
+            self._done.append(req)
+            self._running.discard(req)
             if not self._wake_pending:
                 self._wake_pending = True
                 assert self._loop is not None
@@ -297,7 +297,7 @@ class ListenerRunner:
 
     def running(self) -> list[ConsumeRequest]:
         """Requests whose listener call is in progress."""
-        return list(self._running)
+        return [req for req in list(self._running) if req.ran]
 
     def busy_with(self, pq: object) -> bool:
         """A listener call on `pq` is in progress, or finished and not yet handed back."""
