@@ -15,6 +15,7 @@ from wire_util import Wire
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
+from ferrymq.client.consumer.types import ConsumeFromWhere, ConsumeStatus
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.progress import QueueProgressUpdate, encode_progress
@@ -122,9 +123,11 @@ async def test_the_wait_ends_when_the_old_owner_leaves(broker: tuple[Broker, Cal
     await _member(new, "new")
     asked = _query(new)
     await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
+    assert b.handover.owned == 1
     await old.close()  # its connection closes: it is no longer a member
     resp = await asyncio.wait_for(asked, 10)
     assert resp.ext_fields["offset"] == "4"
+    await _until(lambda: b.handover.owned == 0, "the closed connection to own nothing")
     assert b.handover.waited_out == 0
 
 
@@ -203,3 +206,43 @@ async def test_a_broker_stopping_answers_the_waiting_members_at_once(
     await b.stop()
     resp = await asyncio.wait_for(asked, 10)
     assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == "4"
+
+
+async def test_a_member_taking_queues_of_two_topics_waits_for_both_releases_at_once(
+        broker: tuple[Broker, Callable[[], Wire]]) -> None:
+    """A ferrymq consumer's rebalance updates its topics side by side: the question for a queue
+    of one topic held for a release does not keep the other topic's question from being asked
+    (start() would otherwise wait for each topic's owner in turn)."""
+    from ferrymq.aio import PushConsumer
+
+    b, wire = broker
+    setup, old = wire(), wire()
+    await setup.create_topic("handover-b", 1)
+    assert (await setup.send("handover-b", b"m", queue_id=0)).code == ResponseCode.SUCCESS
+    body = jsonx.loads(_heartbeat("zz-old", releases=True))
+    body["consumerDataSet"][0]["subscriptionDataSet"].append(
+        {"topic": "handover-b", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+         "expressionType": "TAG"})
+    resp = await old.call(RequestCode.HEART_BEAT, jsonx.dumps_bytes(body))
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    for topic, queue_id in ((TOPIC, 0), (TOPIC, 1), ("handover-b", 0)):  # "zz-old" owns them all
+        resp = await old.pull(topic, queue_id, 0, group=GROUP, commit_offset=0)
+        assert resp.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), resp.remark
+    consumer = PushConsumer(GROUP, old.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(TOPIC)
+    consumer.subscribe("handover-b")
+    consumer.register_listener(lambda msgs, ctx: ConsumeStatus.CONSUME_SUCCESS)
+    starting = asyncio.ensure_future(consumer.start())
+    try:
+        # Its client id sorts before "zz-old": it is given queue 0 of both topics.
+        await _until(lambda: b.handover.waiting == 2, "both topics' questions held at once")
+        await _release(old, 1)  # TOPIC queue 0
+        body_b = encode_progress(GROUP, [QueueProgressUpdate("handover-b", 0, 0, ())])
+        resp = await old.call(RequestCode.UPDATE_CONSUMER_PROGRESS, body_b, released="true")
+        assert resp.code == ResponseCode.SUCCESS
+        await asyncio.wait_for(starting, 10)
+        assert b.handover.waited_out == 0
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await consumer.shutdown()

@@ -39,10 +39,18 @@ class Handover:
         self.wait_s = wait_ms / 1000
         self._releases_queues = releases_queues
         self._owner: dict[Key, object] = {}
+        # The keys each connection owns: a closing connection (producers' too) costs its own
+        # keys, not a scan of every queue's owner.
+        self._owned: dict[int, set[Key]] = {}
         self._waiting: dict[Key, set[asyncio.Event]] = {}
         # Figures for the runtime table and tests.
         self.waits = 0
         self.waited_out = 0
+
+    @property
+    def owned(self) -> int:
+        """Queues with a known owner."""
+        return len(self._owner)
 
     @property
     def waiting(self) -> int:
@@ -50,13 +58,25 @@ class Handover:
 
     def pulled(self, group: str, topic: str, queue_id: int, conn: object) -> None:
         key = (group, topic, queue_id)
-        if self._owner.get(key) is not conn:
+        previous = self._owner.get(key)
+        if previous is not conn:
+            if previous is not None:
+                self._disown(previous, key)
             self._owner[key] = conn
+            self._owned.setdefault(id(conn), set()).add(key)
+
+    def _disown(self, conn: object, key: Key) -> None:
+        keys = self._owned.get(id(conn))
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._owned[id(conn)]
 
     def released(self, group: str, topic: str, queue_id: int, conn: object) -> None:
         key = (group, topic, queue_id)
         if self._owner.get(key) is conn:
             del self._owner[key]
+            self._disown(conn, key)
             for event in self._waiting.get(key, ()):
                 event.set()
 
@@ -72,13 +92,15 @@ class Handover:
         committed, instead of holding the stop until each wait ends)."""
         self.wait_s = 0.0
         self._owner.clear()
+        self._owned.clear()
         for events in self._waiting.values():
             for event in events:
                 event.set()
 
     def connection_closed(self, conn: object) -> None:
-        for key in [k for k, owner in self._owner.items() if owner is conn]:
-            del self._owner[key]
+        for key in self._owned.pop(id(conn), ()):
+            if self._owner.get(key) is conn:
+                del self._owner[key]
 
     def _holder(self, key: Key, asker: object) -> object | None:
         owner = self._owner.get(key)

@@ -35,16 +35,31 @@ class Rebalancer:
             subs = c.effective_subscriptions()
             # The subscribed topics first: at start, their messages wait while the group's
             # retry topic (usually empty) is looked up.
-            for topic in sorted(subs, key=lambda t: (is_retry_topic(t), t)):
-                if c.state is not State.RUNNING:
-                    return
-                try:
-                    assigned = await self._assignment(topic)
-                except FerryMQError as exc:
-                    log.warning("%s: rebalance of %s skipped: %s", c.group, topic, exc)
-                    continue
-                if assigned is not None:
-                    await self.update_table(topic, assigned)
+            # Each topic's queues are updated as soon as its assignment is known, side by side:
+            # a queue taken over may wait for its previous owner's release (up to 2 s), which
+            # must not hold the other topics back.
+            updates: list[asyncio.Future[None]] = []
+            try:
+                for topic in sorted(subs, key=lambda t: (is_retry_topic(t), t)):
+                    if c.state is not State.RUNNING:
+                        break
+                    try:
+                        assigned = await self._assignment(topic)
+                    except FerryMQError as exc:
+                        log.warning("%s: rebalance of %s skipped: %s", c.group, topic, exc)
+                        continue
+                    if assigned is not None:
+                        updates.append(asyncio.ensure_future(self.update_table(topic, assigned)))
+                results = await asyncio.gather(*updates, return_exceptions=True)
+            except BaseException:  # cancelled (shutdown): so are the updates still running
+                for update in updates:
+                    update.cancel()
+                raise
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+            if c.state is not State.RUNNING:
+                return
             # Queues of topics no longer subscribed.
             for mq in [mq for mq in c.table if mq.topic not in subs]:
                 await self._remove(mq)
