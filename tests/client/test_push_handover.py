@@ -160,6 +160,42 @@ def test_orderly_handover_while_the_old_owner_is_busy_consumes_nothing_twice(
     admin.close()
 
 
+class StuckFirstCalls:
+    """Two queues of 32 messages each, consumed by members with two listener threads; the
+    first call on each queue (the first member's) blocks until `unblock` is set."""
+
+    def __init__(self, namesrv: str, topic: str) -> None:
+        self.namesrv = namesrv
+        self.topic = topic
+        self.admin = AdminClient(namesrv)
+        self.admin.create_topic(topic, 2)
+        _produce(namesrv, topic, 64)
+        self.seen = Seen()
+        self.stuck: set[int] = set()
+        self.unblock = threading.Event()
+        self._lock = threading.Lock()
+
+    def listener(self, msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        with self._lock:
+            block = len(self.stuck) < 2 and ctx.message_queue.queue_id not in self.stuck
+            if block:
+                self.stuck.add(ctx.message_queue.queue_id)
+        if block:  # far longer than any hand-over wait
+            self.unblock.wait(60)
+        self.seen.add(msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def member(self) -> PushConsumer:
+        c = PushConsumer(f"g-{self.topic}", self.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                         consume_threads=2, **FAST_CONSUMER)
+        c.subscribe(self.topic)
+        c.register_listener(self.listener)
+        return c
+
+    def queues(self, consumer: PushConsumer) -> list[int]:
+        return [q.queue_id for q in consumer.assignment() if q.topic == self.topic]
+
+
 def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner(
     standalone: Any,
 ) -> None:
@@ -167,47 +203,22 @@ def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner
     up, and the new owner only as long as it lets the broker hold its start: a call that
     never ends delays the hand-over by those bounds, it does not stop it. (The stuck call's
     message is then delivered again by the new owner: at-least-once.)"""
-    admin = AdminClient(standalone.namesrv)
-    admin.create_topic("slowhandover", 2)
-    _produce(standalone.namesrv, "slowhandover", 64)
-    seen = Seen()
-    lock = threading.Lock()
-    stuck: set[int] = set()
-    unblock = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            block = len(stuck) < 2 and ctx.message_queue.queue_id not in stuck
-            if block:
-                stuck.add(ctx.message_queue.queue_id)
-        if block:  # the first member's first call on each queue: far longer than any wait
-            unblock.wait(60)
-        seen.add(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    def member() -> PushConsumer:
-        c = PushConsumer("g-slowhandover", standalone.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                         consume_threads=2, **FAST_CONSUMER)
-        c.subscribe("slowhandover")
-        c.register_listener(listener)
-        return c
-
+    case = StuckFirstCalls(standalone.namesrv, "slowhandover")
     try:
-        with member():
-            wait_for(lambda: len(stuck) == 2, what="a call stuck on each queue of the first member")
-            with member() as second:
-                wait_for(lambda: len([q for q in second.assignment() if q.topic == "slowhandover"]) == 1,
-                         what="the second member's queue")
-                mine = next(q.queue_id for q in second.assignment() if q.topic == "slowhandover")
+        with case.member():
+            wait_for(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
+            with case.member() as second:
+                wait_for(lambda: len(case.queues(second)) == 1, what="the second member's queue")
+                mine = case.queues(second)[0]
                 # Every message of its queue (32) is consumed while the old owner's call on
                 # that queue is still stuck.
-                wait_for(lambda: len([1 for (q, _) in list(seen.counts) if q == mine]) >= 32,
+                wait_for(lambda: len([1 for (q, _) in list(case.seen.counts) if q == mine]) >= 32,
                          timeout=30, what="the new owner to consume its whole queue")
-                assert not unblock.is_set()
-                unblock.set()  # before the members stop: a stopping member waits for its calls
+                assert not case.unblock.is_set()
+                case.unblock.set()  # before the members stop: a stopping member waits for its calls
     finally:
-        unblock.set()
-    admin.close()
+        case.unblock.set()
+        case.admin.close()
 
 
 def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(
@@ -218,41 +229,17 @@ def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(
     progress (persisting at stop covers only the queues still held): the new owner consumes
     none of them again."""
     monkeypatch.setattr(push_module, "RELEASE_WAIT_S", 30.0)  # only the stop ends the wait here
-    admin = AdminClient(standalone.namesrv)
-    admin.create_topic("stophandover", 2)
-    _produce(standalone.namesrv, "stophandover", 64)
-    seen = Seen()
-    lock = threading.Lock()
-    stuck: set[int] = set()
-    unblock = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            block = len(stuck) < 2 and ctx.message_queue.queue_id not in stuck
-            if block:
-                stuck.add(ctx.message_queue.queue_id)
-        if block:  # the first member's first call on each queue
-            unblock.wait(60)
-        seen.add(msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    def member() -> PushConsumer:
-        c = PushConsumer("g-stophandover", standalone.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                         consume_threads=2, **FAST_CONSUMER)
-        c.subscribe("stophandover")
-        c.register_listener(listener)
-        return c
-
+    case = StuckFirstCalls(standalone.namesrv, "stophandover")
+    admin, seen, unblock, member = case.admin, case.seen, case.unblock, case.member
     first = member().start()
     second = member()
     try:
-        wait_for(lambda: len(stuck) == 2, what="a call stuck on each queue of the first member")
+        wait_for(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
         # start() returns after its first rebalance, whose question for the queue taken over
         # waits for the release: started on a thread of its own.
         starting = threading.Thread(target=second.start)
         starting.start()
-        wait_for(lambda: len([q for q in first.assignment() if q.topic == "stophandover"]) == 1,
-                 what="the first member to give a queue up")
+        wait_for(lambda: len(case.queues(first)) == 1, what="the first member to give a queue up")
 
         def unblock_once_stopping() -> None:
             wait_for(lambda: first._impl.state is not State.RUNNING, what="the first member to stop")

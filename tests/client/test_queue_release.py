@@ -69,16 +69,23 @@ def _service(release: threading.Event, started: threading.Event) -> tuple[Host, 
     return host, service, ProcessQueue(MessageQueue("t", "b", 0))
 
 
+async def _dropped_while_running(offset: int) -> tuple[Host, ConcurrentService, ProcessQueue, threading.Event]:
+    """One message's listener call is running (blocked until the event is set) when its queue
+    is dropped and the hand-over begins, as release_queue does."""
+    release, started = threading.Event(), threading.Event()
+    host, service, pq = _service(release, started)
+    service.submit(pq, [_msg(offset)])
+    await _until(started.is_set, "the listener call")
+    pq.dropped = True
+    service.begin_close(pq)
+    return host, service, pq, release
+
+
 def test_a_call_finishing_between_the_drop_and_the_wait_is_acknowledged() -> None:
     """The run comes back to the loop after the queue was dropped but before the release's
     wait began (the release runs as a task of its own): acknowledged, not thrown away."""
     async def scenario() -> None:
-        release, started = threading.Event(), threading.Event()
-        host, service, pq = _service(release, started)
-        service.submit(pq, [_msg(7)])
-        await _until(started.is_set, "the listener call")
-        pq.dropped = True
-        service.begin_close(pq)  # what release_queue does at once, before spawning the wait
+        host, service, pq, release = await _dropped_while_running(7)
         release.set()
         await _until(lambda: host.settled, "the run handed back")  # by the runner's own delivery
         await service.finish_queue(pq, 5.0)
@@ -90,12 +97,7 @@ def test_a_call_finishing_between_the_drop_and_the_wait_is_acknowledged() -> Non
 
 def test_the_release_waits_for_a_call_still_running() -> None:
     async def scenario() -> None:
-        release, started = threading.Event(), threading.Event()
-        host, service, pq = _service(release, started)
-        service.submit(pq, [_msg(3)])
-        await _until(started.is_set, "the listener call")
-        pq.dropped = True
-        service.begin_close(pq)
+        host, service, pq, release = await _dropped_while_running(3)
         finishing = asyncio.ensure_future(service.finish_queue(pq, 30.0))
         await asyncio.sleep(0)
         assert service.runner.busy_with(pq) and not finishing.done()
@@ -110,12 +112,7 @@ def test_the_release_waits_for_a_call_still_running() -> None:
 
 def test_a_call_outliving_the_wait_is_left_to_the_next_owner() -> None:
     async def scenario() -> None:
-        release, started = threading.Event(), threading.Event()
-        host, service, pq = _service(release, started)
-        service.submit(pq, [_msg(5)])
-        await _until(started.is_set, "the listener call")
-        pq.dropped = True
-        service.begin_close(pq)
+        host, service, pq, release = await _dropped_while_running(5)
         await service.finish_queue(pq, 0.05)  # gives up: the call is still running
         assert host.settled == []
         release.set()

@@ -142,26 +142,23 @@ class LightFuture(concurrent.futures.Future[T]):
         raise RuntimeError("Future in unexpected state")
 
     def set_result(self, result: T) -> None:
+        self._finish(result, None, failed=False)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._finish(None, exception, failed=True)
+
+    def _finish(self, result: Any, exception: BaseException | None, *, failed: bool) -> None:
         with self._lock:
             if self._state in _DONE_STATES:
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result = result
-            self._state = FINISHED
-            for waiter in self._waiters:
-                waiter.add_result(self)
-            if self._cond is not None:
-                self._cond.notify_all()
-        if self._done_callbacks:
-            self._invoke_callbacks()
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        with self._lock:
-            if self._state in _DONE_STATES:
-                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._exception = exception
             self._state = FINISHED
             for waiter in self._waiters:
-                waiter.add_exception(self)
+                if failed:
+                    waiter.add_exception(self)
+                else:
+                    waiter.add_result(self)
             if self._cond is not None:
                 self._cond.notify_all()
         if self._done_callbacks:
