@@ -8,7 +8,6 @@ import time
 from collections import Counter
 from typing import Any
 
-import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
 
 from ferrymq import (
@@ -21,7 +20,6 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
-from ferrymq.client.consumer import push as push_module
 from ferrymq.client.lifecycle import State
 
 
@@ -164,7 +162,8 @@ class StuckFirstCalls:
     """Two queues of 32 messages each, consumed by members with two listener threads; the
     first call on each queue (the first member's) blocks until `unblock` is set."""
 
-    def __init__(self, namesrv: str, topic: str) -> None:
+    def __init__(self, namesrv: str, topic: str, **options: Any) -> None:
+        self.options = options
         self.namesrv = namesrv
         self.topic = topic
         self.admin = AdminClient(namesrv)
@@ -187,7 +186,7 @@ class StuckFirstCalls:
 
     def member(self) -> PushConsumer:
         c = PushConsumer(f"g-{self.topic}", self.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                         consume_threads=2, **FAST_CONSUMER)
+                         consume_threads=2, **{**FAST_CONSUMER, **self.options})
         c.subscribe(self.topic)
         c.register_listener(self.listener)
         return c
@@ -199,7 +198,7 @@ class StuckFirstCalls:
 def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner(
     standalone: Any,
 ) -> None:
-    """The old owner waits only RELEASE_WAIT_S for a call still running on a queue it gives
+    """The old owner waits only `release_wait` (1 s) for a call still running on a queue it gives
     up, and the new owner only as long as it lets the broker hold its start: a call that
     never ends delays the hand-over by those bounds, it does not stop it. (The stuck call's
     message is then delivered again by the new owner: at-least-once.)"""
@@ -221,15 +220,12 @@ def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner
         case.admin.close()
 
 
-def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(
-    standalone: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(standalone: Any) -> None:
     """The release of a queue given up waits for the listener calls running on it; a member
     that stops meanwhile lets those calls finish, and the release then goes out with their
     progress (persisting at stop covers only the queues still held): the new owner consumes
     none of them again."""
-    monkeypatch.setattr(push_module, "RELEASE_WAIT_S", 30.0)  # only the stop ends the wait here
-    case = StuckFirstCalls(standalone.namesrv, "stophandover")
+    case = StuckFirstCalls(standalone.namesrv, "stophandover", release_wait=30.0)  # only the stop ends it
     admin, seen, unblock, member = case.admin, case.seen, case.unblock, case.member
     first = member().start()
     second = member()

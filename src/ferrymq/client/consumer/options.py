@@ -45,6 +45,10 @@ class ConsumerOptions:
     lock_max_live: float = 30.0  # orderly: stop consuming a queue whose lock is this old
     lock_retry_delay: float = 3.0  # orderly: try a queue's lock again after this
     shutdown_timeout: float = 30.0  # wait this long for batches in flight at shutdown
+    # A queue given up to another member is released once the listener calls running on it
+    # finished, waiting at most this long (the new owner waits for the release up to 2 s): a
+    # call running longer is delivered again by the new owner.
+    release_wait: float = 1.0
     allocate_strategy: str | AllocateStrategy = "averagely"
     offset_store_dir: Path | None = None  # broadcasting; default ~/.ferrymq/offsets
     precise_ack: bool = True  # also report consumed ranges above the offset (ferrymq brokers)

@@ -33,10 +33,6 @@ log = logging.getLogger("ferrymq.client.consumer")
 PUSH_PULL_BATCH_SIZE = 128
 
 
-# How long a member giving a queue up waits for the listener calls still running on it. The
-# next owner lets the broker wait 2 s for our release (HANDOVER_WAIT_BUDGET_MS), so this stays
-# well under that; a call that runs longer is delivered again by the next owner.
-RELEASE_WAIT_S = 1.0
 
 class AsyncPushConsumer(ConsumerBase):
     kind = "PushConsumer"
@@ -245,7 +241,7 @@ class AsyncPushConsumer(ConsumerBase):
             concurrent.begin_close(pq)  # before the loop runs anything else
 
             async def finish_concurrent() -> None:
-                await concurrent.finish_queue(pq, RELEASE_WAIT_S)
+                await concurrent.finish_queue(pq, self.options.release_wait)
                 if mq not in self.table:  # not taken back meanwhile
                     await super(AsyncPushConsumer, self).release_queue(mq, pq)
 
