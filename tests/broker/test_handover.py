@@ -75,6 +75,15 @@ async def _own(wire: Wire, upto: int) -> None:
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
+async def _owned_by_old(wire: Callable[[], Wire], upto: int) -> tuple[Wire, Wire]:
+    """Two members: "old" owns queue 0 (committed `upto`), "new" is about to take it over."""
+    old, new = wire(), wire()
+    await _member(old, "old")
+    await _own(old, upto)
+    await _member(new, "new")
+    return old, new
+
+
 def _query(wire: Wire, wait_ms: int | None = 30_000) -> asyncio.Task[RemotingCommand]:
     ext: dict[str, object] = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": 0}
     if wait_ms is not None:
@@ -99,10 +108,7 @@ async def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0
 async def test_the_new_owner_is_answered_with_the_old_owners_release(
         broker: tuple[Broker, Callable[[], Wire]]) -> None:
     b, wire = broker
-    old, new = wire(), wire()
-    await _member(old, "old")
-    await _own(old, 2)
-    await _member(new, "new")
+    old, new = await _owned_by_old(wire, 2)
     asked = _query(new)
     await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
     # The old owner consumed on meanwhile; a plain commit is not a release.
@@ -117,10 +123,7 @@ async def test_the_new_owner_is_answered_with_the_old_owners_release(
 
 async def test_the_wait_ends_when_the_old_owner_leaves(broker: tuple[Broker, Callable[[], Wire]]) -> None:
     b, wire = broker
-    old, new = wire(), wire()
-    await _member(old, "old")
-    await _own(old, 4)
-    await _member(new, "new")
+    old, new = await _owned_by_old(wire, 4)
     asked = _query(new)
     await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
     assert b.handover.owned == 1
@@ -133,10 +136,7 @@ async def test_the_wait_ends_when_the_old_owner_leaves(broker: tuple[Broker, Cal
 
 async def test_the_wait_runs_out_at_the_askers_limit(broker: tuple[Broker, Callable[[], Wire]]) -> None:
     b, wire = broker
-    old, new = wire(), wire()
-    await _member(old, "old")
-    await _own(old, 3)
-    await _member(new, "new")
+    _old, new = await _owned_by_old(wire, 3)
     resp = await asyncio.wait_for(_query(new, wait_ms=100), 10)  # the broker's own limit: 30 s
     assert resp.ext_fields["offset"] == "3"
     assert (b.handover.waits, b.handover.waited_out) == (1, 1)
@@ -197,10 +197,7 @@ async def test_a_broker_stopping_answers_the_waiting_members_at_once(
     """A stop wakes the held pulls; a member held for a release is answered too, with what is
     committed, rather than holding the stop (a restart, a failover) until its wait ends."""
     b, wire = broker
-    old, new = wire(), wire()
-    await _member(old, "old")
-    await _own(old, 4)
-    await _member(new, "new")
+    _old, new = await _owned_by_old(wire, 4)
     asked = _query(new)  # the broker's limit here: 30 s, beyond the stop's grace
     await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
     await b.stop()

@@ -47,6 +47,7 @@ RangesOf = Callable[[], Ranges]
 # How long a member taking a queue over lets the broker wait for the previous owner's release.
 HANDOVER_WAIT_BUDGET_MS = 2000
 
+
 class OffsetStore(Protocol):
     async def load(self) -> None: ...
 

@@ -33,7 +33,6 @@ log = logging.getLogger("ferrymq.client.consumer")
 PUSH_PULL_BATCH_SIZE = 128
 
 
-
 class AsyncPushConsumer(ConsumerBase):
     kind = "PushConsumer"
     consume_type = "CONSUME_PASSIVELY"
