@@ -120,3 +120,26 @@ def test_a_crash_with_a_preallocated_segment_recovers_every_record(tmp_path: Pat
         assert r.put_messages([msg(body=b"after")]).ok
     finally:
         r.shutdown()
+
+
+def test_a_fresh_store_is_filled_from_its_write_position(tmp_path: Path) -> None:
+    # A hole right after the write position costs every fdatasync of the first writes a block
+    # allocation; the filler must not leave one between the writer and what it fills ahead.
+    segment = 4 << 20
+    s = open_store(tmp_path / "s", commitlog_segment_size=segment,
+                   preallocate_ahead_bytes=2 << 20)
+    try:
+        pre = s.preallocator
+        assert pre is not None and pre.gap > 0
+        wait_until(lambda: pre.filled >= 2 << 20, message="zeros ahead of a fresh store")
+        first = segment_files(tmp_path / "s")[0]
+        fd = os.open(first, os.O_RDONLY)
+        try:
+            first_hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        finally:
+            os.close(fd)
+        assert first_hole >= 2 << 20
+        assert s.put_messages([msg(body=b"first")]).ok
+        assert _bodies(s) == [b"first"]
+    finally:
+        s.shutdown()
