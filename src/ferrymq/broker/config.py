@@ -53,6 +53,9 @@ class BrokerConfig:
     short_polling_time_ms: int = 1000
     register_broker_interval_ms: int = 30_000
     flush_consumer_offset_interval_ms: int = 5_000
+    # An offset nobody waits for (the one a pull carries) reaches the offset journal within
+    # this; commits that are answered (UPDATE_CONSUMER_OFFSET...) are on disk first.
+    offset_journal_delay_ms: int = 100
     flush_delay_offset_interval_ms: int = 10_000
     schedule_tick_ms: int = 100
     channel_expired_timeout_ms: int = 120_000
@@ -236,6 +239,8 @@ class BrokerConfig:
             raise ConfigError("access_key", "access_key and secret_key go together: give both or neither")
         if self.on_corrupt_record not in ("skip", "stop"):
             raise ConfigError("on_corrupt_record", "must be skip or stop")
+        if self.offset_journal_delay_ms < 0:
+            raise ConfigError("offset_journal_delay_ms", "must be >= 0 (0 writes at once)")
         if self.notify_consumer_ids_changed_delay_ms < 0:
             raise ConfigError("notify_consumer_ids_changed_delay_ms", "must be >= 0")
         if self.handover_wait_ms < 0:

@@ -66,7 +66,7 @@ class Broker:
         config_dir = config.store_dir / "config"
         self.topics = TopicManager(config_dir, default_queue_nums=config.default_topic_queue_nums,
                                    on_change=self._topics_changed)
-        self.offsets = OffsetManager(config_dir)
+        self.offsets = OffsetManager(config_dir, config.offset_journal_delay_ms / 1000)
         self.delay_offsets = DelayOffsetManager(config_dir)
         self.clients = ClientRegistry(channel_expired_ms=config.channel_expired_timeout_ms,
                                       on_consumer_change=self._consumers_changed)
