@@ -13,6 +13,7 @@ class PullWaiters:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future[bool]]]] = defaultdict(list)
+        self.woken = 0  # held pulls woken so far
 
     async def wait(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Returns True when woken by an arrival beyond `offset`, False on timeout."""
@@ -55,6 +56,7 @@ class PullWaiters:
         for offset, fut in waiters:
             if max_offset > offset and not fut.done():
                 fut.set_result(True)
+                self.woken += 1
 
     def wake_all(self) -> None:
         for waiters in self._waiters.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from ...common import props as P
@@ -195,7 +196,13 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         await broker.persist_topics()
     # A batch carries no delay level (batch_to_messages refuses one); without TIMER_ in any of
     # its properties it asks for no timer either, and the put skips the per-message lookups.
+    waiters = broker.waiters
+    woken = 0 if waiters is None else waiters.woken
     result = await broker.put(msgs, allow_delay=not batch or timer)
+    if waiters is not None and waiters.woken != woken:
+        # A consumer waits for these messages in a held pull: its answer goes out before this
+        # one, which only tells the producer what it already expects.
+        await asyncio.sleep(0)
     return _response(req, result, queue_id, broker)
 
 
