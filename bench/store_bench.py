@@ -130,6 +130,7 @@ def append_sync(n: int, writers: int) -> float:
     with tempdir() as d:
         store = new_store(Path(d), FlushDiskType.SYNC_FLUSH)
         try:
+            assert store.put_messages(pool[0]).status is PutStatus.PUT_OK  # creates the log
             _filled_ahead(store)
             per_writer = n // writers
 

@@ -122,7 +122,7 @@ def test_a_crash_with_a_preallocated_segment_recovers_every_record(tmp_path: Pat
         r.shutdown()
 
 
-def test_a_fresh_store_is_filled_from_its_write_position(tmp_path: Path) -> None:
+def test_a_fresh_store_is_filled_from_right_behind_its_first_write(tmp_path: Path) -> None:
     # A hole right after the write position costs every fdatasync of the first writes a block
     # allocation; the filler must not leave one between the writer and what it fills ahead.
     segment = 4 << 20
@@ -131,6 +131,7 @@ def test_a_fresh_store_is_filled_from_its_write_position(tmp_path: Path) -> None
     try:
         pre = s.preallocator
         assert pre is not None and pre.gap > 0
+        assert s.put_messages([msg(body=b"first")]).ok
         wait_until(lambda: pre.filled >= 2 << 20, message="zeros ahead of a fresh store")
         first = segment_files(tmp_path / "s")[0]
         fd = os.open(first, os.O_RDONLY)
@@ -139,7 +140,25 @@ def test_a_fresh_store_is_filled_from_its_write_position(tmp_path: Path) -> None
         finally:
             os.close(fd)
         assert first_hole >= 2 << 20
-        assert s.put_messages([msg(body=b"first")]).ok
-        assert _bodies(s) == [b"first"]
+        assert s.put_messages([msg(body=b"second")]).ok
+        assert _bodies(s) == [b"first", b"second"]
+    finally:
+        s.shutdown()
+
+
+def test_an_empty_log_with_a_filler_can_still_start_at_its_masters_first_offset(
+        tmp_path: Path) -> None:
+    # A slave's empty log is moved to its master's first offset when the master's older
+    # segments are gone; a filler that created a first segment at 0 would make it refuse.
+    s = open_store(tmp_path / "s", preallocate_ahead_bytes=1 << 20)
+    try:
+        pre = s.preallocator
+        assert pre is not None
+        wait_until(lambda: pre.wakes > 0, message="the filler's first look")
+        start = 5 * SMALL_SEGMENT + 128
+        s.restart_at(start)
+        res = s.put_messages([msg(body=b"at the master's first offset")])
+        assert res.ok and res.messages[0].phys_offset == start
+        assert _bodies(s) == [b"at the master's first offset"]
     finally:
         s.shutdown()

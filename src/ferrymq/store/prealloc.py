@@ -9,11 +9,11 @@ large chunks, so the writer's appends and the flusher's fsyncs meet allocated bl
 The writer is never blocked by it in practice and never overwritten by it: before each write
 the writer claims the bytes it is about to write; the filler announces a range before zeroing
 it and never starts one below the latest claim. While the filler is ahead of the writer it
-goes on from where it stopped, so the space right after the write position of a fresh store
-is filled first (starting `gap` past the writer there left a fresh store's first 4 MiB
-sparse: its first 60-odd SYNC_FLUSH group commits, each with a slow fdatasync, took twice as
-long). Once the writer has overtaken it (the filler was paused), it starts `gap` bytes past
-the latest claim. A writer whose claim would reach into the range being zeroed waits for
+goes on from where it stopped, and a fresh log is filled from right behind its first write
+(starting `gap` past the writer there left a fresh store's first 4 MiB sparse: its first
+60-odd SYNC_FLUSH group commits, each with a slow fdatasync, took twice as long). Once the
+writer has overtaken it (the filler was paused), it starts `gap` bytes past the latest
+claim. A writer whose claim would reach into the range being zeroed waits for
 that one chunk: at most ~1 ms of zeros, and only when it catches up with the filler.
 
 A failed zero-fill (ENOSPC) costs nothing but speed: it is logged once, the filler pauses,
@@ -51,18 +51,20 @@ class Preallocator:
         self._claim = clog.write_pos
         self._zeroing: tuple[int, int] | None = None
         self.filled = clog.write_pos  # zeros written up to here, once ahead of the writer
+        self._origin = self.filled
         self._wake_at = 0
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
         self._failed_errno = 0
         self.zeroed_bytes = 0
+        self.wakes = 0  # looks at what to fill (tests wait for the first)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-store-prealloc",
                                         daemon=True)
         self._thread.start()
-        self._wake.set()  # a fresh store's first bytes before its first write
+        self._wake.set()  # a reopened log is filled ahead before its first write
 
     def stop(self) -> None:
         self._stop = True
@@ -87,6 +89,7 @@ class Preallocator:
         while not self._stop:
             self._wake.wait(1.0)
             self._wake.clear()
+            self.wakes += 1
             try:
                 self._fill()
             except Exception:
@@ -109,6 +112,10 @@ class Preallocator:
         """Where the next range starts (under `_cond`)."""
         if self.filled >= self._claim:
             return self.filled
+        if self.filled == self._origin:
+            # Nothing filled yet and the writer already wrote (a fresh log's first segment is
+            # created by its first write): go on right behind it.
+            return self._claim
         return self._claim + self.gap
 
     def _fill(self) -> None:
@@ -122,14 +129,14 @@ class Preallocator:
                 return
             seg = clog.segment_for(start)
             if seg is None:
-                # In the segment after the last one, or a fresh store's first: create it here,
-                # off the writer's path.
+                # In the segment after the last one: create it here, off the writer's path. A
+                # fresh log's first segment is the writer's to create: a slave's empty log may
+                # yet be moved to start at its master's first offset (restart_at).
                 segs = clog.segments
-                wanted = start - start % clog.segment_size
-                if segs and wanted != segs[-1].end:
+                if not segs or start - start % clog.segment_size != segs[-1].end:
                     return
                 try:
-                    seg = clog.create(wanted)
+                    seg = clog.create(segs[-1].end)
                 except OSError as exc:
                     self._failed(exc)
                     return
@@ -138,18 +145,21 @@ class Preallocator:
                 if self._next_start() != start:
                     continue  # the writer moved on meanwhile: pick again
                 self._zeroing = (start, end)
+            failure: OSError | None = None
             try:
                 self.io.zero_fill(seg.fd, start - seg.start, end - start)
                 # Clean the zeros here: left dirty, the flusher's next fdatasync of this file
                 # would have to write them, on the writer's clock.
                 self.io.fsync(seg.fd)
             except OSError as exc:
-                self._failed(exc)
-                return
+                failure = exc
             finally:
                 with self._cond:
                     self._zeroing = None
                     self._cond.notify_all()
+            if failure is not None:
+                self._failed(failure)  # pauses: the range is released first, or a writer
+                return                 # reaching into it would wait out the pause
             with self._cond:
                 self.filled = max(self.filled, end)
             self.zeroed_bytes += end - start
