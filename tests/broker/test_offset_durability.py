@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from conftest import start_standalone
-from ferrymq import AdminClient
+from ferrymq import AdminClient, Message, Producer
 from ferrymq.broker.offset_journal import JOURNAL_PREFIX
 from ferrymq.broker.offsets import OffsetManager
 
@@ -29,6 +29,29 @@ def test_an_answered_commit_survives_a_broker_kill(tmp_path: Path) -> None:
             q0, q1 = admin.message_queues("durable")
             assert admin.query_consumer_offset("g-durable", q0) == 42
             assert admin.acknowledged("g-durable", q1) == (7, [(9, 12)])
+    finally:
+        server.stop()
+
+
+def test_an_answered_offset_reset_survives_a_broker_kill(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    server = start_standalone(store)
+    try:
+        with AdminClient(server.namesrv) as admin:
+            admin.create_topic("reset", 1)
+            (q0,) = admin.message_queues("reset")
+            admin.update_consumer_offset("g-reset", q0, 0)  # the group exists, at 0
+            with Producer("p-reset", server.namesrv) as producer:
+                for i in range(5):
+                    producer.send(Message("reset", b"m%d" % i))
+            assert admin.reset_offset_by_time("g-reset", "reset", -1) == {q0: 5}
+    finally:
+        server.kill()  # SIGKILL right after the answer
+    server = start_standalone(store)
+    try:
+        with AdminClient(server.namesrv) as admin:
+            (q0,) = admin.message_queues("reset")
+            assert admin.query_consumer_offset("g-reset", q0) == 5
     finally:
         server.stop()
 

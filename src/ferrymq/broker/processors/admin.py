@@ -249,6 +249,7 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
                      f"the consumer group[{group}] does not exist: it has no offset on topic[{topic}] "
                      "and no consumer online")
     table: dict[Any, int] = {}
+    seq = 0
     for qid in range(cfg.read_queue_nums):
         if timestamp < 0:
             target = store.get_max_offset(topic, qid)
@@ -256,8 +257,9 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
             target = store.get_offset_by_time(topic, qid, timestamp)
         current = broker.offsets.query(group, topic, qid)
         if force or current < 0 or target < current:
-            broker.offsets.commit(group, topic, qid, target, broker.now_ms())
+            seq = max(seq, broker.offsets.commit(group, topic, qid, target, broker.now_ms()))
             table[_mq_key(topic, broker.config.broker_name, qid)] = target
+    await broker.offsets.wait_durable(seq)  # answered, so on disk: a crash must not undo it
     body = jsonx.dumps_bytes({"offsetTable": table})
     if info is not None:
         notice = RemotingCommand.request(
