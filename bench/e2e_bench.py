@@ -230,22 +230,26 @@ def paced_send(kind: str, addr: str, target: str, seconds: float, rate: int) -> 
             freeze_startup_heap()
             # Results are counted, not kept: tens of thousands of live futures would make the
             # collector's full passes (tens of ms each, every message waiting) part of the figure.
+            # Counted by appending to a list (atomic), not with a Semaphore: a release is a
+            # pure-Python Condition on the client's loop thread for every message.
             total = int(seconds * rate)
-            done = threading.Semaphore(0)
+            settled: list[None] = []
             errors: list[BaseException] = []
 
             def finished(f: Any) -> None:
                 if f.exception() is not None:
                     errors.append(f.exception())
-                done.release()
+                settled.append(None)
 
             for _ in paced(seconds, rate):
                 producer.send_async(
                     Message(target, b"%020d" % time.perf_counter_ns() + pad)
                 ).add_done_callback(finished)
-            for _ in range(total):
-                if not done.acquire(timeout=30):
-                    raise RuntimeError("a paced send did not finish within 30 s")
+            deadline = time.monotonic() + 30
+            while len(settled) < total:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("paced sends did not all finish within 30 s")
+                time.sleep(0.001)
             if errors:
                 raise RuntimeError(f"{len(errors)} paced sends failed: {errors[0]}")
     else:
