@@ -4,6 +4,8 @@ answering comes back with them (offset journal, compacted into consumerOffset.js
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from conftest import start_standalone
@@ -107,38 +109,42 @@ def _on_disk(config: Path, topic: str, queue_id: int) -> int:
     return seen.query("g", topic, queue_id)
 
 
+@contextlib.asynccontextmanager
+async def _journaling(config: Path, delay: float) -> AsyncIterator[OffsetManager]:
+    """An OffsetManager with its journal's flusher running, as in a broker."""
+    m = OffsetManager(config, journal_delay=delay)
+    m.load()
+    flusher = asyncio.create_task(m.run_flusher())
+    await asyncio.sleep(0)  # let the flusher start listening
+    try:
+        yield m
+    finally:
+        flusher.cancel()
+        m.close()
+
+
 def test_an_unawaited_commit_rides_with_the_next_awaited_one(tmp_path: Path) -> None:
     # A pull's commit-offset flag commits without waiting: it must not cost a journal write of
     # its own, and it must not be left behind by the next answered commit.
     async def commits() -> None:
-        m = OffsetManager(tmp_path, journal_delay=30.0)
-        m.load()
-        flusher = asyncio.create_task(m.run_flusher())
-        await asyncio.sleep(0)
-        m.commit("g", "t", 0, 5)
-        for _ in range(25):  # written on its own, it would be on disk within a few ms
-            await asyncio.sleep(0.02)
-            assert _on_disk(tmp_path, "t", 0) == -1
-        await m.wait_durable(m.commit("g", "t", 1, 3))
-        assert (_on_disk(tmp_path, "t", 0), _on_disk(tmp_path, "t", 1)) == (5, 3)
-        flusher.cancel()
-        m.close()
+        async with _journaling(tmp_path, 30.0) as m:
+            m.commit("g", "t", 0, 5)
+            for _ in range(25):  # written on its own, it would be on disk within a few ms
+                await asyncio.sleep(0.02)
+                assert _on_disk(tmp_path, "t", 0) == -1
+            await m.wait_durable(m.commit("g", "t", 1, 3))
+            assert (_on_disk(tmp_path, "t", 0), _on_disk(tmp_path, "t", 1)) == (5, 3)
 
     asyncio.run(commits())
 
 
 def test_an_unawaited_commit_is_written_within_the_journal_delay(tmp_path: Path) -> None:
     async def commits() -> None:
-        m = OffsetManager(tmp_path, journal_delay=0.05)
-        m.load()
-        flusher = asyncio.create_task(m.run_flusher())
-        await asyncio.sleep(0)
-        m.commit("g", "t", 0, 8)
-        deadline = asyncio.get_running_loop().time() + 10
-        while _on_disk(tmp_path, "t", 0) != 8:
-            assert asyncio.get_running_loop().time() < deadline, "never written"
-            await asyncio.sleep(0.01)
-        flusher.cancel()
-        m.close()
+        async with _journaling(tmp_path, 0.05) as m:
+            m.commit("g", "t", 0, 8)
+            deadline = asyncio.get_running_loop().time() + 10
+            while _on_disk(tmp_path, "t", 0) != 8:
+                assert asyncio.get_running_loop().time() < deadline, "never written"
+                await asyncio.sleep(0.01)
 
     asyncio.run(commits())
