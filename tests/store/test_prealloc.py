@@ -7,12 +7,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
+import threading
 from pathlib import Path
 
 import pytest
 from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
 
-from ferrymq.common.record import decode_records
+from ferrymq.common.record import BLANK_MAGIC_CODE, decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
 
 
@@ -162,3 +164,118 @@ def test_an_empty_log_with_a_filler_can_still_start_at_its_masters_first_offset(
         assert _bodies(s) == [b"at the master's first offset"]
     finally:
         s.shutdown()
+
+
+class GatedZeros(FileIO):
+    """The first zero-fill waits at a gate: the filler is held in the middle of a range."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self.ranges: list[tuple[int, int]] = []
+
+    def zero_fill(self, fd: int, pos: int, length: int) -> None:
+        self.ranges.append((pos, length))
+        if not self.started.is_set():
+            self.started.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        super().zero_fill(fd, pos, length)
+
+
+def test_zeros_never_cover_the_blank_that_closes_a_segment(tmp_path: Path) -> None:
+    # Rolling to the next segment, the writer marks the end of the current one with a blank
+    # record where the last write ended, before it claims the bytes it writes next. A filler
+    # caught up with the writer (a fresh log's first fill starts right behind its first
+    # write) must not zero that spot: recovery would read zeros as the end of the log and
+    # lose everything after them.
+    io = GatedZeros()
+    s = open_store(tmp_path / "s", file_io=io, preallocate_ahead_bytes=SMALL_SEGMENT)
+    try:
+        big = os.urandom(SMALL_SEGMENT - 600)  # the first record nearly fills the segment
+        assert s.put_messages([msg(body=big)]).ok
+        assert io.started.wait(10), "the filler never started"
+        second: list[bool] = []
+        writer = threading.Thread(
+            target=lambda: second.append(s.put_messages([msg(body=b"y" * 700)]).ok))
+        writer.start()  # does not fit: a blank closes segment 0, the record goes to segment 1
+        wait_until(lambda: s.max_phy_offset >= SMALL_SEGMENT or not writer.is_alive()
+                   or _blank_written(tmp_path / "s"), message="the blank record written")
+        io.gate.set()
+        writer.join(10)
+        assert second == [True]
+        image = crash_image(s, tmp_path / "img")
+    finally:
+        io.gate.set()
+        s.shutdown()
+    r = open_store(image)
+    try:
+        assert _bodies(r) == [big, b"y" * 700]
+    finally:
+        r.shutdown()
+
+
+def _blank_written(store_dir: Path) -> bool:
+    first = segment_files(store_dir)[0].read_bytes()
+    return struct.pack(">i", BLANK_MAGIC_CODE) in first[SMALL_SEGMENT - 700:]
+
+
+class ZerosGatedOffSegment(FileIO):
+    """Zero-fills of any file but `free_fd` wait at a gate once `armed`."""
+
+    def __init__(self) -> None:
+        self.free_fd = -1
+        self.armed = False
+        self.waiting = threading.Event()
+        self.gate = threading.Event()
+        self.passed = threading.Event()  # the gated zero-fill is over
+
+    def zero_fill(self, fd: int, pos: int, length: int) -> None:
+        gated = self.armed and fd != self.free_fd and not self.waiting.is_set()
+        if gated:
+            self.waiting.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        try:
+            super().zero_fill(fd, pos, length)
+        finally:
+            if gated:
+                self.passed.set()
+
+
+def test_a_cut_waits_for_the_range_being_zeroed(tmp_path: Path) -> None:
+    # A slave's log cut back to its master's closes the segments past the cut. The filler,
+    # zeroing the preallocated next segment, must not be left writing to a closed descriptor:
+    # its number is reused by the next file opened, and the zeros would land there.
+    io = ZerosGatedOffSegment()
+    s = open_store(tmp_path / "s", file_io=io, preallocate_ahead_bytes=SMALL_SEGMENT)
+    victim = tmp_path / "victim"
+    try:
+        assert s.put_messages([msg(body=b"kept")]).ok
+        cut_at = s.max_phy_offset
+        assert s.put_messages([msg(body=b"cut")]).ok
+        io.free_fd = segment_fds(s)[0]
+        io.armed = True
+        s.put_messages([msg(body=b"x" * 200)])  # wakes the filler towards segment 1
+        assert io.waiting.wait(10), "the filler never reached the next segment"
+        cut = threading.Thread(target=s.truncate_log, args=(cut_at,))
+        cut.start()
+        cut.join(0.5)  # a cut that does not wait is over by now
+        fd = os.open(victim, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"v" * SMALL_SEGMENT)
+            io.gate.set()
+            cut.join(10)
+            assert not cut.is_alive()
+            assert io.passed.wait(10)
+            assert os.pread(fd, SMALL_SEGMENT, 0) == b"v" * SMALL_SEGMENT
+        finally:
+            os.close(fd)
+        assert _bodies(s) == [b"kept"]
+        assert s.put_messages([msg(body=b"after the cut")]).ok
+        assert _bodies(s) == [b"kept", b"after the cut"]
+    finally:
+        io.gate.set()
+        s.shutdown()
+
+
+def segment_fds(store: MessageStore) -> list[int]:
+    return [seg.fd for seg in store._log.segments]

@@ -24,12 +24,13 @@ the current one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from .commitlog import CommitLog
+from .commitlog import END_FILE_MIN_BLANK, CommitLog
 from .files import FileIO
 
 log = logging.getLogger("ferrymq.store")
@@ -59,6 +60,7 @@ class Preallocator:
         self._failed_errno = 0
         self.zeroed_bytes = 0
         self.wakes = 0  # looks at what to fill (tests wait for the first)
+        self._cuts = 0  # truncations under way (`cutting`)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-store-prealloc",
@@ -82,6 +84,25 @@ class Preallocator:
             if end > self._claim:
                 self._claim = end
         if end >= self._wake_at:
+            self._wake.set()
+
+    @contextlib.contextmanager
+    def cutting(self) -> Iterator[None]:
+        """Around a truncation of the log: waits for the range being zeroed (the segments
+        cut are closed, and a write to a closed descriptor could land in whatever file reuses
+        its number), keeps the filler off the log meanwhile, then starts it again from the new
+        write position (the cut left holes behind it)."""
+        with self._cond:
+            while self._zeroing is not None:
+                self._cond.wait()
+            self._cuts += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._cuts -= 1
+                pos = self.log.write_pos
+                self._claim = self.filled = self._origin = pos
             self._wake.set()
 
     # --- the thread -----------------------------------------------------------------------------
@@ -109,13 +130,17 @@ class Preallocator:
         return min(pos + self.ahead, next_end)
 
     def _next_start(self) -> int:
-        """Where the next range starts (under `_cond`)."""
-        if self.filled >= self._claim:
+        """Where the next range starts (under `_cond`). Never within END_FILE_MIN_BLANK of
+        the latest claim: rolling to the next segment, the writer writes the blank record that
+        closes the current one there before it claims anything (zeros over it would read as
+        the end of the log)."""
+        behind = self._claim + END_FILE_MIN_BLANK
+        if self.filled >= behind:
             return self.filled
-        if self.filled == self._origin:
-            # Nothing filled yet and the writer already wrote (a fresh log's first segment is
-            # created by its first write): go on right behind it.
-            return self._claim
+        if self.filled >= self._claim or self.filled == self._origin:
+            # Caught up with the writer, or nothing filled yet while the writer already wrote
+            # (a fresh log's first segment is created by its first write): right behind it.
+            return behind
         return self._claim + self.gap
 
     def _fill(self) -> None:
@@ -142,8 +167,10 @@ class Preallocator:
                     return
             end = min(seg.end, start - start % self.chunk + self.chunk)
             with self._cond:
-                if self._next_start() != start:
-                    continue  # the writer moved on meanwhile: pick again
+                if self._cuts:
+                    return  # woken again when the cut is done
+                if self._next_start() != start or seg not in self.log.segments:
+                    continue  # the writer moved on, or the log was cut, meanwhile: pick again
                 self._zeroing = (start, end)
             failure: OSError | None = None
             try:

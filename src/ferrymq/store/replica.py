@@ -164,7 +164,11 @@ class ReplicaLog:
             if pos >= end:
                 return 0
             pos = max(pos, clog.min_offset)
-            clog.truncate(pos)
+            if self.preallocator is None:
+                clog.truncate(pos)
+            else:
+                with self.preallocator.cutting():
+                    clog.truncate(pos)
             for cq in self._cqs.values():
                 cq.truncate_phys(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
