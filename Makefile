@@ -19,6 +19,7 @@ all: test
 $(STAMP): pyproject.toml setup.py src/ferrymq/common/_endian.pxd \
 		src/ferrymq/common/record/_crecord.pyx src/ferrymq/remoting/_cheader.pyx \
 		src/ferrymq/common/record/crc32_fold.h src/ferrymq/store/_cindex.pyx \
+		src/ferrymq/spark/_ccolumns.pyx \
 		$(wildcard proto/apache/rocketmq/v2/*.proto)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

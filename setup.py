@@ -1,6 +1,7 @@
 """Builds what the install compiles; the metadata is in pyproject.toml.
 
-- The record and header codecs and the key index's batch put (Cython). Without a C compiler
+- The record and header codecs, the key index's batch put and the Spark source's column
+  decoder (Cython). Without a C compiler
   the install fails loudly rather than silently giving the slower pure-Python code;
   FERRYMQ_NO_EXTENSIONS=1 selects that at run time.
 - The Python modules of the `apache.rocketmq.v2` gRPC protocol, generated with grpcio-tools
@@ -86,6 +87,11 @@ setup(
                 "ferrymq.store._cindex",
                 ["src/ferrymq/store/_cindex.pyx"],
                 libraries=["z"],
+                extra_compile_args=["-O2"],
+            ),
+            Extension(
+                "ferrymq.spark._ccolumns",
+                ["src/ferrymq/spark/_ccolumns.pyx"],
                 extra_compile_args=["-O2"],
             ),
             Extension(

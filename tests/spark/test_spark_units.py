@@ -77,7 +77,7 @@ def test_arrow_schema_is_what_spark_checks() -> None:
 def test_fast_decoding_equals_the_exact_codec(n: int) -> None:
     buf = b"".join(record(i, body=bytes([i % 251]) * (i % 300)) for i in range(n))
     # An empty body is legal on the wire; keep one to cover zero-length gathers.
-    fast = decode._fast(buf, "broker-a", record_starts(buf))  # no fallback allowed here
+    fast = decode.fast_batch(buf, "broker-a", None)  # no fallback allowed here
     assert fast.schema.equals(ARROW_SCHEMA)
     assert fast.equals(exact(buf))
     if n == 1:
@@ -93,7 +93,7 @@ def test_batches_of_every_size_decode_alike() -> None:
     # large one, and sizes just past a power of two, read the same as the exact path.
     for n in (5000, 3, 4097, 1, 4096, 2):
         buf = b"".join(record(i) for i in range(n))
-        assert decode._fast(buf, "broker-a", record_starts(buf)).equals(exact(buf)), n
+        assert decode.fast_batch(buf, "broker-a", None).equals(exact(buf)), n
 
 
 @pytest.mark.parametrize(
