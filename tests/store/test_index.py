@@ -198,3 +198,54 @@ def test_store_queries_find_every_key_of_batches_and_of_a_slave(tmp_path: Path) 
     finally:
         store.shutdown()
         slave.shutdown()
+
+
+# --- a pull's walk over consume-queue entries ------------------------------------------------
+
+def _general_walk(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
+                  ) -> tuple[int, int, list[list[int]]] | None:
+    """What reads.py's general loop takes from unfiltered entries, written out plainly: the
+    reference both implementations of scan_run must match."""
+    from ferrymq.common.record.layout import CQ_ENTRY
+
+    taken: list[tuple[int, int]] = []
+    for phys, size, _tag in CQ_ENTRY.iter_unpack(raw):
+        if taken and (len(taken) >= max_nums or sum(s for _, s in taken) + size > max_bytes):
+            break
+        if phys < min_phys:
+            return None
+        taken.append((phys, size))
+    runs: list[list[int]] = []
+    for phys, size in taken:
+        if runs and runs[-1][1] == phys:
+            runs[-1][1] += size
+        else:
+            runs.append([phys, phys + size])
+    return len(taken), sum(s for _, s in taken), runs
+
+
+_entries = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 300), st.integers(-5, 5)),
+                    min_size=1, max_size=40)
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=[m.IMPLEMENTATION for m in IMPLS])
+@settings(max_examples=300, deadline=None)
+@given(entries=_entries, start=st.integers(0, 10_000), max_nums=st.integers(1, 50),
+       max_bytes=st.integers(1, 5000), min_phys=st.integers(0, 12_000))
+def test_scan_run_takes_what_the_general_walk_takes(
+    impl: ModuleType, entries: list[tuple[int, int, int]], start: int, max_nums: int,
+    max_bytes: int, min_phys: int,
+) -> None:
+    from ferrymq.common.record.layout import CQ_ENTRY
+
+    # Records mostly back to back (gap 0), sometimes with another queue's records between.
+    raw = bytearray()
+    phys = start
+    for gap, size, tag in entries:
+        phys += gap * 97
+        raw += CQ_ENTRY.pack(phys, size, tag)
+        phys += size
+    got = impl.scan_run(bytes(raw), max_nums, max_bytes, min_phys)
+    assert got == _general_walk(bytes(raw), max_nums, max_bytes, min_phys)
+    assert impl.scan_run(bytes(raw[:-1]), max_nums, max_bytes, min_phys) is None  # torn
+    assert impl.scan_run(b"", max_nums, max_bytes, min_phys) is None

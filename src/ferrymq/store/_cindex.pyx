@@ -1,14 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled implementation of the key index's batch work: the same functions as
-_index_py.py, writing the same bytes (tests/store checks both against each other). The layout
-comes from index_layout.py, read once when the module loads."""
+"""The compiled implementation of the store's per-entry index work: the same functions as
+_index_py.py, writing the same bytes and returning the same results (tests/store checks both
+against each other). The layouts come from index_layout.py and the record layout, read once
+when the module loads."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 
-from ..common._endian cimport rd32, wr32, wr64
+from ..common._endian cimport rd32, rd64, wr32, wr64
 
+from ..common.record import layout as RL
 from . import index_layout as L
 
 IMPLEMENTATION = "cython"
@@ -95,3 +97,42 @@ def put_keys(f, entries, Py_ssize_t start, int64_t base_phys, int64_t base_ts):
     f.end_phys = end_phys
     f.end_ts = end_ts
     return i
+
+
+cdef Py_ssize_t CQ_SIZE = RL.CQ_ENTRY.size
+assert CQ_SIZE == 20
+
+
+def scan_run(raw, Py_ssize_t max_nums, Py_ssize_t max_bytes, int64_t min_phys):
+    cdef Py_buffer view
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i, count = 0, total = 0
+    cdef int64_t phys, size, run_start = -1, run_end = -1
+    cdef list runs = []
+    PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char*>view.buf
+        if view.len == 0 or view.len % CQ_SIZE:
+            return None
+        n = view.len // CQ_SIZE
+        for i in range(n):
+            phys = rd64(p + i * CQ_SIZE)
+            size = rd32(p + i * CQ_SIZE + 8)
+            if count and (count >= max_nums or total + size > max_bytes):
+                break
+            if phys < min_phys:
+                return None
+            if run_start < 0:
+                run_start, run_end = phys, phys + size
+            elif run_end == phys:
+                run_end = phys + size
+            else:
+                runs.append([run_start, run_end])
+                run_start, run_end = phys, phys + size
+            total += size
+            count += 1
+    finally:
+        PyBuffer_Release(&view)
+    if run_start >= 0:
+        runs.append([run_start, run_end])
+    return count, total, runs

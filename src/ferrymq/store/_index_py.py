@@ -1,19 +1,23 @@
-"""The pure-Python implementation of the key index's batch work (index.py selects it or the
-compiled twin, _cindex.pyx, which must write the same bytes and return the same results).
+"""The pure-Python implementation of the store's per-entry index work (index.py and reads.py
+select it or the compiled twin, _cindex.pyx, which must write the same bytes and return the
+same results).
 
-A batch of keys travels as KEY_ENTRY records (hash, commit-log offset, store time) in one
-buffer, so the index is entered once per batch instead of once per key."""
+- The key index's batch put: a batch of keys travels as KEY_ENTRY records (hash, commit-log
+  offset, store time) in one buffer, so the index is entered once per batch instead of once
+  per key.
+- A pull's walk over consume-queue entries, when nothing filters them."""
 
 from __future__ import annotations
 
 import mmap
 from typing import Protocol
 
+from ..common.record.layout import CQ_ENTRY
 from .index_layout import ENTRY, ENTRY_SIZE, HEADER, HEADER_SIZE, KEY_ENTRY, MAX_DIFF, SLOT
 
 IMPLEMENTATION = "python"
 # What the compiled twin provides too.
-INTERFACE = ("put_keys",)
+INTERFACE = ("put_keys", "scan_run")
 
 
 class IndexFileState(Protocol):
@@ -77,3 +81,28 @@ def put_keys(f: IndexFileState, entries: bytes | bytearray, start: int, base_phy
                                                                end_phys, end_ts)
     HEADER.pack_into(mm, 0, begin_ts, end_ts, begin_phys, end_phys, slots, count)
     return i
+
+
+def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
+             ) -> tuple[int, int, list[list[int]]] | None:
+    """The records an unfiltered pull takes from consume-queue entries `raw`: the first
+    `count` entries, up to max_nums of them and max_bytes (the first is taken whatever its
+    size). Returns (count, total bytes, runs), a run being a [start, end) of the commit log
+    holding records back to back; None when an entry points below min_phys (a segment being
+    removed) or `raw` is not whole entries, which the general walk handles."""
+    if not raw or len(raw) % CQ_ENTRY.size:
+        return None
+    runs: list[list[int]] = []
+    count = total = 0
+    for phys, size, _tag in CQ_ENTRY.iter_unpack(raw):
+        if count and (count >= max_nums or total + size > max_bytes):
+            break
+        if phys < min_phys:
+            return None
+        if runs and runs[-1][1] == phys:
+            runs[-1][1] = phys + size
+        else:
+            runs.append([phys, phys + size])
+        total += size
+        count += 1
+    return count, total, runs

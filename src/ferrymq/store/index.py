@@ -50,11 +50,12 @@ from .index_layout import (
 
 log = logging.getLogger("ferrymq.store.index")
 
-# The batch put, compiled when built (FERRYMQ_NO_EXTENSIONS=1 selects the pure twin).
+# The batch put and a pull's walk over consume-queue entries (used by reads.py), compiled
+# when built (FERRYMQ_NO_EXTENSIONS=1 selects the pure twin).
 impl: ModuleType = choose("ferrymq.store._cindex", _index_py)
 IMPLEMENTATION: str = impl.IMPLEMENTATION
 if TYPE_CHECKING:
-    from ._index_py import put_keys
+    from ._index_py import put_keys, scan_run
 else:
     globals().update(interface(impl, _index_py))
 
@@ -255,4 +256,4 @@ class Index:
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IMPLEMENTATION", "KEY_ENTRY",
            "KEY_ENTRY_SIZE", "MAX_DIFF", "SLOT", "Index", "IndexFile", "impl", "key_hash",
-           "put_keys"]
+           "put_keys", "scan_run"]

@@ -75,6 +75,15 @@ class ReadGuard:
             return verify_record(buf, o, phys, size)
         return None
 
+    def runs_sound(self, runs: list[list[int]]) -> bool:
+        """Whether no record starting in these [start, end) commit-log runs can be damaged:
+        none is known to be, and none lies in the range the scrub has yet to verify. One test
+        per run: a pull of fresh records is not walked record by record."""
+        if self.damage.known:
+            return False
+        lo, hi = self.scrubbed_to, self.hot_start
+        return all(end <= lo or start >= hi for start, end in runs)
+
     def any_damaged(self, buf: bytes, picked: list[tuple[int, int, int]]) -> bool:
         """Whether a record of `buf` ((queue offset, phys, size) back to back) is damaged."""
         known = self.damage.known

@@ -18,6 +18,7 @@ from ..common.record.layout import (
 )
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
+from .index import scan_run
 from .integrity import ReadGuard, drop_damaged
 from .model import GetResult, GetStatus
 
@@ -113,6 +114,12 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if raw is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
     min_phys = log.min_offset
+    if tag_filter is None:
+        run = scan_run(raw, max_nums, max_bytes, min_phys)  # compiled: one call per pull
+        if run is not None:
+            taken, size, spans = run
+            return _read_picked(cq, log, offset, offset + taken, spans, size, taken,
+                                lambda: _taken(offset, raw, taken), mn, mx, guard)
     status = GetStatus.NO_MATCHED_MESSAGE
     skip_below = -1
     runs: list[list[int]] = []
@@ -145,21 +152,39 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         i += 1
         status = GetStatus.FOUND
         skip_below = -1
-    next_begin = offset + i
     if not count:
-        return GetResult(status, b"", 0, next_begin, mn, mx)
+        return GetResult(status, b"", 0, offset + i, mn, mx)
+    return _read_picked(cq, log, offset, offset + i, runs, total, count, lambda: picked, mn, mx,
+                        guard)
+
+
+def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
+                 runs: list[list[int]], total: int, count: int,
+                 picked: Callable[[], list[tuple[int, int, int]]], mn: int, mx: int,
+                 guard: ReadGuard | None) -> GetResult:
+    """Read the records a pull took (`runs` of the commit log) and drop the damaged ones.
+    `picked` lists them as (queue offset, phys, size); it is only called when the guard cannot
+    clear the runs as a whole."""
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
-    if guard is not None and guard.any_damaged(data, picked):
-        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, picked)
-        if stop >= 0:
-            next_begin = stop
-            if not count:
-                return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
-        if not count:  # only damaged records: move past them, as past unmatched tags
-            return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
+    if guard is not None and not guard.runs_sound(runs):
+        records = picked()
+        if guard.any_damaged(data, records):
+            data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records)
+            if stop >= 0:
+                next_begin = stop
+                if not count:
+                    return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+            if not count:  # only damaged records: move past them, as past unmatched tags
+                return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
     return GetResult(GetStatus.FOUND, data, count, next_begin, mn, mx)
+
+
+def _taken(offset: int, raw: bytes, count: int) -> list[tuple[int, int, int]]:
+    """(queue offset, phys, size) of the first `count` entries of `raw`."""
+    return [(offset + i, phys, size)
+            for i, (phys, size, _tag) in enumerate(_iter_entries(raw[: count * ENTRY.size]))]
 
 
 def _read_runs(log: CommitLog, runs: list[list[int]], total: int) -> bytes | None:
