@@ -16,6 +16,7 @@ from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_file
 
 from ferrymq.common.record import BLANK_MAGIC_CODE, decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
+from ferrymq.store.prealloc import CHUNK
 
 
 def _bodies(store: MessageStore) -> list[bytes]:
@@ -279,3 +280,71 @@ def test_a_cut_waits_for_the_range_being_zeroed(tmp_path: Path) -> None:
 
 def segment_fds(store: MessageStore) -> list[int]:
     return [seg.fd for seg in store._log.segments]
+
+
+class ZerosGatedAt(FileIO):
+    """The zero-fill of the range starting at `gated_pos` (in any segment) waits at a gate."""
+
+    def __init__(self, gated_pos: int) -> None:
+        self.gated_pos = gated_pos
+        self.waiting = threading.Event()
+        self.gate = threading.Event()
+
+    def zero_fill(self, fd: int, pos: int, length: int) -> None:
+        if pos == self.gated_pos and not self.waiting.is_set():
+            self.waiting.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        super().zero_fill(fd, pos, length)
+
+
+def test_a_claim_ending_just_below_the_range_being_zeroed_waits_for_it(tmp_path: Path) -> None:
+    # The filler never starts a range within 8 bytes of the latest claim, but a claim made
+    # while a range is being zeroed may end up to 8 bytes below its start. If the next record
+    # does not fit, the blank that closes the segment is written there, unclaimed, and the
+    # zeros still in flight land on it: recovery then reads the end of the log there.
+    chunk = min(CHUNK, SMALL_SEGMENT // 16)  # the filler's range size
+    last_chunk = SMALL_SEGMENT - chunk  # the range held: the last chunk of segment 0
+    io = ZerosGatedAt(last_chunk)
+    s = open_store(tmp_path / "t", preallocate_ahead_bytes=SMALL_SEGMENT, file_io=io)
+    sent: list[bytes] = []
+    try:
+        pre = s.preallocator
+        assert pre is not None
+        first = b"f" * 100
+        res = s.put_messages([msg(body=first)])
+        assert res.ok
+        sent.append(first)
+        overhead = res.end_offset - len(first)  # the same topic and properties throughout
+        assert io.waiting.wait(10), "the filler never reached the last chunk of segment 0"
+        # A record ending exactly where the held range starts, then one that does not fit.
+        filler_body = b"g" * (last_chunk - res.end_offset - overhead)
+        big = os.urandom(chunk)
+        done: list[bool] = []
+
+        def writes() -> None:
+            done.append(s.put_messages([msg(body=filler_body)]).ok)
+            done.append(s.put_messages([msg(body=big)]).ok)
+
+        writer = threading.Thread(target=writes)
+        writer.start()
+        # Either the writer waits for the held range, or (unguarded) it has already written
+        # the blank at the end of segment 0 and waits for the range to claim segment 1.
+        wait_until(lambda: pre.claim_waits > 0, message="the writer waiting for the filler")
+        io.gate.set()
+        writer.join(10)
+        assert done == [True, True]
+        sent += [filler_body, big]
+        seg0 = segment_files(tmp_path / "t")[0]
+        with seg0.open("rb") as f:
+            f.seek(last_chunk)
+            size, magic = struct.unpack(">ii", f.read(8))
+        assert (size, magic) == (chunk, BLANK_MAGIC_CODE)
+        image = crash_image(s, tmp_path / "img")
+    finally:
+        io.gate.set()
+        s.shutdown()
+    r = open_store(image)
+    try:
+        assert r.recovered_abnormally and _bodies(r) == sent
+    finally:
+        r.shutdown()

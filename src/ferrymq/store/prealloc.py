@@ -13,8 +13,9 @@ goes on from where it stopped, and a fresh log is filled from right behind its f
 (starting `gap` past the writer there left a fresh store's first 4 MiB sparse: its first
 60-odd SYNC_FLUSH group commits, each with a slow fdatasync, took twice as long). Once the
 writer has overtaken it (the filler was paused), it starts `gap` bytes past the latest
-claim. A writer whose claim would reach into the range being zeroed waits for
-that one chunk: at most ~1 ms of zeros, and only when it catches up with the filler.
+claim. A writer whose claim would reach into the range being zeroed (or end within 8 bytes
+of it, where the blank closing a segment may follow) waits for that one chunk: at most ~1 ms
+of zeros, and only when it catches up with the filler.
 
 A failed zero-fill (ENOSPC) costs nothing but speed: it is logged once, the filler pauses,
 and writes go to the sparse holes as before, where a full disk is the writer's ENOSPC and a
@@ -60,6 +61,7 @@ class Preallocator:
         self._failed_errno = 0
         self.zeroed_bytes = 0
         self.wakes = 0  # looks at what to fill (tests wait for the first)
+        self.claim_waits = 0  # claims that waited for a range being zeroed
         self._cuts = 0  # truncations under way (`cutting`)
 
     def start(self) -> None:
@@ -77,9 +79,13 @@ class Preallocator:
 
     # --- the writer (under the store's lock) ----------------------------------------------------
     def claim(self, end: int) -> None:
-        """The writer is about to write bytes ending at `end`."""
+        """The writer is about to write bytes ending at `end`. It waits for a range being
+        zeroed that starts less than END_FILE_MIN_BLANK past `end`: if the next record does
+        not fit this segment, the blank that closes it goes at `end`, unclaimed, and the zeros
+        still in flight would land on it (recovery reads them as the end of the log)."""
         with self._cond:
-            while self._zeroing is not None and self._zeroing[0] < end:
+            while self._zeroing is not None and self._zeroing[0] < end + END_FILE_MIN_BLANK:
+                self.claim_waits += 1
                 self._cond.wait()
             if end > self._claim:
                 self._claim = end
