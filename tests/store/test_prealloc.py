@@ -348,3 +348,60 @@ def test_a_claim_ending_just_below_the_range_being_zeroed_waits_for_it(tmp_path:
         assert r.recovered_abnormally and _bodies(r) == sent
     finally:
         r.shutdown()
+
+
+class FillerCreationGated(FileIO):
+    """Once `armed`, a segment the filler creates waits at a gate between the file's creation
+    and its entry in the log's segment list."""
+
+    def __init__(self, segment_size: int) -> None:
+        self.segment_size = segment_size
+        self.armed = False
+        self.waiting = threading.Event()
+        self.gate = threading.Event()
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        if (self.armed and size == self.segment_size and not self.waiting.is_set()
+                and threading.current_thread().name == "ferrymq-store-prealloc"):
+            self.waiting.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        super().ftruncate(fd, size)
+
+
+def test_a_cut_and_the_fillers_new_segment_keep_the_log_contiguous(tmp_path: Path) -> None:
+    # The filler creates the segment after the writer's off the store's lock. A slave's log
+    # cut meanwhile removes the segments past the cut; the filler's segment then entered the
+    # log behind the cut's back, one segment past its end: a gap, so that the writer's next
+    # roll-over went to the wrong file and the store refused to start again.
+    io = FillerCreationGated(SMALL_SEGMENT)
+    s = open_store(tmp_path / "s", file_io=io, preallocate_ahead_bytes=SMALL_SEGMENT)
+    try:
+        assert s.put_messages([msg(body=b"kept")]).ok
+        cut_at = s.max_phy_offset
+        # The filler creates segment 1 while the writer is still in segment 0 (it fills one
+        # segment ahead): only the creation of segment 2 is held.
+        wait_until(lambda: len(segment_files(tmp_path / "s")) == 2, message="segment 1 created")
+        io.armed = True
+        while s.max_phy_offset < SMALL_SEGMENT:  # the writer goes on into segment 1
+            assert s.put_messages([msg(body=b"c" * 500)]).ok
+        assert io.waiting.wait(10), "the filler never created segment 2"
+        cut = threading.Thread(target=s.truncate_log, args=(cut_at,))
+        cut.start()
+        cut.join(1.0)  # a cut that does not wait for the new segment is over by now
+        io.gate.set()
+        cut.join(10)
+        assert not cut.is_alive()
+    finally:
+        io.gate.set()
+        s.shutdown()  # joins the filler: whatever it created is on disk now
+    starts = [int(p.name) for p in segment_files(tmp_path / "s")]
+    assert starts == [i * SMALL_SEGMENT for i in range(len(starts))]
+    r = open_store(tmp_path / "s", preallocate_ahead_bytes=SMALL_SEGMENT)
+    try:
+        assert _bodies(r) == [b"kept"]
+        after = [b"%04d" % i + b"a" * 500 for i in range(300)]  # past two roll-overs
+        for body in after:
+            assert r.put_messages([msg(body=body)]).ok
+        assert _bodies(r) == [b"kept", *after]
+    finally:
+        r.shutdown()

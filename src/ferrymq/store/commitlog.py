@@ -92,6 +92,20 @@ class CommitLog:
                 return seg
             return self._create(start)
 
+    def create_next(self, start: int) -> Segment | None:
+        """The segment starting at `start` when it is the one after the last (the filler's
+        creation ahead of the writer); None when the log has changed under the caller (a cut
+        removed segments since it looked: creating it would leave a gap). The segment
+        itself when the writer created it meanwhile."""
+        with self._create_lock:
+            seg = self.segment_for(start)
+            if seg is not None and seg.start == start:
+                return seg
+            segs = self.segments
+            if not segs or segs[-1].end != start:
+                return None
+            return self._create(start)
+
     def _create(self, start: int) -> Segment:
         path = self.dir / segment_name(start)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -201,7 +215,13 @@ class CommitLog:
     # --- truncation and deletion --------------------------------------------------------------
     def truncate(self, pos: int) -> None:
         """Drop everything from `pos` on: later segments are removed, the rest of pos's
-        segment becomes a hole (truncate down, then back up) so no old bytes remain."""
+        segment becomes a hole (truncate down, then back up) so no old bytes remain. Under the
+        creation lock: a segment created meanwhile would be appended to the list this replaces
+        (left out of the log, or left in one past a removed one)."""
+        with self._create_lock:
+            self._truncate(pos)
+
+    def _truncate(self, pos: int) -> None:
         keep: list[Segment] = []
         for seg in self.segments:
             if seg.start >= pos:
@@ -219,7 +239,12 @@ class CommitLog:
         self.flushed = min(self.flushed, pos)
 
     def delete_head(self, count: int) -> list[Segment]:
-        """Delete the `count` oldest segments, never the one being written."""
+        """Delete the `count` oldest segments, never the one being written. Under the
+        creation lock, like a cut: the list replaced must hold a segment created meanwhile."""
+        with self._create_lock:
+            return self._delete_head(count)
+
+    def _delete_head(self, count: int) -> list[Segment]:
         segs = self.segments
         # Never the segment being written, nor one preallocated after it.
         count = min(count, (self.write_pos - segs[0].start) // self.segment_size if segs else 0)

@@ -162,14 +162,15 @@ class Preallocator:
             if seg is None:
                 # In the segment after the last one: create it here, off the writer's path. A
                 # fresh log's first segment is the writer's to create: a slave's empty log may
-                # yet be moved to start at its master's first offset (restart_at).
-                segs = clog.segments
-                if not segs or start - start % clog.segment_size != segs[-1].end:
-                    return
+                # yet be moved to start at its master's first offset (restart_at). Only right
+                # after the last segment, checked under the log's creation lock: a slave's cut
+                # may have removed segments since this look.
                 try:
-                    seg = clog.create(segs[-1].end)
+                    seg = clog.create_next(start - start % clog.segment_size)
                 except OSError as exc:
                     self._failed(exc)
+                    return
+                if seg is None:
                     return
             end = min(seg.end, start - start % self.chunk + self.chunk)
             with self._cond:
