@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import errno
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+
+import pytest
 
 from conftest import start_standalone
 from ferrymq import AdminClient, Message, Producer
@@ -148,3 +153,66 @@ def test_an_unawaited_commit_is_written_within_the_journal_delay(tmp_path: Path)
                 await asyncio.sleep(0.01)
 
     asyncio.run(commits())
+
+
+@contextlib.contextmanager
+def _small_tmpfs(path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Writes `path` until the file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        block = b"\0" * 4096
+        while True:
+            try:
+                if os.write(fd, block) <= 0:
+                    return
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                return
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_delays_the_journal_and_loses_nothing(tmp_path: Path) -> None:
+    # A journal write failing with ENOSPC must neither end the flusher (every later commit
+    # answered with nothing on disk, the commits waiting then never answered) nor leave a
+    # torn record in the journal (the replay stops at it: every commit after it is lost).
+    with _small_tmpfs(tmp_path / "mnt") as config:
+        async def commits() -> None:
+            async with _journaling(config, 0.05) as m:
+                await m.wait_durable(m.commit("g", "t", 0, 1))  # the journal holds a record
+                _fill(config / "ballast")
+                long_topic = "t" + "x" * 6000  # spans pages: a part of it lands, then ENOSPC
+                waiting = asyncio.ensure_future(
+                    m.wait_durable(m.commit("g", long_topic, 0, 2)))
+                deadline = asyncio.get_running_loop().time() + 10
+                while m.journal_failures == 0:
+                    assert asyncio.get_running_loop().time() < deadline, "the write never failed"
+                    await asyncio.sleep(0.01)
+                assert not waiting.done()  # not on disk: not answered
+                (config / "ballast").unlink()
+                await asyncio.wait_for(waiting, 10)
+                await asyncio.wait_for(m.wait_durable(m.commit("g", "t", 1, 3)), 10)
+                m.commit("g", "t", 2, 4)  # unawaited: written within the delay again
+                while _on_disk(config, "t", 2) != 4:
+                    assert asyncio.get_running_loop().time() < deadline + 10, "never written"
+                    await asyncio.sleep(0.01)
+
+        asyncio.run(commits())
+        replayed = OffsetManager(config)
+        replayed.load()  # the journal alone: no snapshot was written
+        assert [replayed.query("g", "t", 0), replayed.query("g", "t" + "x" * 6000, 0),
+                replayed.query("g", "t", 1), replayed.query("g", "t", 2)] == [1, 2, 3, 4]

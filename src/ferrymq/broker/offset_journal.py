@@ -10,6 +10,7 @@ a torn or damaged line ends the replay of its file."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -90,19 +91,27 @@ class OffsetJournal:
                 yield rec
 
     def append(self, gen: int, data: bytes) -> None:
-        """Write and fsync (blocking: called on a worker thread)."""
+        """Write and fsync (blocking: called on a worker thread). On failure (a full disk)
+        the file is cut back to its length before: a part of the data left behind would be a
+        torn record, where the replay stops, ignoring every record the retry appends."""
         with self._file_lock:
             if self._fd_gen != gen:
                 self._close()
                 self._dir.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self.path(gen), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                self._fd_gen = gen
                 _fsync_dir(self._dir)  # the new file's name must survive a crash too
+                self._fd_gen = gen  # only now: a failed fsync_dir is done again by the retry
             assert self._fd is not None
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
-            os.fdatasync(self._fd)
+            before = os.fstat(self._fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+                os.fdatasync(self._fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, before)
+                raise
 
     def drop_before(self, gen: int) -> None:
         """Generations older than `gen` are covered by a snapshot on disk."""

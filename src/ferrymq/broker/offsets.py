@@ -15,6 +15,7 @@ compacted snapshot written every flush_consumer_offset_interval and at shutdown.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,11 @@ from .offset_journal import JournalRecord, OffsetJournal, encode_record
 JOURNAL_SEQ_KEY = "ferrymqJournalSeq"
 
 TOPIC_GROUP_SEPARATOR = "@"
+
+# After a failed journal write (a full disk), the next attempt.
+JOURNAL_RETRY_S = 0.5
+
+log = logging.getLogger("ferrymq.broker.offsets")
 
 
 @dataclass(slots=True)
@@ -71,6 +77,8 @@ class OffsetManager:
         self._wake: asyncio.Event | None = None  # set while the flusher runs
         self._journal_delay = journal_delay
         self._delayed: asyncio.TimerHandle | None = None  # the write of unawaited commits
+        self.journal_failures = 0  # journal writes that failed (and were retried)
+        self._failed_errno = 0
         # On a slave: (key, queue) a consumer committed here while the master was away; kept
         # when ahead of the master's copy, and sent to the master (docs/replication.md).
         self.local_commits: set[tuple[str, int]] | None = None
@@ -157,7 +165,22 @@ class OffsetManager:
                     data, upto, gen = b"".join(self._buffer), self._seq, self._gen
                     self._buffer.clear()
                 if data:
-                    await asyncio.to_thread(self._journal.append, gen, data)
+                    try:
+                        await asyncio.to_thread(self._journal.append, gen, data)
+                    except OSError as exc:
+                        # A full disk: the records go back in front of the buffer, in order,
+                        # and their waiters stay unanswered until a retry writes them. Raised,
+                        # it ended the flusher: every later commit was answered with nothing
+                        # on disk, and those waiting then were never answered.
+                        with self._lock:
+                            self._buffer.insert(0, data)
+                        self._journal_failed(exc)
+                        await asyncio.sleep(JOURNAL_RETRY_S)
+                        wake.set()
+                        continue
+                    if self._failed_errno:
+                        log.info("offset journal writes work again")
+                        self._failed_errno = 0
                 self._durable = max(self._durable, upto)
                 self._release_waiters()
         finally:
@@ -165,6 +188,13 @@ class OffsetManager:
             if self._delayed is not None:
                 self._delayed.cancel()
                 self._delayed = None
+
+    def _journal_failed(self, exc: OSError) -> None:
+        self.journal_failures += 1
+        if exc.errno != self._failed_errno:
+            log.error("cannot write the consumer-offset journal (%s); commits that wait for "
+                      "it are answered once a retry succeeds", exc)
+            self._failed_errno = exc.errno or -1
 
     def _write_soon(self) -> None:
         """Unawaited commits are buffered: written with the next awaited one, or after
