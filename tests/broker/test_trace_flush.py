@@ -47,3 +47,33 @@ async def test_a_large_flush_lets_the_loop_run_between_slices(tmp_path: Path) ->
     finally:
         await b.stop()
         await namesrv.stop()
+
+
+async def test_a_stop_in_the_middle_of_a_flushs_slices_keeps_every_event(tmp_path: Path) -> None:
+    # The broker's stop cancels the recorder's task, then flushes what is buffered. A flush
+    # the task had under way has taken its entries out of the buffer: cancelled between two
+    # slices, it dropped them all, and the final flush found an empty buffer.
+    namesrv = NameServer(NamesrvConfig(port=0))
+    await namesrv.start()
+    b = Broker(BrokerConfig(store_dir=tmp_path / "store", listen_port=0, grpc_listen_port=-1,
+                            namesrv_addr=namesrv.address, trace_flush_interval_ms=1))
+    await b.start()
+    stopped = False
+    try:
+        trace = b.trace
+        assert trace is not None
+        entries = 10 * FLUSH_SLICE
+        for i in range(entries):
+            trace.delivered("traced", i % 4, i, i + 1, "g-traced", "127.0.0.1:1")
+        deadline = asyncio.get_running_loop().time() + 10
+        while not trace._flushing.locked():  # the task's flush between two of its slices
+            assert asyncio.get_running_loop().time() < deadline, "the task never flushed"
+            await asyncio.sleep(0)
+        assert trace.events_written == 0
+        await b.stop()
+        stopped = True
+        assert trace.events_written == entries and trace.dropped == 0
+    finally:
+        if not stopped:
+            await b.stop()
+        await namesrv.stop()

@@ -58,6 +58,7 @@ class TraceRecorder:
         # Set when the buffer stops being empty: an idle broker's writer sleeps instead of
         # waking every interval.
         self._pending = asyncio.Event()
+        self._task_flush: asyncio.Future[None] | None = None  # run()'s, kept referenced
         self.dropped = 0  # entries lost to a full buffer (overload) or a refused write
         self.records_written = 0
         self.events_written = 0
@@ -96,8 +97,15 @@ class TraceRecorder:
             await self._pending.wait()
             await asyncio.sleep(self._interval)  # let a batch gather
             self._pending.clear()
-            with contextlib.suppress(Exception):
-                await self.flush()
+            # Shielded: the broker's stop cancels this task, then flushes. A flush cancelled
+            # between two slices had taken its entries out of the buffer and dropped them;
+            # left to finish, it is waited for by the stop's flush (the lock).
+            self._task_flush = asyncio.ensure_future(self._flush_quietly())
+            await asyncio.shield(self._task_flush)
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.flush()
 
     async def flush(self) -> int:
         """Write what is buffered now; returns the number of events written. A flush under
