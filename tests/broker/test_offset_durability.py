@@ -216,3 +216,26 @@ def test_a_full_disk_delays_the_journal_and_loses_nothing(tmp_path: Path) -> Non
         replayed.load()  # the journal alone: no snapshot was written
         assert [replayed.query("g", "t", 0), replayed.query("g", "t" + "x" * 6000, 0),
                 replayed.query("g", "t", 1), replayed.query("g", "t", 2)] == [1, 2, 3, 4]
+
+
+def test_a_commit_waiting_when_the_flusher_stops_is_written_and_answered(
+        tmp_path: Path) -> None:
+    # The broker's stop cancels the journal's flusher before the server lets the requests in
+    # progress finish. A commit waiting for its write then waited out the server's grace and
+    # was never answered.
+    async def commits() -> None:
+        m = OffsetManager(tmp_path, journal_delay=30.0)
+        m.load()
+        flusher = asyncio.create_task(m.run_flusher())
+        await asyncio.sleep(0)  # let the flusher start listening
+        waiting = asyncio.ensure_future(m.wait_durable(m.commit("g", "t", 0, 7)))
+        await asyncio.sleep(0)  # the commit waits; the flusher is woken but has not run
+        assert not waiting.done()
+        flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flusher
+        await asyncio.wait_for(waiting, 10)
+        m.close()
+
+    asyncio.run(commits())
+    assert _on_disk(tmp_path, "t", 0) == 7  # answered, so on disk (no snapshot written)

@@ -15,6 +15,7 @@ compacted snapshot written every flush_consumer_offset_interval and at shutdown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -77,6 +78,7 @@ class OffsetManager:
         self._wake: asyncio.Event | None = None  # set while the flusher runs
         self._journal_delay = journal_delay
         self._delayed: asyncio.TimerHandle | None = None  # the write of unawaited commits
+        self._writing: asyncio.Future[bool] | None = None  # the flusher's write under way
         self.journal_failures = 0  # journal writes that failed (and were retried)
         self._failed_errno = 0
         # On a slave: (key, queue) a consumer committed here while the master was away; kept
@@ -158,36 +160,53 @@ class OffsetManager:
             while True:
                 await wake.wait()
                 wake.clear()
-                if self._delayed is not None:
-                    self._delayed.cancel()
-                    self._delayed = None
-                with self._lock:
-                    data, upto, gen = b"".join(self._buffer), self._seq, self._gen
-                    self._buffer.clear()
-                if data:
-                    try:
-                        await asyncio.to_thread(self._journal.append, gen, data)
-                    except OSError as exc:
-                        # A full disk: the records go back in front of the buffer, in order,
-                        # and their waiters stay unanswered until a retry writes them. Raised,
-                        # it ended the flusher: every later commit was answered with nothing
-                        # on disk, and those waiting then were never answered.
-                        with self._lock:
-                            self._buffer.insert(0, data)
-                        self._journal_failed(exc)
-                        await asyncio.sleep(JOURNAL_RETRY_S)
-                        wake.set()
-                        continue
-                    if self._failed_errno:
-                        log.info("offset journal writes work again")
-                        self._failed_errno = 0
-                self._durable = max(self._durable, upto)
-                self._release_waiters()
+                self._cancel_delayed()
+                # Shielded: cancelled (the broker stops), this task still sees the write
+                # through, below, before its last one.
+                self._writing = asyncio.ensure_future(self._write_buffer())
+                if not await asyncio.shield(self._writing):
+                    await asyncio.sleep(JOURNAL_RETRY_S)
+                    wake.set()
         finally:
-            self._wake = None
-            if self._delayed is not None:
-                self._delayed.cancel()
-                self._delayed = None
+            self._wake = None  # later commits are kept by the snapshot written at shutdown
+            self._cancel_delayed()
+            # The broker's stop cancels this task before the server lets the requests in
+            # progress finish: a commit waiting here would wait out the grace period and go
+            # unanswered. What is buffered is written now and its waiters answered.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                if self._writing is not None:
+                    await self._writing
+                await self._write_buffer()
+            self._writing = None
+
+    async def _write_buffer(self) -> bool:
+        """Write what is buffered and answer the commits it covers. False when the write
+        failed (a full disk): the records are back in front of the buffer, in order, and
+        their waiters stay unanswered until a retry writes them (an exception here ended
+        the flusher: every later commit was answered with nothing on disk, and those
+        waiting then never were)."""
+        with self._lock:
+            data, upto, gen = b"".join(self._buffer), self._seq, self._gen
+            self._buffer.clear()
+        if data:
+            try:
+                await asyncio.to_thread(self._journal.append, gen, data)
+            except OSError as exc:
+                with self._lock:
+                    self._buffer.insert(0, data)
+                self._journal_failed(exc)
+                return False
+            if self._failed_errno:
+                log.info("offset journal writes work again")
+                self._failed_errno = 0
+        self._durable = max(self._durable, upto)
+        self._release_waiters()
+        return True
+
+    def _cancel_delayed(self) -> None:
+        if self._delayed is not None:
+            self._delayed.cancel()
+            self._delayed = None
 
     def _journal_failed(self, exc: OSError) -> None:
         self.journal_failures += 1
