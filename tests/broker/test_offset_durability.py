@@ -15,8 +15,11 @@ import pytest
 
 from conftest import start_standalone
 from ferrymq import AdminClient, Message, Producer
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.controller import Broker
 from ferrymq.broker.offset_journal import JOURNAL_PREFIX
 from ferrymq.broker.offsets import OffsetManager
+from ferrymq.namesrv.server import NameServer, NamesrvConfig
 
 
 def test_an_answered_commit_survives_a_broker_kill(tmp_path: Path) -> None:
@@ -159,7 +162,7 @@ def test_an_unawaited_commit_is_written_within_the_journal_delay(tmp_path: Path)
 def _small_tmpfs(path: Path) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    path.mkdir()
+    path.mkdir(parents=True)
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -239,3 +242,26 @@ def test_a_commit_waiting_when_the_flusher_stops_is_written_and_answered(
 
     asyncio.run(commits())
     assert _on_disk(tmp_path, "t", 0) == 7  # answered, so on disk (no snapshot written)
+
+
+async def test_a_commit_answered_as_the_broker_starts_is_on_disk(tmp_path: Path) -> None:
+    # The broker answers requests once its store is open, and it still awaits the start of
+    # replication (and gRPC) before it starts the journal's flusher. A commit answered then
+    # was neither journaled nor waited for: answered, yet lost to a crash.
+    namesrv = NameServer(NamesrvConfig(port=0))
+    await namesrv.start()
+    b = Broker(BrokerConfig(store_dir=tmp_path / "store", listen_port=0, grpc_listen_port=-1,
+                            namesrv_addr=namesrv.address))
+    starting = asyncio.ensure_future(b.start())
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while b.store is None:  # requests are answered from here on
+            assert asyncio.get_running_loop().time() < deadline, "the store never opened"
+            await asyncio.sleep(0)
+        await b.offsets.wait_durable(b.offsets.commit("g", "t", 0, 21))
+        assert _on_disk(tmp_path / "store" / "config", "t", 0) == 21
+        await starting
+    finally:
+        await asyncio.gather(starting, return_exceptions=True)
+        await b.stop()
+        await namesrv.stop()

@@ -180,6 +180,7 @@ class Broker:
         self._topics_durable = self.topics.version
         self.topics.on_dirty = self._topics_dirty
         self.offsets.load()
+        self.offsets.open_journal()  # requests are answered from here on (self.store is set)
         self.delay_offsets.load()
         self.waiters = PullWaiters(asyncio.get_running_loop())
         store.add_arrival_listener(self._on_arrival)
@@ -478,3 +479,4 @@ class Broker:
         while True:
             await asyncio.sleep(10)
             self.clients.scan_expired(self.now_ms())
+

@@ -75,7 +75,7 @@ class OffsetManager:
         self._buffer: list[bytes] = []  # journal records not written yet
         self._durable = 0  # every record up to this sequence is on disk
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._wake: asyncio.Event | None = None  # set while the flusher runs
+        self._wake: asyncio.Event | None = None  # set while commits are journaled
         self._journal_delay = journal_delay
         self._delayed: asyncio.TimerHandle | None = None  # the write of unawaited commits
         self._writing: asyncio.Future[bool] | None = None  # the flusher's write under way
@@ -152,10 +152,19 @@ class OffsetManager:
         self._journal.close()
 
     # --- durability --------------------------------------------------------------------------
+    def open_journal(self) -> None:
+        """Journal every commit from now on (on the event loop). The broker calls it before
+        it answers requests, and starts run_flusher later: a commit answered in between was
+        neither journaled nor waited for. The flusher writes what was buffered meanwhile."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
+
     async def run_flusher(self) -> None:
         """Group commit of the journal, off the event loop: whatever was committed while the
         previous write and fsync ran goes out in the next one."""
-        self._wake = wake = asyncio.Event()
+        self.open_journal()
+        wake = self._wake
+        assert wake is not None
         try:
             while True:
                 await wake.wait()
