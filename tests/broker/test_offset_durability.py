@@ -244,6 +244,36 @@ def test_a_commit_waiting_when_the_flusher_stops_is_written_and_answered(
     assert _on_disk(tmp_path, "t", 0) == 7  # answered, so on disk (no snapshot written)
 
 
+async def test_a_broker_stops_cleanly_with_its_config_disk_full(tmp_path: Path) -> None:
+    # At stop the broker writes its offsets and topics snapshots. On a full disk those writes
+    # fail; raised, the failure ended stop() there: the store was never shut down (no final
+    # flush, no clean checkpoint) and the trace's last changes were never written.
+    store = tmp_path / "store"
+    with _small_tmpfs(store / "config") as config:
+        namesrv = NameServer(NamesrvConfig(port=0))
+        await namesrv.start()
+        b = Broker(BrokerConfig(store_dir=store, listen_port=0, grpc_listen_port=-1,
+                                namesrv_addr=namesrv.address))
+        await b.start()
+        try:
+            await b.offsets.wait_durable(b.offsets.commit("g", "t", 0, 11))
+            _fill(config / "ballast")
+            b.offsets.commit("g", "t", 1, 12)  # only a snapshot could keep this one now
+            await b.stop()
+            assert not (store / "abort").exists()  # the store was shut down cleanly
+            (config / "ballast").unlink()
+            again = Broker(BrokerConfig(store_dir=store, listen_port=0, grpc_listen_port=-1,
+                                        namesrv_addr=namesrv.address))
+            await again.start()
+            try:
+                assert again.offsets.query("g", "t", 0) == 11  # answered: in the journal
+            finally:
+                await again.stop()
+        finally:
+            await b.stop()
+            await namesrv.stop()
+
+
 async def test_a_commit_answered_as_the_broker_starts_is_on_disk(tmp_path: Path) -> None:
     # The broker answers requests once its store is open, and it still awaits the start of
     # replication (and gRPC) before it starts the journal's flusher. A commit answered then
