@@ -295,3 +295,62 @@ async def test_a_commit_answered_as_the_broker_starts_is_on_disk(tmp_path: Path)
         await asyncio.gather(starting, return_exceptions=True)
         await b.stop()
         await namesrv.stop()
+
+
+def test_a_snapshot_that_failed_is_written_by_the_next_persist(tmp_path: Path) -> None:
+    # A snapshot failing on a full disk left the table marked clean: the next periodic persist
+    # wrote nothing, and the journal generations kept growing until another commit.
+    with _small_tmpfs(tmp_path / "mnt") as config:
+        m = OffsetManager(config)
+        m.load()
+        m.commit("g", "t", 0, 5)  # no flusher: only the snapshot keeps it
+        _fill(config / "ballast")
+        with pytest.raises(OSError):
+            m.persist()
+        (config / "ballast").unlink()
+        assert m.persist()  # still dirty: written now
+        assert _on_disk(config, "t", 0) == 5
+
+
+def test_snapshots_are_written_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    # Two persists at once (the periodic one on a worker thread, the stop's) shared the
+    # snapshot's temporary file, and the older snapshot could be renamed over the newer one
+    # after the journal generations the newer one covered were dropped.
+    import threading
+
+    from ferrymq.broker import offsets as offsets_module
+
+    real_write = offsets_module.atomic_write
+    inside = threading.Event()
+    overlapped = threading.Event()
+    active = [0]
+    guard = threading.Lock()
+
+    def slow_write(path: Path | str, data: bytes) -> None:
+        with guard:
+            active[0] += 1
+            if active[0] > 1:
+                overlapped.set()
+        inside.set()
+        overlapped.wait(0.3)  # long enough for the second persist to get here if it can
+        try:
+            real_write(path, data)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    monkeypatch.setattr(offsets_module, "atomic_write", slow_write)
+    m = OffsetManager(tmp_path)
+    m.load()
+    m.commit("g", "t", 0, 1)
+    first = threading.Thread(target=m.persist)
+    first.start()
+    assert inside.wait(10)
+    m.commit("g", "t", 0, 2)  # after the first snapshot took its copy
+    second = threading.Thread(target=m.persist)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert not overlapped.is_set(), "two snapshot writes ran at once"
+    assert _on_disk(tmp_path, "t", 0) == 2  # the newer snapshot is the one on disk

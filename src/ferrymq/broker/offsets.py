@@ -65,6 +65,7 @@ class OffsetManager:
     def __init__(self, config_dir: Path, journal_delay: float = 0.1) -> None:
         self._path = config_dir / "consumerOffset.json"
         self._lock = threading.Lock()
+        self._persist_lock = threading.Lock()  # one snapshot write at a time
         self.table: dict[str, dict[int, QueueProgress]] = {}
         # Lowest offset each group pulled from on a queue where it has no committed offset yet.
         self._first_pull: dict[tuple[str, int], int] = {}
@@ -134,19 +135,31 @@ class OffsetManager:
 
     def persist(self) -> bool:
         """Write the snapshot (blocking: the broker calls it on a worker thread) and drop the
-        journal generations it covers."""
-        with self._lock:
-            if not self._dirty:
-                return False
-            body = self._table_json()
-            self._dirty = False
-            covered = self._seq
-            self._gen += 1  # records after the snapshot go to a new generation
-            gen = self._gen
-        body[JOURNAL_SEQ_KEY] = covered
-        atomic_write(self._path, jsonx.dumps_bytes(body))
-        self._journal.drop_before(gen)
-        return True
+        journal generations it covers.
+
+        One at a time (the periodic one on a worker thread may still run when the stop calls
+        it): two would share the snapshot's temporary file, and an older snapshot renamed
+        after a newer one, whose generations were dropped, loses the commits in between. A
+        failed write (a full disk) leaves the table dirty, so the next call tries again; the
+        journal still holds every commit."""
+        with self._persist_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                body = self._table_json()
+                self._dirty = False
+                covered = self._seq
+                self._gen += 1  # records after the snapshot go to a new generation
+                gen = self._gen
+            body[JOURNAL_SEQ_KEY] = covered
+            try:
+                atomic_write(self._path, jsonx.dumps_bytes(body))
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
+            self._journal.drop_before(gen)
+            return True
 
     def close(self) -> None:
         self._journal.close()
@@ -368,6 +381,7 @@ class DelayOffsetManager:
         self._path = config_dir / "delayOffset.json"
         self.table: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._persist_lock = threading.Lock()
         self._dirty = False
 
     def load(self) -> None:
@@ -385,10 +399,17 @@ class DelayOffsetManager:
                 self._dirty = True
 
     def persist(self) -> bool:
-        with self._lock:
-            if not self._dirty:
-                return False
-            body = {"offsetTable": dict(sorted(self.table.items()))}
-            self._dirty = False
-        atomic_write(self._path, jsonx.dumps_bytes(body))
-        return True
+        """As OffsetManager.persist: one at a time, and still dirty after a failed write."""
+        with self._persist_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                body = {"offsetTable": dict(sorted(self.table.items()))}
+                self._dirty = False
+            try:
+                atomic_write(self._path, jsonx.dumps_bytes(body))
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
+            return True
