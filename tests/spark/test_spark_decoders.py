@@ -167,3 +167,16 @@ def test_the_compiled_decoder_refuses_what_it_does_not_take() -> None:
     assert _ccolumns.columns(ok + ok[:-1]) is None  # truncated
     n, pairs, buffers = _ccolumns.columns(ok + ok)
     assert (n, pairs, len(buffers)) == (2, 4, 22)
+
+
+@pytest.mark.parametrize("use_compiled", FAST)
+def test_a_list_of_bodies_reads_as_their_concatenation(use_compiled: bool) -> None:
+    bodies = [b"".join(record(i, body=b"y" * i) for i in range(lo, lo + k))
+              for lo, k in ((0, 3), (3, 1), (4, 5))]
+    got = decode.fast_batch(bodies, "broker-a", _ccolumns if use_compiled else None)
+    assert got is not None and got.equals(exact(b"".join(bodies)))
+    # One odd record in one body sends the whole list to the exact path, joined.
+    odd = [*bodies[:2], bodies[2] + record(9, compress=True, body=b"zz")]
+    assert fast(b"".join(odd), use_compiled) is None
+    assert decode.decode_to_batch(odd, "broker-a").equals(exact(b"".join(odd)))
+    assert decode.decode_to_batch([], "broker-a").num_rows == 0

@@ -36,23 +36,29 @@ def empty_batch() -> pa.RecordBatch:
     )
 
 
-def decode_to_batch(buf: bytes, broker: str) -> pa.RecordBatch:
-    """All records of `buf` as one batch with schema ARROW_SCHEMA."""
+def decode_to_batch(buf: bytes | list[bytes], broker: str) -> pa.RecordBatch:
+    """All records of `buf` as one batch with schema ARROW_SCHEMA. A list of buffers (each
+    of whole records: pulled bodies) reads as their concatenation; the compiled decoder reads
+    them where they are."""
     if not buf:
         return empty_batch()
     batch = fast_batch(buf, broker)
     if batch is None:
-        batch = messages_to_batch(decode_records(buf, broker=broker), broker)
+        whole = b"".join(buf) if isinstance(buf, list) else buf
+        batch = messages_to_batch(decode_records(whole, broker=broker), broker)
     return batch
 
 
-def fast_batch(buf: bytes, broker: str, columns: Any = _columns) -> pa.RecordBatch | None:
+def fast_batch(buf: bytes | list[bytes], broker: str, columns: Any = _columns
+               ) -> pa.RecordBatch | None:
     """The batch from the compiled decoder module `columns` (the one in use by default), or
     from its Arrow-kernel twin when `columns` is None; None when the exact path must decode
     `buf`."""
     if columns is not None:
         got = columns.columns(buf)
         return None if got is None else _from_columns(got, broker)
+    if isinstance(buf, list):
+        buf = b"".join(buf)
     try:
         return decode_kernels.decode(buf, broker, record_starts(buf))
     except (decode_kernels.Slow, MessageDecodeError):

@@ -157,8 +157,7 @@ def _read(part: QueueRange, admin: Puller) -> Iterator[pa.RecordBatch]:
 def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
     if part.filtered:
         return _decode_filtered(items, part)
-    bodies = [item[0] for item in items]
-    batch = decode_to_batch(bodies[0] if len(bodies) == 1 else b"".join(bodies), part.key.broker)
+    batch = decode_to_batch([item[0] for item in items], part.key.broker)
     offsets = batch.column(3)
     last = offsets[-1].as_py() if batch.num_rows else None
     if last is not None and last >= part.end:
