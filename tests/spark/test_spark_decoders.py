@@ -180,3 +180,20 @@ def test_a_list_of_bodies_reads_as_their_concatenation(use_compiled: bool) -> No
     assert fast(b"".join(odd), use_compiled) is None
     assert decode.decode_to_batch(odd, "broker-a").equals(exact(b"".join(odd)))
     assert decode.decode_to_batch([], "broker-a").num_rows == 0
+
+
+@pytest.mark.parametrize("use_compiled", FAST)
+@pytest.mark.parametrize("bodies", [[b""], [b"", b""]], ids=["one", "two"])
+def test_bodies_that_hold_no_record_decode_to_no_rows(use_compiled: bool,
+                                                      bodies: list[bytes]) -> None:
+    # A list of empty bodies is not falsy, so it reaches the fast decoders: the Arrow kernels
+    # raised ArrowInvalid (a ValueError) on zero records where the exact codec and the compiled
+    # decoder give an empty batch.
+    got = decode.fast_batch(bodies, "broker-a", _ccolumns if use_compiled else None)
+    assert got is not None and got.num_rows == 0
+    assert got.equals(exact(b""))
+    assert decode.decode_to_batch(bodies, "broker-a").equals(exact(b""))  # the decoder in use
+    # A response of records after an empty body reads as those records.
+    ok = [*bodies, record(1)]
+    assert decode.fast_batch(ok, "broker-a",
+                             _ccolumns if use_compiled else None).equals(exact(record(1)))

@@ -59,6 +59,10 @@ def fast_batch(buf: bytes | list[bytes], broker: str, columns: Any = _columns
         return None if got is None else _from_columns(got, broker)
     if isinstance(buf, list):
         buf = b"".join(buf)
+    if not buf:
+        # Bodies that hold no record (a list of empty ones is not falsy): no rows, as the exact
+        # codec gives. The kernels need a record to index: on none they raised ArrowInvalid.
+        return empty_batch()
     try:
         return decode_kernels.decode(buf, broker, record_starts(buf))
     except (decode_kernels.Slow, MessageDecodeError):
