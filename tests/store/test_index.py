@@ -249,3 +249,19 @@ def test_scan_run_takes_what_the_general_walk_takes(
     assert got == _general_walk(bytes(raw), max_nums, max_bytes, min_phys)
     assert impl.scan_run(bytes(raw[:-1]), max_nums, max_bytes, min_phys) is None  # torn
     assert impl.scan_run(b"", max_nums, max_bytes, min_phys) is None
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=[m.IMPLEMENTATION for m in IMPLS])
+@pytest.mark.parametrize("bad", [(1200, 0), (1200, -50)], ids=["size-0", "size-negative"])
+def test_scan_run_leaves_damaged_entries_to_the_general_walk(
+    impl: ModuleType, bad: tuple[int, int]
+) -> None:
+    from ferrymq.common.record.layout import CQ_ENTRY
+
+    # A consume queue carries no checksum. An entry whose size is not positive starts its
+    # record at or past its run's end (the read guard's test of whole runs would miss it): the
+    # general walk, which checks records, takes it.
+    raw = CQ_ENTRY.pack(1000, 200, 0) + CQ_ENTRY.pack(*bad, 0)
+    assert impl.scan_run(raw, 2, 1 << 20, 0) is None
+    # Not taken (max_nums), the entry is not looked at: the first alone is one run.
+    assert impl.scan_run(raw, 1, 1 << 20, 0) == (1, 200, [[1000, 1200]])

@@ -3,12 +3,16 @@ skip; the damage registry survives a restart."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
 from store_util import msg, open_store, segment_files, wait_until
 
+from ferrymq.common.record import decode_records
 from ferrymq.store import CorruptPolicy, GetStatus, MessageStore
+from ferrymq.store.scrub import Scrubber
 
 
 def _fill(store_dir: Path, n: int) -> list[int]:
@@ -97,5 +101,36 @@ def test_skip_policy_returns_the_good_records_around_the_damage(tmp_path: Path) 
         assert b"cold-00003-" not in r.data and b"cold-00004-" in r.data
         (rec,) = store.damaged_records()
         assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("T", 0, 3, "read")
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("policy", [CorruptPolicy.SKIP, CorruptPolicy.STOP])
+def test_a_damaged_queue_entry_where_the_scrub_stands_is_checked(tmp_path: Path,
+                                                                 policy: CorruptPolicy) -> None:
+    # A consume-queue entry whose size was zeroed (the queue files carry no checksum) points
+    # at a record the scrub has not verified yet: the read must check it. Its run of the commit
+    # log ends where it starts, at the scrub's position, so a test of whole runs against the
+    # unverified range passed it over as verified.
+    store_dir = tmp_path / "s"
+    phys = _fill(store_dir, 6)
+    queue_file = store_dir / "consumequeue" / "T" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    struct.pack_into(">i", entries, 3 * 20 + 8, 0)  # entry 3: commit-log offset, SIZE, tag code
+    queue_file.write_bytes(bytes(entries))
+    store = open_store(store_dir, scrub_bytes_per_s=0, on_corrupt_record=policy)
+    try:
+        # The scrub verified the records before entry 3's and stands at it (paused there by its
+        # pacing, say): run here, synchronously, over just that range.
+        guard = store._guard
+        Scrubber(store._log, store._damage, 0, lambda: phys[3], guard).scrub(phys[0], phys[3])
+        assert (guard.scrubbed_to, guard.hot_start) == (phys[3], phys[-1] + (phys[1] - phys[0]))
+        got = store.get_messages("T", 0, 0, 4)
+        assert got.status is GetStatus.FOUND and got.count == 3
+        assert len(decode_records(got.data)) == 3
+        (rec,) = store.damaged_records()
+        assert (rec.phys_offset, rec.queue_offset, rec.reason) == (phys[3], 3, "record cut short")
+        # SKIP moves past the damaged entry; STOP holds the queue at it.
+        assert got.next_begin_offset == (4 if policy is CorruptPolicy.SKIP else 3)
     finally:
         store.shutdown()

@@ -120,7 +120,10 @@ def scan_run(raw, Py_ssize_t max_nums, Py_ssize_t max_bytes, int64_t min_phys):
             size = rd32(p + i * CQ_SIZE + 8)
             if count and (count >= max_nums or total + size > max_bytes):
                 break
-            if phys < min_phys:
+            # Below min_phys: a segment being removed. A size that is not positive: a damaged
+            # entry, whose record starts at or past its run's end. The general walk takes
+            # both; a record then always starts inside its run (ReadGuard.runs_sound).
+            if phys < min_phys or size <= 0:
                 return None
             if run_start < 0:
                 run_start, run_end = phys, phys + size

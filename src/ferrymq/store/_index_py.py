@@ -89,7 +89,9 @@ def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
     `count` entries, up to max_nums of them and max_bytes (the first is taken whatever its
     size). Returns (count, total bytes, runs), a run being a [start, end) of the commit log
     holding records back to back; None when an entry points below min_phys (a segment being
-    removed) or `raw` is not whole entries, which the general walk handles."""
+    removed), an entry's size is not positive (a damaged queue entry), or `raw` is not whole
+    entries: the general walk handles those. A record then always starts inside its run, which
+    ReadGuard.runs_sound relies on."""
     if not raw or len(raw) % CQ_ENTRY.size:
         return None
     runs: list[list[int]] = []
@@ -97,7 +99,7 @@ def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
     for phys, size, _tag in CQ_ENTRY.iter_unpack(raw):
         if count and (count >= max_nums or total + size > max_bytes):
             break
-        if phys < min_phys:
+        if phys < min_phys or size <= 0:
             return None
         if runs and runs[-1][1] == phys:
             runs[-1][1] = phys + size

@@ -78,7 +78,9 @@ class ReadGuard:
     def runs_sound(self, runs: list[list[int]]) -> bool:
         """Whether no record starting in these [start, end) commit-log runs can be damaged:
         none is known to be, and none lies in the range the scrub has yet to verify. One test
-        per run: a pull of fresh records is not walked record by record."""
+        per run: a pull of fresh records is not walked record by record. Every record must
+        start inside its run (a positive size), else a run can end at or before the range
+        while a record of it starts in there."""
         if self.damage.known:
             return False
         lo, hi = self.scrubbed_to, self.hot_start

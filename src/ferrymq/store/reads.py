@@ -124,6 +124,10 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     skip_below = -1
     runs: list[list[int]] = []
     picked: list[tuple[int, int, int]] = []
+    # Whether every record taken starts inside its run, so the guard may clear runs as a
+    # whole: not when a damaged entry's size is not positive (its record starts at or past the
+    # end of its run).
+    whole = True
     total = 0
     count = 0
     i = 0
@@ -147,6 +151,8 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         else:
             runs.append([phys, phys + size])
         picked.append((offset + i, phys, size))
+        if size <= 0:
+            whole = False
         total += size
         count += 1
         i += 1
@@ -155,20 +161,21 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if not count:
         return GetResult(status, b"", 0, offset + i, mn, mx)
     return _read_picked(cq, log, offset, offset + i, runs, total, count, lambda: picked, mn, mx,
-                        guard)
+                        guard, whole)
 
 
 def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
                  runs: list[list[int]], total: int, count: int,
                  picked: Callable[[], list[tuple[int, int, int]]], mn: int, mx: int,
-                 guard: ReadGuard | None) -> GetResult:
+                 guard: ReadGuard | None, whole: bool = True) -> GetResult:
     """Read the records a pull took (`runs` of the commit log) and drop the damaged ones.
     `picked` lists them as (queue offset, phys, size); it is only called when the guard cannot
-    clear the runs as a whole."""
+    clear the runs as a whole, or `whole` says a record may start outside its run (scan_run
+    never takes such entries)."""
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
-    if guard is not None and not guard.runs_sound(runs):
+    if guard is not None and not (whole and guard.runs_sound(runs)):
         records = picked()
         if guard.any_damaged(data, records):
             data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records)
