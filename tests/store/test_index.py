@@ -252,16 +252,43 @@ def test_scan_run_takes_what_the_general_walk_takes(
 
 
 @pytest.mark.parametrize("impl", IMPLS, ids=[m.IMPLEMENTATION for m in IMPLS])
-@pytest.mark.parametrize("bad", [(1200, 0), (1200, -50)], ids=["size-0", "size-negative"])
+@pytest.mark.parametrize("bad", [(1200, 0), (1200, -50), ((1 << 63) - 100, 200)],
+                         ids=["size-0", "size-negative", "end-past-int64"])
 def test_scan_run_leaves_damaged_entries_to_the_general_walk(
     impl: ModuleType, bad: tuple[int, int]
 ) -> None:
     from ferrymq.common.record.layout import CQ_ENTRY
 
     # A consume queue carries no checksum. An entry whose size is not positive starts its
-    # record at or past its run's end (the read guard's test of whole runs would miss it): the
-    # general walk, which checks records, takes it.
+    # record at or past its run's end (the read guard's test of whole runs would miss it); one
+    # whose end passes int64 wrapped in the compiled walk (a run ending below its start) while
+    # the Python twin kept the exact sum. The general walk, which checks records, takes both.
     raw = CQ_ENTRY.pack(1000, 200, 0) + CQ_ENTRY.pack(*bad, 0)
     assert impl.scan_run(raw, 2, 1 << 20, 0) is None
     # Not taken (max_nums), the entry is not looked at: the first alone is one run.
     assert impl.scan_run(raw, 1, 1 << 20, 0) == (1, 200, [[1000, 1200]])
+    # An end at int64's maximum still fits: both twins take it, with the same run.
+    last = (1 << 63) - 1 - 300
+    fits = CQ_ENTRY.pack(1000, 200, 0) + CQ_ENTRY.pack(last, 300, 0)
+    assert impl.scan_run(fits, 2, 1 << 20, 0) == (2, 500, [[1000, 1200], [last, last + 300]])
+
+
+_top = (1 << 63) - 1  # phys + size near it: the compiled walk's int64 arithmetic
+_wild = st.lists(st.tuples(st.integers(-(1 << 63), _top) | st.integers(0, 5000)
+                           | st.integers(_top - (1 << 31), _top),
+                           st.integers(-(1 << 31), (1 << 31) - 1) | st.integers(0, 300),
+                           st.integers(-(1 << 63), (1 << 63) - 1)), max_size=6)
+
+
+@pytest.mark.skipif(C is None, reason="the compiled index is not built in this tree")
+@settings(max_examples=500, deadline=None)
+@given(entries=_wild, max_nums=st.integers(1, 1 << 40), max_bytes=st.integers(0, 1 << 40),
+       min_phys=st.integers(0, (1 << 63) - 1) | st.integers(0, 5000))
+def test_scan_run_twins_agree_on_any_entries(entries: list[tuple[int, int, int]], max_nums: int,
+                                             max_bytes: int, min_phys: int) -> None:
+    # Any bytes a damaged consume queue may hold: the two walks give the same answer.
+    from ferrymq.common.record.layout import CQ_ENTRY
+
+    raw = b"".join(CQ_ENTRY.pack(*e) for e in entries)
+    assert C.scan_run(raw, max_nums, max_bytes, min_phys) == PY.scan_run(
+        raw, max_nums, max_bytes, min_phys)

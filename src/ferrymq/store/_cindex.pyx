@@ -5,7 +5,7 @@ against each other). The layouts come from index_layout.py and the record layout
 when the module loads."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t
 from libc.string cimport memcpy
 
 from ..common._endian cimport rd32, rd64, wr32, wr64
@@ -120,10 +120,10 @@ def scan_run(raw, Py_ssize_t max_nums, Py_ssize_t max_bytes, int64_t min_phys):
             size = rd32(p + i * CQ_SIZE + 8)
             if count and (count >= max_nums or total + size > max_bytes):
                 break
-            # Below min_phys: a segment being removed. A size that is not positive: a damaged
-            # entry, whose record starts at or past its run's end. The general walk takes
-            # both; a record then always starts inside its run (ReadGuard.runs_sound).
-            if phys < min_phys or size <= 0:
+            # Below min_phys: a segment being removed. A size that is not positive or an end
+            # past int64 (which would wrap here): a damaged entry. The general walk takes all
+            # three; a record then always starts inside its run (ReadGuard.runs_sound).
+            if phys < min_phys or size <= 0 or phys > INT64_MAX - size:
                 return None
             if run_start < 0:
                 run_start, run_end = phys, phys + size

@@ -16,6 +16,7 @@ from ..common.record.layout import CQ_ENTRY
 from .index_layout import ENTRY, ENTRY_SIZE, HEADER, HEADER_SIZE, KEY_ENTRY, MAX_DIFF, SLOT
 
 IMPLEMENTATION = "python"
+_INT64_MAX = (1 << 63) - 1  # where the compiled twin's run end would wrap
 # What the compiled twin provides too.
 INTERFACE = ("put_keys", "scan_run")
 
@@ -89,9 +90,9 @@ def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
     `count` entries, up to max_nums of them and max_bytes (the first is taken whatever its
     size). Returns (count, total bytes, runs), a run being a [start, end) of the commit log
     holding records back to back; None when an entry points below min_phys (a segment being
-    removed), an entry's size is not positive (a damaged queue entry), or `raw` is not whole
-    entries: the general walk handles those. A record then always starts inside its run, which
-    ReadGuard.runs_sound relies on."""
+    removed), an entry's size is not positive or its end overflows an int64 (a damaged queue
+    entry), or `raw` is not whole entries: the general walk handles those. A record then always
+    starts inside its run, which ReadGuard.runs_sound relies on."""
     if not raw or len(raw) % CQ_ENTRY.size:
         return None
     runs: list[list[int]] = []
@@ -99,7 +100,7 @@ def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
     for phys, size, _tag in CQ_ENTRY.iter_unpack(raw):
         if count and (count >= max_nums or total + size > max_bytes):
             break
-        if phys < min_phys or size <= 0:
+        if phys < min_phys or size <= 0 or phys + size > _INT64_MAX:
             return None
         if runs and runs[-1][1] == phys:
             runs[-1][1] = phys + size
