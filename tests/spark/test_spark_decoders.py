@@ -197,3 +197,19 @@ def test_bodies_that_hold_no_record_decode_to_no_rows(use_compiled: bool,
     ok = [*bodies, record(1)]
     assert decode.fast_batch(ok, "broker-a",
                              _ccolumns if use_compiled else None).equals(exact(record(1)))
+
+
+@pytest.mark.parametrize("use_compiled", FAST)
+@pytest.mark.parametrize("props", [
+    b"UNIQ_KEY\x01a\x02\x01v\x02",  # an empty name after the UNIQ_KEY
+    b"\x01v\x02UNIQ_KEY\x01a\x02KEYS\x01k\x02",  # first
+    b"UNIQ_KEY\x01a\x02\x01\x02",  # an empty name and an empty value
+], ids=["last", "first", "both-empty"])
+def test_a_property_with_an_empty_name_is_dropped_as_the_exact_codec_drops_it(
+    use_compiled: bool, props: bytes
+) -> None:
+    # The exact codec keeps only items with a name; the Arrow kernels put ("", value) into the
+    # properties map. Strict in form (separators alternate), so only the empty name tells.
+    buf = record(0) + record(1, props=props) + record(2)
+    assert via(buf, use_compiled).equals(exact(buf))
+    assert ("", "v") not in via(buf, use_compiled).column(8)[1].as_py()
