@@ -134,3 +134,24 @@ def test_a_damaged_queue_entry_where_the_scrub_stands_is_checked(tmp_path: Path,
         assert got.next_begin_offset == (4 if policy is CorruptPolicy.SKIP else 3)
     finally:
         store.shutdown()
+
+
+def test_a_queue_entry_pointing_back_does_not_cost_the_records_after_it(tmp_path: Path) -> None:
+    # Entry 2's commit-log offset lost a bit's worth and points back into record 0, before the
+    # run the pull starts with. The records read back to back must still line up with their
+    # entries: the one wild entry is damaged, the good record after it is not.
+    store_dir = tmp_path / "s"
+    phys = _fill(store_dir, 5)
+    queue_file = store_dir / "consumequeue" / "T" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    struct.pack_into(">q", entries, 2 * 20, phys[0] + 1)
+    queue_file.write_bytes(bytes(entries))
+    store = open_store(store_dir, scrub_bytes_per_s=0)  # cold and unscrubbed: all checked
+    try:
+        got = store.get_messages("T", 0, 1, 3)
+        assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 2, 4)
+        assert [m.queue_offset for m in decode_records(got.data)] == [1, 3]
+        (rec,) = store.damaged_records()
+        assert (rec.phys_offset, rec.queue_offset) == (phys[0] + 1, 2)
+    finally:
+        store.shutdown()

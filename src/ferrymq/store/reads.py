@@ -197,7 +197,11 @@ def _taken(offset: int, raw: bytes, count: int) -> list[tuple[int, int, int]]:
 def _read_runs(log: CommitLog, runs: list[list[int]], total: int) -> bytes | None:
     if len(runs) == 1:
         return log.read(runs[0][0], runs[0][1] - runs[0][0])
-    first, last = runs[0][0], runs[-1][1]
+    # Runs come in queue order, which is commit-log order unless an entry is damaged: one
+    # pointing back would slice the span at a negative position (Python counts it from the
+    # end), read the wrong bytes and put every record after it out of line with its entry.
+    first = min(a for a, _ in runs)
+    last = max(b for _, b in runs)
     if last - first <= 2 * total + 65536:
         # Records of other queues sit in between: one larger read and slicing beats a
         # syscall per run.
