@@ -155,3 +155,30 @@ def test_a_queue_entry_pointing_back_does_not_cost_the_records_after_it(tmp_path
         assert (rec.phys_offset, rec.queue_offset) == (phys[0] + 1, 2)
     finally:
         store.shutdown()
+
+
+
+@pytest.mark.parametrize("size", [-300, -1, 0])
+def test_a_queue_entry_without_a_positive_size_costs_only_itself(tmp_path: Path,
+                                                                 size: int) -> None:
+    # Its record cannot be read; the sound records around it are delivered. A negative size
+    # shortened the run being read and moved the records after it out of line (a sound one
+    # reported damaged, or the pull failing with struct.error on a negative position).
+    store_dir = tmp_path / "s"
+    phys = _fill(store_dir, 5)
+    queue_file = store_dir / "consumequeue" / "T" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    struct.pack_into(">i", entries, 1 * 20 + 8, size)
+    queue_file.write_bytes(bytes(entries))
+    store = open_store(store_dir, scrub_bytes_per_s=0)  # cold and unscrubbed: all checked
+    try:
+        got = store.get_messages("T", 0, 0, 4)
+        assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 3, 4)
+        assert [m.queue_offset for m in decode_records(got.data)] == [0, 2, 3]
+        assert [(r.phys_offset, r.queue_offset) for r in store.damaged_records()] == [(phys[1], 1)]
+        # Alone in a pull, it is passed over as damaged records are.
+        alone = store.get_messages("T", 0, 1, 1)
+        assert (alone.status, alone.count, alone.next_begin_offset) == (
+            GetStatus.NO_MATCHED_MESSAGE, 0, 2)
+    finally:
+        store.shutdown()

@@ -68,6 +68,8 @@ class ReadGuard:
         self.scrubbed_to = 0  # raised by the scrub as it goes
 
     def reason(self, buf: bytes, o: int, phys: int, size: int) -> str | None:
+        if size <= 0:
+            return "record cut short"  # the entry's size: no record has it, trusted or not
         known = self.damage.known.get(phys)
         if known is not None:
             return known
@@ -92,7 +94,7 @@ class ReadGuard:
         lo, hi = self.scrubbed_to, self.hot_start
         o = 0
         for _qo, phys, size in picked:
-            if known and phys in known:
+            if size <= 0 or (known and phys in known):
                 return True
             if lo <= phys < hi and verify_record(buf, o, phys, size) is not None:
                 return True
@@ -120,5 +122,6 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
             if guard.policy is CorruptPolicy.STOP:
                 stop = qo
                 break
-        o += size
+        if size > 0:  # an entry without a positive size has no bytes in `data`
+            o += size
     return b"".join(parts), len(parts), stop

@@ -146,14 +146,17 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
                 skip_below = log.roll_next(phys)
             i += 1
             continue
-        if runs and runs[-1][1] == phys:
+        picked.append((offset + i, phys, size))
+        if size <= 0:
+            # A damaged entry: no bytes to read (a negative size would cut the run short and
+            # put the records after it out of line); the guard reports it.
+            whole = False
+        elif runs and runs[-1][1] == phys:
             runs[-1][1] = phys + size
         else:
             runs.append([phys, phys + size])
-        picked.append((offset + i, phys, size))
-        if size <= 0:
-            whole = False
-        total += size
+        if size > 0:
+            total += size
         count += 1
         i += 1
         status = GetStatus.FOUND
@@ -195,6 +198,8 @@ def _taken(offset: int, raw: bytes, count: int) -> list[tuple[int, int, int]]:
 
 
 def _read_runs(log: CommitLog, runs: list[list[int]], total: int) -> bytes | None:
+    if not runs:
+        return b""  # only damaged entries were taken
     if len(runs) == 1:
         return log.read(runs[0][0], runs[0][1] - runs[0][0])
     # Runs come in queue order, which is commit-log order unless an entry is damaged: one
