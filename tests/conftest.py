@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,6 +21,22 @@ TEST_DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s 1s
 
 
 Standalone = StandaloneProcess
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A real file system of `size` at `path`, for full-disk tests (ENOSPC from the kernel)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the injected-error tests cover ENOSPC")
+    path.mkdir(parents=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker_port: int = 0,

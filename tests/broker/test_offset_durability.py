@@ -7,13 +7,12 @@ import asyncio
 import contextlib
 import errno
 import os
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from conftest import start_standalone
+from conftest import small_tmpfs, start_standalone
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
@@ -158,21 +157,6 @@ def test_an_unawaited_commit_is_written_within_the_journal_delay(tmp_path: Path)
     asyncio.run(commits())
 
 
-@contextlib.contextmanager
-def _small_tmpfs(path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path.mkdir(parents=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def _fill(path: Path) -> None:
     """Writes `path` until the file system is full."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -193,7 +177,7 @@ def test_a_full_disk_delays_the_journal_and_loses_nothing(tmp_path: Path) -> Non
     # A journal write failing with ENOSPC must neither end the flusher (every later commit
     # answered with nothing on disk, the commits waiting then never answered) nor leave a
     # torn record in the journal (the replay stops at it: every commit after it is lost).
-    with _small_tmpfs(tmp_path / "mnt") as config:
+    with small_tmpfs(tmp_path / "mnt", "256k") as config:
         async def commits() -> None:
             async with _journaling(config, 0.05) as m:
                 await m.wait_durable(m.commit("g", "t", 0, 1))  # the journal holds a record
@@ -249,7 +233,7 @@ async def test_a_broker_stops_cleanly_with_its_config_disk_full(tmp_path: Path) 
     # fail; raised, the failure ended stop() there: the store was never shut down (no final
     # flush, no clean checkpoint) and the trace's last changes were never written.
     store = tmp_path / "store"
-    with _small_tmpfs(store / "config") as config:
+    with small_tmpfs(store / "config", "256k") as config:
         namesrv = NameServer(NamesrvConfig(port=0))
         await namesrv.start()
         b = Broker(BrokerConfig(store_dir=store, listen_port=0, grpc_listen_port=-1,
@@ -300,7 +284,7 @@ async def test_a_commit_answered_as_the_broker_starts_is_on_disk(tmp_path: Path)
 def test_a_snapshot_that_failed_is_written_by_the_next_persist(tmp_path: Path) -> None:
     # A snapshot failing on a full disk left the table marked clean: the next periodic persist
     # wrote nothing, and the journal generations kept growing until another commit.
-    with _small_tmpfs(tmp_path / "mnt") as config:
+    with small_tmpfs(tmp_path / "mnt", "256k") as config:
         m = OffsetManager(config)
         m.load()
         m.commit("g", "t", 0, 5)  # no flusher: only the snapshot keeps it

@@ -4,16 +4,14 @@ machine lets us mount one), once with errors injected through the store's FileIO
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from store_util import crash_image, msg, open_store
 
+from conftest import small_tmpfs
 from ferrymq.common.record import decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
 
@@ -78,21 +76,6 @@ def test_injected_enospc(tmp_path: Path, case: str) -> None:
         assert r.max_phy_offset == end
     finally:
         r.shutdown()
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the injected-error test covers ENOSPC")
-    path.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_real_enospc_on_small_tmpfs(tmp_path: Path) -> None:

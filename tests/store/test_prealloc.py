@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
-from test_enospc import small_tmpfs
 
+from conftest import small_tmpfs
 from ferrymq.common.record import BLANK_MAGIC_CODE, decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, PutStatus
 from ferrymq.store.prealloc import CHUNK
