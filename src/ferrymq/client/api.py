@@ -270,35 +270,14 @@ class MQClientAPI:
         sub_version: int = 0,
         timeout: float | None = None,
     ) -> RawPullResult:
-        ext = fields(
-            consumerGroup=group,
-            topic=topic,
-            queueId=queue_id,
-            queueOffset=offset,
-            maxMsgNums=max_nums,
-            sysFlag=sys_flag,
-            commitOffset=commit_offset,
-            suspendTimeoutMillis=suspend_ms,
-            subscription=expression or "*",
-            subVersion=sub_version,
-            expressionType=expression_type,
-        )
+        ext = pull_fields(group=group, topic=topic, queue_id=queue_id, offset=offset,
+                          max_nums=max_nums, sys_flag=sys_flag, commit_offset=commit_offset,
+                          suspend_ms=suspend_ms, expression=expression,
+                          expression_type=expression_type, sub_version=sub_version)
         if timeout is None:
             timeout = self.timeout + (suspend_ms / 1000 + LONG_POLL_MARGIN if suspend_ms else 0)
         resp = await self.invoke(addr, RequestCode.PULL_MESSAGE, ext, timeout=timeout)
-        status = _PULL_STATUS.get(resp.code)  # IntEnum keys hash like the plain ints
-        if status is None:
-            raise broker_error(addr, RequestCode.PULL_MESSAGE, resp.code, resp.remark)
-        e = resp.ext_fields
-        return RawPullResult(
-            status=status,
-            body=(resp.body or b"") if status == PullStatus.FOUND else b"",
-            next_begin_offset=int(e.get("nextBeginOffset", offset)),
-            min_offset=int(e.get("minOffset", 0)),
-            max_offset=int(e.get("maxOffset", 0)),
-            broker=broker,
-            suggest_which_broker_id=int(e.get("suggestWhichBrokerId", 0)),
-        )
+        return pull_answer(addr, broker, offset, resp)
 
     async def consumer_send_back(
         self,
@@ -521,6 +500,43 @@ class MQClientAPI:
             RequestCode.SKIP_STORE_RANGE,
             fields(topic=topic, queueId=queue_id, fromOffset=from_offset, toOffset=to_offset),
         )
+
+
+def pull_fields(*, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                sys_flag: int, commit_offset: int = 0, suspend_ms: int = 0,
+                expression: str = "*", expression_type: str = "TAG",
+                sub_version: int = 0) -> dict[str, str]:
+    """A PULL_MESSAGE request's extFields (PullMessageRequestHeader)."""
+    return fields(
+        consumerGroup=group,
+        topic=topic,
+        queueId=queue_id,
+        queueOffset=offset,
+        maxMsgNums=max_nums,
+        sysFlag=sys_flag,
+        commitOffset=commit_offset,
+        suspendTimeoutMillis=suspend_ms,
+        subscription=expression or "*",
+        subVersion=sub_version,
+        expressionType=expression_type,
+    )
+
+
+def pull_answer(addr: str, broker: str, offset: int, resp: RemotingCommand) -> RawPullResult:
+    """A PULL_MESSAGE response as a result (the body left encoded), or its BrokerError."""
+    status = _PULL_STATUS.get(resp.code)  # IntEnum keys hash like the plain ints
+    if status is None:
+        raise broker_error(addr, RequestCode.PULL_MESSAGE, resp.code, resp.remark)
+    e = resp.ext_fields
+    return RawPullResult(
+        status=status,
+        body=(resp.body or b"") if status == PullStatus.FOUND else b"",
+        next_begin_offset=int(e.get("nextBeginOffset", offset)),
+        min_offset=int(e.get("minOffset", 0)),
+        max_offset=int(e.get("maxOffset", 0)),
+        broker=broker,
+        suggest_which_broker_id=int(e.get("suggestWhichBrokerId", 0)),
+    )
 
 
 def pull_sys_flag(*, commit: bool, suspend: bool, subscription: bool = True) -> int:

@@ -1,11 +1,12 @@
 """Executor side: read one queue's offset range into Arrow record batches.
 
-Pulls are read ahead: up to _WINDOW of them are in flight on the client's event loop while the
-task decodes and Spark takes the previous batch, so the broker round trips, the decoding and
-the hand-over to the JVM overlap. Responses are joined until `rows_per_batch` rows (decoding
-many rows at once amortises the Arrow kernel overhead). One AdminClient per name server is
-kept per Python worker process: Spark reuses workers across tasks, and a connection per
-micro-batch would cost more than the pull."""
+Pulls are read ahead: up to _WINDOW of them are on their way on the task's connection to the
+broker (`puller`: pipelined on one socket, answered on the task's own thread) while the task
+decodes and Spark takes the previous batch, so the broker's work, the decoding and the
+hand-over to the JVM overlap. Answers are decoded together until `rows_per_batch` rows
+(decoding many rows at once amortises the per-batch work). One AdminClient per name server
+(for routes) and one connection per broker are kept per Python worker: Spark reuses workers
+across tasks, and connecting per micro-batch would cost more than the pull."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,15 +28,16 @@ from ..common.message import MessageQueue
 from .decode import decode_to_batch
 from .errors import DataLossError
 from .offsets import QueueKey
+from .puller import BrokerPuller, close_connections
 
 log = logging.getLogger("ferrymq.spark")
 
 # Pulls in flight per partition: with the default sizes (1024 messages a pull, 8192 rows a
 # batch) the next batch is on its way while Spark takes the current one.
 _WINDOW = 8
-# A pull fails on the client's own request timeout long before this; it only bounds a wait
-# on a client whose event loop has gone.
-_PULL_WAIT = 60.0
+# A read of a pull's answer that waits this long fails the task (Spark retries it).
+_PULL_TIMEOUT = 30.0
+_PULL_WAIT = 60.0  # the ceiling a future's result is asked with (the socket's is below it)
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,10 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     if part.end <= part.start:
         return
     try:
-        yield from _read(part, admin_for(part.namesrv))
+        yield from _read(part, BrokerPuller(admin_for(part.namesrv), _PULL_TIMEOUT))
     except Exception:
         drop_admin(part.namesrv)
+        close_connections()
         raise
 
 
@@ -129,13 +131,21 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
 _Item = tuple[bytes, int, int]
 
 
+class PullFuture(Protocol):
+    """A pull on its way (a concurrent Future fits; puller.PendingPull is the reader's)."""
+
+    def result(self, timeout: float | None = None) -> RawPullResult: ...
+
+    def cancel(self) -> bool: ...
+
+
 class Puller(Protocol):
-    """What the reader needs of a client (AdminClient; tests pass fakes and spies)."""
+    """What the reader needs of a client (puller.BrokerPuller; tests pass fakes and spies)."""
 
     def submit_pull_raw(
         self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
         expression_type: str = "TAG",
-    ) -> Future[RawPullResult]: ...
+    ) -> PullFuture: ...
 
 
 def _read(part: QueueRange, admin: Puller) -> Iterator[pa.RecordBatch]:
@@ -191,7 +201,7 @@ def _pulled(part: QueueRange, admin: Puller) -> Iterator[_Item]:
     asks for at most pull_batch_size messages from a given offset, so the slices are known
     in advance), and they stay in flight while the caller works on what was yielded. One
     request at a time would leave the broker idle for a round trip per pull."""
-    inflight: deque[tuple[int, int, Future[RawPullResult]]] = deque()
+    inflight: deque[tuple[int, int, PullFuture]] = deque()
     planned = part.start
     offset = part.start  # the next offset to hand over
     try:
@@ -220,7 +230,7 @@ def _pulled(part: QueueRange, admin: Puller) -> Iterator[_Item]:
         _cancel(inflight)
 
 
-def _cancel(inflight: deque[tuple[int, int, Future[RawPullResult]]]) -> None:
+def _cancel(inflight: deque[tuple[int, int, PullFuture]]) -> None:
     while inflight:
         inflight.popleft()[2].cancel()
 
