@@ -69,7 +69,7 @@ class PullConnection:
                 if resp.opaque in self._waiting:
                     self._arrived[resp.opaque] = resp
                 # else: a cancelled request's answer, dropped
-        except OSError:
+        except Exception:  # a socket error, a timeout, a frame that cannot be read
             self.close()
             raise
         resp = self._arrived.pop(opaque)
