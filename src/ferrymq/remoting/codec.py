@@ -91,6 +91,18 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     return cmd
 
 
+def frame_length(data: bytes | bytearray | memoryview, pos: int,
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> int:
+    """The length field at `pos` (what follows it), checked: FrameError (unrecoverable: the
+    stream cannot be resynchronised) for a length outside 4..max_frame_size."""
+    (length,) = _I32.unpack_from(data, pos)
+    if length < 4:
+        raise FrameError(f"frame length {length} is too small", recoverable=False)
+    if length > max_frame_size:
+        raise FrameTooLargeError(length, max_frame_size)
+    return int(length)
+
+
 class FrameSplitter:
     """Cuts a byte stream into frames. Raises FrameTooLargeError (unrecoverable: the stream
     cannot be resynchronised) for a length outside 4..max_frame_size.
@@ -110,12 +122,7 @@ class FrameSplitter:
         return len(self._buf)
 
     def _length(self, data: bytes | bytearray | memoryview, pos: int) -> int:
-        (length,) = _I32.unpack_from(data, pos)
-        if length < 4:
-            raise FrameError(f"frame length {length} is too small", recoverable=False)
-        if length > self.max_frame_size:
-            raise FrameTooLargeError(length, self.max_frame_size)
-        return int(length)
+        return frame_length(data, pos, self.max_frame_size)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         frames: list[memoryview] = []

@@ -17,7 +17,6 @@ and Spark retries it on a fresh one."""
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 
 from ..client.admin import AdminClient
@@ -26,11 +25,8 @@ from ..client.results import RawPullResult
 from ..common.codes import RequestCode
 from ..common.message import MessageQueue
 from ..common.names import TOOLS_CONSUMER_GROUP
-from ..remoting.codec import DEFAULT_MAX_FRAME_SIZE, decode_frame, encode_frame
+from ..remoting.codec import decode_frame, encode_frame, frame_length
 from ..remoting.command import RemotingCommand
-from ..remoting.errors import FrameTooLargeError
-
-_LENGTH = struct.Struct(">i")
 
 
 class PullConnection:
@@ -59,7 +55,7 @@ class PullConnection:
             self.close()
             raise
         self._waiting[cmd.opaque] = offset
-        return PendingPull(self, cmd.opaque, offset)
+        return PendingPull(self, cmd.opaque)
 
     def answer(self, opaque: int) -> RawPullResult:
         """Read frames until the one answering `opaque` is in."""
@@ -80,12 +76,7 @@ class PullConnection:
         self._arrived.pop(opaque, None)
 
     def _read_frame(self) -> RemotingCommand:
-        head = self._read_exactly(4)
-        (length,) = _LENGTH.unpack(head)
-        if not 4 <= length <= DEFAULT_MAX_FRAME_SIZE:
-            raise FrameTooLargeError(length, DEFAULT_MAX_FRAME_SIZE)
-        frame = self._read_exactly(length)
-        return decode_frame(frame)
+        return decode_frame(self._read_exactly(frame_length(self._read_exactly(4), 0)))
 
     def _read_exactly(self, n: int) -> bytearray:
         buf = bytearray(n)
@@ -108,12 +99,11 @@ class PullConnection:
 class PendingPull:
     """A pull on its way: `result` reads its answer on the calling thread."""
 
-    __slots__ = ("_conn", "_done", "_offset", "_opaque")
+    __slots__ = ("_conn", "_done", "_opaque")
 
-    def __init__(self, conn: PullConnection, opaque: int, offset: int) -> None:
+    def __init__(self, conn: PullConnection, opaque: int) -> None:
         self._conn = conn
         self._opaque = opaque
-        self._offset = offset
         self._done = False
 
     def result(self, timeout: float | None = None) -> RawPullResult:
