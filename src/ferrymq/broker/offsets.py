@@ -61,15 +61,49 @@ def parse_table_json(data: dict[str, Any]) -> dict[str, dict[int, QueueProgress]
     return out
 
 
-class OffsetManager:
-    def __init__(self, config_dir: Path, journal_delay: float = 0.1) -> None:
-        self._path = config_dir / "consumerOffset.json"
+class _SnapshotTable:
+    """What the two offset tables share: a table guarded by `_lock`, marked `_dirty` by its
+    changes, and written whole to `_path` by `_write_snapshot`.
+
+    Snapshots are written one at a time (the periodic one on a worker thread may still run
+    when the stop calls persist): two would share the snapshot's temporary file, and an older
+    snapshot renamed after a newer one (for the consumer offsets: after the newer one's journal
+    generations were dropped) loses what came in between. A failed write (a full disk) leaves
+    the table dirty, so the next persist tries again."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
         self._lock = threading.Lock()
         self._persist_lock = threading.Lock()  # one snapshot write at a time
+        self._dirty = False
+
+    def _write_snapshot(self, take: Callable[[], dict[str, Any]],
+                        then: Callable[[], None] | None = None) -> bool:
+        """Write what `take` returns (called under `_lock`, only when the table is dirty),
+        then call `then`; False when there was nothing to write."""
+        with self._persist_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                body = take()
+                self._dirty = False
+            try:
+                atomic_write(self._path, jsonx.dumps_bytes(body))
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
+            if then is not None:
+                then()
+            return True
+
+
+class OffsetManager(_SnapshotTable):
+    def __init__(self, config_dir: Path, journal_delay: float = 0.1) -> None:
+        super().__init__(config_dir / "consumerOffset.json")
         self.table: dict[str, dict[int, QueueProgress]] = {}
         # Lowest offset each group pulled from on a queue where it has no committed offset yet.
         self._first_pull: dict[tuple[str, int], int] = {}
-        self._dirty = False
         self._journal = OffsetJournal(config_dir)
         self._gen = 0  # journal generation new records go to
         self._seq = 0  # last journal sequence assigned
@@ -135,31 +169,19 @@ class OffsetManager:
 
     def persist(self) -> bool:
         """Write the snapshot (blocking: the broker calls it on a worker thread) and drop the
-        journal generations it covers.
+        journal generations it covers (_SnapshotTable: one at a time, and still dirty after a
+        failed write; the journal keeps every commit meanwhile)."""
+        gen = 0
 
-        One at a time (the periodic one on a worker thread may still run when the stop calls
-        it): two would share the snapshot's temporary file, and an older snapshot renamed
-        after a newer one, whose generations were dropped, loses the commits in between. A
-        failed write (a full disk) leaves the table dirty, so the next call tries again; the
-        journal still holds every commit."""
-        with self._persist_lock:
-            with self._lock:
-                if not self._dirty:
-                    return False
-                body = self._table_json()
-                self._dirty = False
-                covered = self._seq
-                self._gen += 1  # records after the snapshot go to a new generation
-                gen = self._gen
-            body[JOURNAL_SEQ_KEY] = covered
-            try:
-                atomic_write(self._path, jsonx.dumps_bytes(body))
-            except OSError:
-                with self._lock:
-                    self._dirty = True
-                raise
-            self._journal.drop_before(gen)
-            return True
+        def take() -> dict[str, Any]:
+            nonlocal gen
+            body = self._table_json()
+            body[JOURNAL_SEQ_KEY] = self._seq
+            self._gen += 1  # records after the snapshot go to a new generation
+            gen = self._gen
+            return body
+
+        return self._write_snapshot(take, lambda: self._journal.drop_before(gen))
 
     def close(self) -> None:
         self._journal.close()
@@ -374,15 +396,12 @@ class OffsetManager:
         return {q: p.offset for q, p in per.items()}
 
 
-class DelayOffsetManager:
+class DelayOffsetManager(_SnapshotTable):
     """config/delayOffset.json: how far each delay level's queue has been delivered."""
 
     def __init__(self, config_dir: Path) -> None:
-        self._path = config_dir / "delayOffset.json"
+        super().__init__(config_dir / "delayOffset.json")
         self.table: dict[int, int] = {}
-        self._lock = threading.Lock()
-        self._persist_lock = threading.Lock()
-        self._dirty = False
 
     def load(self) -> None:
         data = read_json_file(self._path, None)
@@ -399,17 +418,4 @@ class DelayOffsetManager:
                 self._dirty = True
 
     def persist(self) -> bool:
-        """As OffsetManager.persist: one at a time, and still dirty after a failed write."""
-        with self._persist_lock:
-            with self._lock:
-                if not self._dirty:
-                    return False
-                body = {"offsetTable": dict(sorted(self.table.items()))}
-                self._dirty = False
-            try:
-                atomic_write(self._path, jsonx.dumps_bytes(body))
-            except OSError:
-                with self._lock:
-                    self._dirty = True
-                raise
-            return True
+        return self._write_snapshot(lambda: {"offsetTable": dict(sorted(self.table.items()))})
