@@ -42,6 +42,8 @@ def decode_to_batch(buf: bytes | list[bytes], broker: str) -> pa.RecordBatch:
     them where they are."""
     if not buf:
         return empty_batch()
+    if isinstance(buf, list) and _columns is None:
+        buf = b"".join(buf)  # once, for the kernels and, if they refuse, the exact path
     batch = fast_batch(buf, broker)
     if batch is None:
         whole = b"".join(buf) if isinstance(buf, list) else buf
