@@ -424,6 +424,44 @@ def test_record_info_checks_and_reads_records_alike(impl: ModuleType, cut: int, 
             assert got[0] == "ok" or isinstance(got[1], str)
 
 
+@params
+@given(cut=st.integers(0, 400), flip=st.integers(0, 400), byte=st.integers(0, 255),
+       at=st.integers(0, 400), pos=st.sampled_from([0, 100, 200, 7]), size=st.integers(-3, 400),
+       lo=st.integers(-1, 250), span=st.integers(0, 300), entry=st.integers(0, 2))
+@settings(max_examples=300, deadline=None)
+def test_read_checks_agree_alike_and_with_record_info(impl: ModuleType, cut: int, flip: int,
+                                                      byte: int, at: int, pos: int, size: int,
+                                                      lo: int, span: int, entry: int) -> None:
+    """A read's check of the records consume-queue entries point at (record_unsound for one,
+    first_unsound for a pull's run): the same answer from both implementations on whole,
+    damaged and misaligned records and wrong entries. A record is sound exactly when
+    record_info accepts it within the entry's size and its TOTALSIZE is that size, and
+    first_unsound finds the first entry of a run that one check at a time would."""
+    whole = _sample_records()
+    sizes = [m.store_size for m in PY.decode_records(whole)]
+    starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+    for buf in (whole, _damaged(whole, cut, flip, byte)):
+        checks = [(s, 100 * i, sizes[i]) for i, s in enumerate(starts)] + [(at % len(buf), pos, size)]
+        for o, p, n in checks:
+            got = outcome(impl.record_unsound, buf, o, p, n)
+            for other in OTHERS[impl]:
+                assert outcome(other.record_unsound, buf, o, p, n) == got
+            assert got[0] == "ok" and (got[1] is None or isinstance(got[1], str))
+            fits = n >= 8 and o + n <= len(buf) and PY.I32.unpack_from(buf, o)[0] == n
+            info = PY.record_info(buf, o, p, o + n, tuple) if fits else "no"
+            assert (got[1] is None) == (not isinstance(info, str)), (got, info)
+        # A pull's run: the entries as stored, one of them possibly wrong (its size or place).
+        picked = [(i, 100 * i, sizes[i]) for i in range(len(sizes))]
+        if size != sizes[entry]:
+            picked[entry] = (entry, pos if size % 2 else 100 * entry, size)
+        hi = lo + span
+        expect = next((i for i, (_q, ph, n) in enumerate(picked) if n <= 0 or (
+            lo <= ph < hi and PY.record_unsound(buf, sum(x[2] for x in picked[:i]), ph, n)
+            is not None)), -1)
+        assert impl.first_unsound(buf, picked, lo, hi) == expect
+    assert impl.first_unsound(whole, [(i, 100 * i, n) for i, n in enumerate(sizes)], 0, 1 << 62) == -1
+
+
 @pytest.mark.skipif(C is None, reason="the compiled codec is not built in this tree")
 @given(data=st.binary(max_size=700), skip=st.integers(0, 15), value=st.integers(0, 2**32 - 1),
        big=st.booleans())

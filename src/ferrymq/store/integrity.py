@@ -2,54 +2,15 @@
 every read: a record handed to a consumer must still be the record that was stored.
 
 The consume queue says where a record starts and how long it is; the record itself must agree
-(TOTALSIZE, magic, PHYSICALOFFSET) and its body must match its CRC. One CRC per record costs
-far less than the copy the read already makes."""
+(TOTALSIZE, the fields, PHYSICALOFFSET) and its body must match its CRC: the record codec's
+`record_unsound`, compiled with the rest of it, so a pull of cold records costs about what the
+copy the read already makes does."""
 
 from __future__ import annotations
 
-import struct
-import zlib
-
-from ..common.record import MESSAGE_MAGIC_CODE
-from ..common.record.layout import HOST_FLAGS
-from .commitlog import END_FILE_MIN_BLANK, CommitLog
+from ..common.record import first_unsound, record_unsound
+from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
-from .recovery import check_record
-
-# TOTALSIZE .. BODYLEN with IPv4 born and store hosts (the usual layout): one unpack.
-_FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
-_crc32 = zlib.crc32
-
-
-def verify_record(buf: bytes, o: int, phys: int, size: int) -> str | None:
-    """Why the `size` bytes at `o` of `buf` are not the record stored at `phys`, or None."""
-    if o + size > len(buf) or size < _FIXED_V4.size + 3:
-        return "record cut short"
-    (total, magic, crc, _q, _f, _qo, at, sys_flag, _bt, _bh, _st, _sh, _r, _p,
-     body_len) = _FIXED_V4.unpack_from(buf, o)
-    if total != size:
-        return f"TOTALSIZE {total} differs from the consume queue's {size}"
-    if sys_flag & HOST_FLAGS:  # the rare layout: recovery's general check
-        checked = check_record(buf, o, phys, o + size + END_FILE_MIN_BLANK, False)
-        return checked if isinstance(checked, str) else None
-    if magic != MESSAGE_MAGIC_CODE:
-        return f"magic {magic & 0xFFFFFFFF:#010x}"
-    if at != phys:
-        return f"PHYSICALOFFSET field {at} is not the record's position"
-    # Checked field by field, as recovery does, but with one unpack for the fixed part.
-    body_at = o + _FIXED_V4.size
-    end = o + size
-    topic_len_at = body_at + body_len
-    if body_len < 0 or topic_len_at + 3 > end:
-        return f"body length {body_len} overruns the record"
-    props_len_at = topic_len_at + 1 + buf[topic_len_at]
-    if props_len_at + 2 > end:
-        return "topic overruns the record"
-    if props_len_at + 2 + ((buf[props_len_at] << 8) | buf[props_len_at + 1]) != end:
-        return "properties do not end where the record ends"
-    if _crc32(memoryview(buf)[body_at:topic_len_at]) & 0x7FFFFFFF != crc:
-        return "body CRC mismatch"
-    return None
 
 
 class ReadGuard:
@@ -74,7 +35,7 @@ class ReadGuard:
         if known is not None:
             return known
         if self.scrubbed_to <= phys < self.hot_start:
-            return verify_record(buf, o, phys, size)
+            return record_unsound(buf, o, phys, size)
         return None
 
     def runs_sound(self, runs: list[list[int]]) -> bool:
@@ -91,15 +52,9 @@ class ReadGuard:
     def any_damaged(self, buf: bytes, picked: list[tuple[int, int, int]]) -> bool:
         """Whether a record of `buf` ((queue offset, phys, size) back to back) is damaged."""
         known = self.damage.known
-        lo, hi = self.scrubbed_to, self.hot_start
-        o = 0
-        for _qo, phys, size in picked:
-            if size <= 0 or (known and phys in known):
-                return True
-            if lo <= phys < hi and verify_record(buf, o, phys, size) is not None:
-                return True
-            o += size
-        return False
+        if known and any(phys in known for _qo, phys, _size in picked):
+            return True
+        return first_unsound(buf, picked, self.scrubbed_to, self.hot_start) >= 0
 
 
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         encode_batch,
         encode_messages,
         encode_record,
+        first_unsound,
         key_entries,
         locate,
         place_messages,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         properties_scan,
         record_info,
         record_starts,
+        record_unsound,
         split_batch,
     )
 else:
@@ -103,6 +105,7 @@ __all__ = [
     "encode_batch",
     "encode_messages",
     "encode_record",
+    "first_unsound",
     "has_property",
     "impl",
     "key_entries",
@@ -117,6 +120,7 @@ __all__ = [
     "record_info",
     "record_size",
     "record_starts",
+    "record_unsound",
     "split_batch",
     "store_timestamp_position",
     "unpack_host",

@@ -375,6 +375,57 @@ def decode_records(buf, *, broker="", bint decompress=True):
     return out
 
 
+cdef object unsound_c(const unsigned char* b, Py_ssize_t n, Py_ssize_t o, int64_t pos,
+                      Py_ssize_t size):
+    cdef Located r
+    cdef int64_t phys
+    cdef int32_t total
+    if size < MIN_RECORD or o < 0 or o + size > n:
+        return "record cut short"
+    total = rd32(b + o)
+    if total != size:
+        return f"TOTALSIZE {total} differs from the consume queue's {size}"
+    try:
+        locate_c(b, o, o + size, &r)
+    except _MessageDecodeError as exc:
+        return exc.reason
+    phys = rd64(b + o + P_PHYSICALOFFSET)
+    if phys != pos:
+        return f"PHYSICALOFFSET field {phys} is not the record's position"
+    if <int32_t>body_crc(b + r.body_at, r.body_len) != rd32(b + o + P_BODYCRC):
+        return "body CRC mismatch"
+    return None
+
+
+def record_unsound(buf, Py_ssize_t o, int64_t pos, Py_ssize_t size):
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        return unsound_c(<const unsigned char*>view.buf, view.len, o, pos, size)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def first_unsound(buf, picked, int64_t lo, int64_t hi):
+    cdef Py_buffer view
+    cdef Py_ssize_t o = 0, i = 0
+    cdef int64_t phys, size
+    cdef const unsigned char* b
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char*>view.buf
+        for _qo, phys, size in picked:
+            if size <= 0:
+                return i
+            if lo <= phys < hi and unsound_c(b, view.len, o, phys, size) is not None:
+                return i
+            o += size
+            i += 1
+    finally:
+        PyBuffer_Release(&view)
+    return -1
+
+
 def record_starts(buf):
     cdef Py_buffer view
     cdef Py_ssize_t pos = 0, n, count = 0, cap

@@ -47,7 +47,7 @@ IMPLEMENTATION = "python"
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
              "batch_to_messages", "encode_messages", "place_messages", "record_starts",
-             "key_entries", "record_info")
+             "key_entries", "record_info", "record_unsound", "first_unsound")
 
 _new_tuple = tuple.__new__
 
@@ -220,6 +220,53 @@ def record_info(buf: Buffer, o: int, pos: int, limit: int,
     topic = bytes(buf[topic_at : props_at - 2]).decode("utf-8", "replace")
     tags, keys, uniq, delay = properties_scan(memoryview(buf)[props_at : o + total])
     return _new_tuple(info_type, (pos, total, topic, qid, qo, store_ts, tags, keys, uniq, delay))
+
+
+def record_unsound(buf: Buffer, o: int, pos: int, size: int) -> str | None:
+    """Why the `size` bytes at `o` are not the record stored at `pos` (what a consume-queue
+    entry says of it), or None: TOTALSIZE equal to `size`, the fields as `locate` checks them,
+    PHYSICALOFFSET equal to `pos`, the body CRC. The reasons are `locate`'s."""
+    if size < MIN_RECORD_SIZE or o < 0 or o + size > len(buf):
+        return "record cut short"
+    (total, magic, crc, _q, _f, _qo, phys, sys_flag, _bt, _bh, _bp, _st, _sh, _sp, _r, _pr,
+     body_len) = FIXED_V4.unpack_from(buf, o)
+    if total != size:
+        return f"TOTALSIZE {total} differs from the consume queue's {size}"
+    if sys_flag & HOST_FLAGS or magic != MESSAGE_MAGIC_CODE:  # the rare cases: locate says why
+        try:
+            _t, _s, body_at, body_len, _ta, _pa = locate(buf, o, o + size)
+        except MessageDecodeError as exc:
+            return exc.reason
+    else:
+        # locate's checks on the one unpack of the usual layout: this runs per record read.
+        body_at = o + FIXED_V4.size
+        end = o + size
+        topic_at = body_at + body_len + 1
+        if body_len < 0 or topic_at + 2 > end:
+            return f"body length {body_len} overruns the record"
+        props_at = topic_at + buf[topic_at - 1] + 2
+        if props_at > end:
+            return "topic overruns the record"
+        props_len = (buf[props_at - 2] << 8) | buf[props_at - 1]
+        if props_len >= 0x8000 or props_at + props_len != end:  # a signed short, as locate's
+            return "properties do not end where the record ends"
+    if phys != pos:
+        return f"PHYSICALOFFSET field {phys} is not the record's position"
+    if zlib.crc32(memoryview(buf)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+        return "body CRC mismatch"
+    return None
+
+
+def first_unsound(buf: Buffer, picked: Sequence[tuple[int, int, int]], lo: int, hi: int) -> int:
+    """The index in `picked` ((queue offset, phys, size) of records back to back in `buf`) of
+    the first entry without a positive size, or whose record starts in [lo, hi) and is
+    unsound (`record_unsound`); -1 when there is none. Records outside [lo, hi) are trusted."""
+    o = 0
+    for i, (_qo, phys, size) in enumerate(picked):
+        if size <= 0 or (lo <= phys < hi and record_unsound(buf, o, phys, size) is not None):
+            return i
+        o += size
+    return -1
 
 
 def decode_records(buf: Buffer, *, broker: str = "", decompress: bool = True) -> list[MessageExt]:
