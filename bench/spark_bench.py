@@ -52,7 +52,6 @@ TARGET = 1_000_000.0
 PEER = "toy in-memory Arrow source (same schema and batches, same Spark)"
 TOPIC = "spark-bench-{size}"
 WARMUP_TOPIC = "spark-bench-warmup"
-WARMUP = 100_000
 
 
 @dataclass(frozen=True)
@@ -60,10 +59,15 @@ class Sizes:
     messages: int
     runs: int
     per_trigger: int
+    # Rows each source reads before the measured runs: the JVM compiles its Arrow-to-row code
+    # over the first few million rows (CPU per row of the first 4M-row query of a fresh JVM
+    # 1.4-1.6 us, of later ones 0.9-1.0), and 100k rows left most of that to the first
+    # measured query, one source's. The two sources share that code, so each reads 4M here.
+    warmup: int
 
 
 def sizes(quick: bool) -> Sizes:
-    return Sizes(300_000, 1, 75_000) if quick else Sizes(4_000_000, 3, 500_000)
+    return Sizes(300_000, 1, 75_000, 100_000) if quick else Sizes(4_000_000, 3, 500_000, 4_000_000)
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -316,10 +320,10 @@ def measure(
     try:
         with standalone() as namesrv:
             # Warm-up on a topic of its own: the JVM's JIT and both sources' Python workers.
-            produce(namesrv, WARMUP_TOPIC, WARMUP, 100)
-            spark.dataSource.register(toy_source(100, WARMUP, WARMUP // 4))
+            produce(namesrv, WARMUP_TOPIC, sz.warmup, 100)
+            spark.dataSource.register(toy_source(100, sz.warmup, sz.warmup // 4))
             for which in ("ours", "toy"):
-                df = open_source(spark, which, namesrv, WARMUP_TOPIC, WARMUP // 4)
+                df = open_source(spark, which, namesrv, WARMUP_TOPIC, sz.warmup // 4)
                 run_query(spark, df, "noop", workdir)
             for body_size in (100, 1024):
                 topic = TOPIC.format(size=body_size)
