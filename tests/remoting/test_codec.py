@@ -30,6 +30,20 @@ def test_every_command_survives_encode_then_decode(cmd: RemotingCommand) -> None
     assert decode_frame(frame[4:]) == _normal(cmd)
 
 
+@given(commands)
+def test_a_body_view_decodes_alike_without_copying_the_body(cmd: RemotingCommand) -> None:
+    frame = bytearray(encode_frame(cmd)[4:])
+    got = decode_frame(frame, body_view=True)
+    if cmd.body:
+        # The body is the frame's own bytes: a change to the frame shows through it.
+        assert isinstance(got.body, memoryview) and got.body.obj is frame
+        frame[-1] ^= 0xFF
+        assert got.body[-1] == frame[-1]
+        frame[-1] ^= 0xFF
+        got.body = bytes(got.body)
+    assert got == _normal(cmd)
+
+
 @given(st.lists(commands, min_size=1, max_size=6), st.integers(1, 64))
 def test_splitter_reassembles_frames_from_any_chunking(cmds: list[RemotingCommand], chunk: int) -> None:
     stream = b"".join(encode_frame(c) for c in cmds)

@@ -66,9 +66,13 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     return head + body
 
 
-def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+def decode_frame(frame: bytes | bytearray | memoryview, *, body_view: bool = False
+                 ) -> RemotingCommand:
     """Decode one frame without its leading length field. The body is the one copy made of
-    a frame's bytes (a bytes object the command owns); the header is parsed in place."""
+    a frame's bytes (a bytes object the command owns); the header is parsed in place. With
+    `body_view` the body is a view of `frame` instead, no copy: for a caller that hands the
+    frame over (a puller reading large answers into a buffer of their own), as the Spark
+    reader's copy of a pulled megabyte was a tenth of its time."""
     view = memoryview(frame)
     if len(view) < 4:
         raise FrameError(f"frame of {len(view)} bytes has no header length", recoverable=True)
@@ -87,7 +91,12 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     else:
         raise FrameError(f"unknown serialize type {stype}", recoverable=True)
     body = view[4 + header_len :]
-    cmd.body = bytes(body) if len(body) else None
+    if not len(body):
+        cmd.body = None
+    elif body_view:
+        cmd.body = body  # type: ignore[assignment]  # a view where bytes are read (buffer protocol)
+    else:
+        cmd.body = bytes(body)
     return cmd
 
 

@@ -76,7 +76,10 @@ class PullConnection:
         self._arrived.pop(opaque, None)
 
     def _read_frame(self) -> RemotingCommand:
-        return decode_frame(self._read_exactly(frame_length(self._read_exactly(4), 0)))
+        # The answer's records stay in the buffer they were read into: the decoder copies
+        # them into columns, so a copy here would be one more of every pulled byte.
+        return decode_frame(self._read_exactly(frame_length(self._read_exactly(4), 0)),
+                            body_view=True)
 
     def _read_exactly(self, n: int) -> bytearray:
         buf = bytearray(n)
