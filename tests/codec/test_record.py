@@ -4,6 +4,7 @@ both implementations give the same bytes, objects and errors for the same input.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 import pickle
@@ -460,6 +461,34 @@ def test_read_checks_agree_alike_and_with_record_info(impl: ModuleType, cut: int
             is not None)), -1)
         assert impl.first_unsound(buf, picked, lo, hi) == expect
     assert impl.first_unsound(whole, [(i, 100 * i, n) for i, n in enumerate(sizes)], 0, 1 << 62) == -1
+
+
+@params
+def test_read_checks_take_offsets_and_sizes_near_the_int64_limit_alike(impl: ModuleType) -> None:
+    """Offsets and sizes whose sum passes 2**63 (any int64 a caller may pass; a consume-queue
+    entry's size is an int32, but first_unsound adds up the sizes of the trusted entries it
+    steps over): a record there is cut short, as one past the buffer's end is. The compiled
+    twin added them in C: the sum overflowed, passed the bounds check and the record was read
+    out of bounds (a crash), or wrapped back into the buffer, where a later entry was checked
+    against the wrong bytes and passed. Run in a child process, so that a crash fails here."""
+    whole = _sample_records()
+    n = PY.decode_records(whole)[0].store_size
+    far = [(i, -1, 1 << 62) for i in range(4)]  # trusted entries (below lo): stepped over
+    one = [(2**63 - 1, n), (2**63 - 50, 100), (2**63 - n, n), (1 << 62, 1 << 62), (n, 2**63 - n)]
+    runs = [([*far[:1], (1, 0, 1 << 62)], 0, 1 << 62), ([*far, (4, 0, n)], 0, 1),
+            ([*far[:2], (2, 0, n)], 0, 1), ([(0, 0, n)], 0, 1)]
+    code = ("import ast, sys, importlib\n"
+            "m = importlib.import_module(sys.argv[1])\n"
+            "buf, one, runs = ast.literal_eval(sys.argv[2])\n"
+            "print(repr(([m.record_unsound(buf, o, 0, s) for o, s in one],\n"
+            "            [m.first_unsound(buf, p, lo, hi) for p, lo, hi in runs])))\n")
+    child = subprocess.run([sys.executable, "-c", code, impl.__name__, repr((whole, one, runs))],
+                           capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr or f"exit status {child.returncode}"
+    expect = (["record cut short"] * len(one), [1, 4, 2, -1])
+    assert ast.literal_eval(child.stdout) == expect
+    assert ([PY.record_unsound(whole, o, 0, s) for o, s in one],
+            [PY.first_unsound(whole, p, lo, hi) for p, lo, hi in runs]) == expect
 
 
 @pytest.mark.skipif(C is None, reason="the compiled codec is not built in this tree")

@@ -380,7 +380,9 @@ cdef object unsound_c(const unsigned char* b, Py_ssize_t n, Py_ssize_t o, int64_
     cdef Located r
     cdef int64_t phys
     cdef int32_t total
-    if size < MIN_RECORD or o < 0 or o + size > n:
+    # `o > n - size`, not `o + size > n`: an offset and a size near 2**63 (any int64 the
+    # caller passes) overflow the sum, which then passes and the record is read out of bounds.
+    if size < MIN_RECORD or o < 0 or o > n - size:
         return "record cut short"
     total = rd32(b + o)
     if total != size:
@@ -419,7 +421,13 @@ def first_unsound(buf, picked, int64_t lo, int64_t hi):
                 return i
             if lo <= phys < hi and unsound_c(b, view.len, o, phys, size) is not None:
                 return i
-            o += size
+            # Past the buffer every record is cut short wherever it starts: stop at one past
+            # its end, so that the sizes of trusted entries cannot overflow the offset (a sum
+            # wrapped back into the buffer would check a later entry against the wrong bytes).
+            if size > view.len - o:
+                o = view.len + 1
+            else:
+                o += size
             i += 1
     finally:
         PyBuffer_Release(&view)
