@@ -491,6 +491,41 @@ def test_read_checks_take_offsets_and_sizes_near_the_int64_limit_alike(impl: Mod
             [PY.first_unsound(whole, p, lo, hi) for p, lo, hi in runs]) == expect
 
 
+@params
+@given(body=st.binary(max_size=30), flags=st.sampled_from([0x10, 0x20, 0x30]),
+       tail=st.binary(max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_ipv6_flags_on_a_record_too_short_for_its_hosts_fail_alike(
+        impl: ModuleType, body: bytes, flags: int, tail: bytes) -> None:
+    """A record whose SYSFLAG says IPv6 hosts (one flipped bit of a stored record) but whose
+    size has no room for them: its BODY length field lies past the record's end. The pure
+    codec read it there anyway and raised struct.error when the buffer ended with the record
+    (a read of the last record of a pull failed the pull); the compiled one read it past the
+    buffer. Both say the same, whatever follows the record."""
+    raw = bytearray(PY.encode_record(
+        topic=b"T", queue_id=0, flag=0, body=body, properties=b"", sys_flag=0,
+        born_timestamp=5, born_host=pack_host("127.0.0.1", 9), store_timestamp=6,
+        store_host=pack_host("10.0.0.1", 10911), queue_offset=0, physical_offset=0))
+    raw[39] |= flags  # SYSFLAG's low byte
+    n = len(raw)
+    extra = 12 * bin(flags).count("1")
+
+    def checks(m: ModuleType, buf: bytes) -> list[Any]:
+        return [outcome(m.locate, buf, 0, n), outcome(m.record_unsound, buf, 0, 0, n),
+                outcome(m.record_info, buf, 0, 0, n, tuple),
+                outcome(m.first_unsound, buf, [(0, 0, n)], 0, 1),
+                records_outcome(m, buf)]
+
+    for buf in (bytes(raw), bytes(raw) + tail):
+        got = checks(impl, buf)
+        for other in OTHERS[impl]:
+            assert checks(other, buf) == got
+        if 88 + extra > n:  # the BODY length field is not inside the record
+            reason = "hosts overrun the record"
+            error = ("MessageDecodeError", 0, reason)
+            assert got == [error, ("ok", reason), ("ok", reason), ("ok", 0), error]
+
+
 @pytest.mark.skipif(C is None, reason="the compiled codec is not built in this tree")
 @given(data=st.binary(max_size=700), skip=st.integers(0, 15), value=st.integers(0, 2**32 - 1),
        big=st.booleans())

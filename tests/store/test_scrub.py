@@ -187,6 +187,40 @@ def test_a_queue_entry_without_a_positive_size_costs_only_itself(tmp_path: Path,
     finally:
         store.shutdown()
 
+@pytest.mark.parametrize("flag", [0x10, 0x20, 0x30])
+def test_an_ipv6_flag_flipped_on_a_small_last_record_is_damage_not_a_failed_pull(
+        tmp_path: Path, flag: int) -> None:
+    # A small record (94 bytes: IPv4 hosts, a 2-byte body, no properties) whose SYSFLAG gained
+    # an IPv6 host bit: its BODY length would lie past its end. Last in a pull, the read's
+    # buffer ends there: the pure codec raised struct.error (the pull failed, every time it
+    # was asked again) and the compiled one read the field past the buffer (the reason it
+    # reported, kept in the damage registry, was made of whatever bytes lay there).
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        phys = [store.put_messages([msg(body=b"x%d" % i)]).messages[0].phys_offset
+                for i in range(5)]
+    finally:
+        store.shutdown()
+    seg = segment_files(store_dir)[0]
+    data = bytearray(seg.read_bytes())
+    assert struct.unpack_from(">i", data, phys[4])[0] < 88 + 12  # no room for an IPv6 host
+    data[phys[4] + 39] |= flag  # SYSFLAG's low byte
+    seg.write_bytes(bytes(data))
+    store = open_store(store_dir, scrub_bytes_per_s=0)  # cold and unscrubbed: all checked
+    try:
+        got = store.get_messages("T", 0, 0, 32)
+        assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 4, 5)
+        assert [m.queue_offset for m in decode_records(got.data)] == [0, 1, 2, 3]
+        alone = store.get_messages("T", 0, 4, 32)
+        assert (alone.status, alone.count, alone.next_begin_offset) == (
+            GetStatus.NO_MATCHED_MESSAGE, 0, 5)
+        assert [(r.phys_offset, r.reason) for r in store.damaged_records()] == [
+            (phys[4], "hosts overrun the record")]
+    finally:
+        store.shutdown()
+
+
 # (entry, field, change): an offset moved by a few bytes or records (back too, before the
 # pull's first run), a size changed or zeroed.
 _damage = st.lists(st.tuples(st.integers(0, 11), st.sampled_from(["phys", "size"]),

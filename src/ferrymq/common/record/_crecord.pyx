@@ -228,6 +228,8 @@ cdef int locate_c(const unsigned char* b, Py_ssize_t pos, Py_ssize_t limit, Loca
         p += V6_EXTRA
     if r.sys_flag & F_STORE_V6:
         p += V6_EXTRA
+    if p + 4 > end:  # IPv6 hosts in a record too short for them: the body length is not in it
+        raise _MessageDecodeError(pos, "hosts overrun the record")
     body_len = rd32(b + p)
     r.body_at = p + 4
     if body_len < 0 or r.body_at + body_len + 3 > end:

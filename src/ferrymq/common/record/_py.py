@@ -144,6 +144,8 @@ def locate(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, 
         p += IPV6_EXTRA
     if sys_flag & SYSFLAG_STOREHOST_V6:
         p += IPV6_EXTRA
+    if p + 4 > end:  # IPv6 hosts in a record too short for them: the body length is not in it
+        raise MessageDecodeError(pos, "hosts overrun the record")
     (body_len,) = I32.unpack_from(buf, p)
     body_at = p + 4
     if body_len < 0 or body_at + body_len + 3 > end:
