@@ -80,6 +80,36 @@ class IndexFile:
         if self.count < 1:
             self.count = 1  # entry 0 means "no entry", as in RocketMQ
 
+    def restore_heads(self) -> int:
+        """Undo what a put cut short by a kill left past the header's count; returns how many
+        entries it found there. A put writes each entry, then points the key's slot at it, and
+        the header (the count) last: entries past the count are the cut put's, and slots may
+        point at them. Recovery indexes those keys again, but a slot pointing past the count
+        cut its chain: lookups stopped there, and the next key of that slot began a new chain,
+        so every older key of it was lost to queries. Each such entry was written before its
+        slot, so its own previous-entry field holds the head the slot had before: that goes
+        back into the slot, and the cut put's entries are cleared for recovery to write again."""
+        mm, count, limit = self.mm, self.count, self.max_entries
+        stale = []
+        i = count
+        while i < limit:
+            entry = ENTRY.unpack_from(mm, self.entries_at + i * ENTRY_SIZE)
+            if not any(entry):
+                break  # never written: files are zero-filled, and puts write in order
+            stale.append(entry[0])
+            i += 1
+        for h in stale:
+            slot_at = HEADER_SIZE + (h % self.slots) * 4
+            (head,) = SLOT.unpack_from(mm, slot_at)
+            while count <= head < limit:
+                (_h, _phys, _diff, prev) = ENTRY.unpack_from(mm, self.entries_at + head * ENTRY_SIZE)
+                head = prev if prev < head else 0  # chains only go back; anything else is damage
+            SLOT.pack_into(mm, slot_at, head)
+        if stale:
+            mm[self.entries_at + count * ENTRY_SIZE : self.entries_at + i * ENTRY_SIZE] = bytes(
+                len(stale) * ENTRY_SIZE)
+        return len(stale)
+
     @staticmethod
     def size_for(slots: int, max_entries: int) -> int:
         return HEADER_SIZE + slots * 4 + max_entries * ENTRY_SIZE
@@ -133,7 +163,11 @@ class Index:
                 os.close(fd)
                 continue
             max_entries = (len(mm) - HEADER_SIZE - slots * 4) // ENTRY_SIZE
-            self.files.append(IndexFile(path, fd, mm, slots, max_entries))
+            f = IndexFile(path, fd, mm, slots, max_entries)
+            if f.restore_heads():
+                log.warning("index file %s: a put cut short by a crash left entries past its "
+                            "count; the chains they cut are restored", path)
+            self.files.append(f)
 
     def _create(self, first_phys: int) -> IndexFile:
         path = self.dir / f"{first_phys:020d}"
