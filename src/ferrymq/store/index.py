@@ -13,7 +13,9 @@ roll before it overflows), and files are named by the 20-digit commit-log offset
 first entry. Files are preallocated so writes through the mapping cannot hit a full disk.
 
 Hash collisions and entries left behind by crash recovery are harmless: the store checks every
-candidate against the record it points at.
+candidate against the record it points at. A put cut short by a kill (its header, written
+last, still holds the count from before it) is undone when the file is loaded
+(`IndexFile.restore_heads`), and recovery indexes its keys again.
 
 Keys arrive a batch at a time, as KEY_ENTRY records (hash, offset, time) made by the encoder
 for an append or by the dispatch for recovery and a slave, and one `put_keys` call writes them
