@@ -23,13 +23,17 @@ RETIRE_GRACE_S = 30.0
 
 
 class QueueFile:
-    __slots__ = ("count", "fd", "first", "path")
+    __slots__ = ("count", "fd", "first", "named", "path")
 
-    def __init__(self, first: int, path: Path, fd: int, count: int) -> None:
+    def __init__(self, first: int, path: Path, fd: int, count: int, named: bool = True) -> None:
         self.first = first  # queue offset of the first entry
         self.path = path
         self.fd = fd
         self.count = count
+        # False for a file created since its directories were last fsynced: a power loss may
+        # take its name (and with it every entry) however often its data was fsynced. The
+        # checkpoint fsyncs the directories before it counts the entries as on disk.
+        self.named = named
 
 
 class ConsumeQueue:
@@ -78,7 +82,7 @@ class ConsumeQueue:
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f"{first * ENTRY_SIZE:020d}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        qf = QueueFile(first, path, fd, 0)
+        qf = QueueFile(first, path, fd, 0, named=False)
         self.files = [*self.files, qf]
         return qf
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from ..common.speedups import choose, interface
 from . import _index_py
-from .files import FileIO
+from .files import FileIO, fsync_dir
 from .index_layout import (
     ENTRY,
     ENTRY_SIZE,
@@ -81,6 +81,9 @@ class IndexFile:
         self.count: int = header[5]
         if self.count < 1:
             self.count = 1  # entry 0 means "no entry", as in RocketMQ
+        # False until the directory has been fsynced since the file was created: until then a
+        # power loss may take the file, and every key in it, whatever was fsynced into it.
+        self.named = True
 
     def restore_heads(self) -> int:
         """Undo what a put cut short by a kill left past the header's count; returns how many
@@ -188,6 +191,7 @@ class Index:
         mm = mmap.mmap(fd, size)
         HEADER.pack_into(mm, 0, 0, 0, 0, 0, self.slots, 1)
         f = IndexFile(path, fd, mm, self.slots, self.max_entries)
+        f.named = False
         self.files = [*self.files, f]
         return f
 
@@ -253,6 +257,15 @@ class Index:
             with contextlib.suppress(ValueError, OSError):
                 f.write_header()
                 os.fsync(f.fd)
+        # Files created since the last flush: their names must be on disk before the
+        # checkpoint counts their keys, or a power loss takes them with every key they hold
+        # (recovery starts past those records and never indexes them again). A failure
+        # raises: the checkpoint is not written, and the next flush tries again.
+        new = [f for f in self.files if not f.named]
+        if new:
+            fsync_dir(self.dir)
+            for f in new:
+                f.named = True
 
     def delete_below(self, min_phys: int) -> None:
         files = self.files

@@ -30,7 +30,7 @@ from .consumequeue import ENTRY, ConsumeQueue, QueueFile
 from .damage import DamagedRecord, DamageRegistry, SkippedRange
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreStateError
-from .files import FileIO, is_disk_full
+from .files import FileIO, fsync_dir, is_disk_full
 from .flush import FlushService
 from .groupcommit import PutCoalescer
 from .index import Index
@@ -521,6 +521,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
             for qf in dirty:
                 with contextlib.suppress(OSError):
                     self._io.fsync(qf.fd)
+            self._sync_queue_names(dirty)
             self._index.flush()
             if clean:
                 self._flusher.flush_now()
@@ -528,6 +529,32 @@ class MessageStore(Retention, ReplicaLog, Queries):
             cp = Checkpoint(flushed, min(dispatched, flushed), self._clock(), clean)
             self._cp_file.write(cp)
             return cp
+
+    def _sync_queue_names(self, dirty: set[QueueFile]) -> None:
+        """fsync the directories of the queue files created since the last checkpoint (the
+        queue's, its topic's, consumequeue/ and the store's, any of which may be new), so that
+        a power loss after the checkpoint cannot take a file whose entries it counts: recovery
+        starts past them and would never write them again (a new topic's messages, or a
+        queue's next 300,000, were lost to reads). On failure the files stay dirty and the
+        checkpoint is not written."""
+        new = [qf for qf in dirty if not qf.named]
+        if not new:
+            return
+        dirs: dict[Path, None] = {}
+        for qf in new:
+            qdir = qf.path.parent
+            for d in (qdir, qdir.parent, self._cq_root, self._root):
+                dirs[d] = None
+        try:
+            for d in dirs:
+                with contextlib.suppress(FileNotFoundError):  # a queue deleted meanwhile
+                    fsync_dir(d)
+        except OSError:
+            with self._lock:
+                self._dirty.update(new)
+            raise
+        for qf in new:
+            qf.named = True
 
     def _maintain(self) -> None:
         interval = self.config.checkpoint_interval_ms / 1000

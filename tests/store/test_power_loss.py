@@ -1,0 +1,139 @@
+"""A power loss keeps what was fsynced and nothing else, names in directories included: a file
+created since its directory was last fsynced may be gone after it (POSIX; the commit log and
+the offset journal fsync their directory for that). These tests track every directory fsync and
+build the image such a power loss may leave: the files as they are, less every name their
+directory did not have durably."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from store_util import msg, open_store
+
+from ferrymq.common.record import decode_records
+from ferrymq.store import FlushDiskType, GetStatus, MessageStore, PutStatus
+
+# Only the checkpoints the test writes itself.
+QUIET = {"checkpoint_interval_ms": 3_600_000, "flush_disk_type": FlushDiskType.SYNC_FLUSH}
+
+
+class DirSyncs:
+    """The names each directory held at its last fsync."""
+
+    def __init__(self) -> None:
+        self.durable: dict[str, set[str]] = {}
+
+
+@pytest.fixture
+def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[DirSyncs]:
+    syncs = DirSyncs()
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            syncs.durable[path] = set(os.listdir(path))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    yield syncs
+
+
+def power_loss_image(root: Path, dest: Path, syncs: DirSyncs) -> Path:
+    """`root` copied to `dest`, less every name its directory never fsynced (and what lies
+    under it). `root` itself counts as durable (the test made it)."""
+    shutil.copytree(root, dest)
+
+    def prune(src: Path, dst: Path) -> None:
+        kept = syncs.durable.get(str(src), set())
+        for name in os.listdir(dst):
+            if name not in kept:
+                target = dst / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink()
+            elif (dst / name).is_dir():
+                prune(src / name, dst / name)
+
+    prune(root.resolve(), dest)
+    return dest
+
+
+def bodies(store: MessageStore, topic: str, qid: int = 0) -> list[bytes]:
+    out: list[bytes] = []
+    offset = store.get_min_offset(topic, qid)
+    while True:
+        r = store.get_messages(topic, qid, offset, 1000)
+        if r.status is not GetStatus.FOUND:
+            return out
+        out += [m.body for m in decode_records(r.data)]
+        offset = r.next_begin_offset
+
+
+def test_a_new_topics_queue_survives_a_power_loss_after_a_checkpoint(
+        tmp_path: Path, dir_syncs: DirSyncs) -> None:
+    s = open_store(tmp_path / "s", **QUIET)
+    try:
+        sent = [f"m{i}".encode() for i in range(10)]
+        for b in sent:
+            assert s.put_messages([msg("NEW", 0, b)]).status is PutStatus.PUT_OK
+        s.checkpoint()  # the queue's entries are fsynced, the checkpoint passes them
+        image = power_loss_image(tmp_path / "s", tmp_path / "img", dir_syncs)
+    finally:
+        s.shutdown()
+    r = open_store(image, **QUIET)
+    try:
+        assert r.recovered_abnormally
+        assert bodies(r, "NEW") == sent
+    finally:
+        r.shutdown()
+
+
+def test_a_queues_next_file_survives_a_power_loss_after_a_checkpoint(
+        tmp_path: Path, dir_syncs: DirSyncs) -> None:
+    s = open_store(tmp_path / "s", **QUIET)  # 64 entries a queue file
+    try:
+        sent = [f"m{i}".encode() for i in range(100)]
+        for b in sent[:10]:
+            assert s.put_messages([msg("T", 0, b)]).status is PutStatus.PUT_OK
+        s.checkpoint()
+        for b in sent[10:]:
+            assert s.put_messages([msg("T", 0, b)]).status is PutStatus.PUT_OK
+        s.checkpoint()
+        image = power_loss_image(tmp_path / "s", tmp_path / "img", dir_syncs)
+    finally:
+        s.shutdown()
+    r = open_store(image, **QUIET)
+    try:
+        assert bodies(r, "T") == sent
+        res = r.put_messages([msg("T", 0, b"next")])
+        assert res.messages[0].queue_offset == 100
+    finally:
+        r.shutdown()
+
+
+def test_keys_in_a_new_index_file_survive_a_power_loss_after_a_checkpoint(
+        tmp_path: Path, dir_syncs: DirSyncs) -> None:
+    s = open_store(tmp_path / "s", index_max_entries=16, **QUIET)
+    try:
+        where = {}
+        for i in range(40):
+            res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
+            assert res.status is PutStatus.PUT_OK
+            where[i] = res.messages[0].phys_offset
+        s.checkpoint()
+        image = power_loss_image(tmp_path / "s", tmp_path / "img", dir_syncs)
+    finally:
+        s.shutdown()
+    r = open_store(image, index_max_entries=16, **QUIET)
+    try:
+        for i in range(40):
+            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
+    finally:
+        r.shutdown()
