@@ -107,12 +107,21 @@ class DamageRegistry:
             return sorted(self._records.values(), key=lambda r: r.phys_offset)
 
     def forget_from(self, phys: int) -> None:
-        """Drop records at or beyond `phys` (the log was truncated there)."""
+        """Drop records at or beyond `phys`, on disk first: called before the log is cut
+        there. Forgotten in memory only (until the next persist), a kill after the cut left
+        damage.json naming positions where good records were written since, and every read
+        after the restart left those records out (acknowledged messages lost to their
+        consumers). A kill between this and the cut leaves the damaged records in the log,
+        unregistered: reads verify them again. Raises OSError, changing nothing, when
+        damage.json cannot be written (the caller must not cut then)."""
         with self._lock:
             gone = [p for p in self._records if p >= phys]
-            for p in gone:
-                del self._records[p]
-            self._dirty = self._dirty or bool(gone)
+            if not gone:
+                return
+            keep = {p: r for p, r in self._records.items() if p < phys}
+            atomic_write(self.path, jsonx.dumps_bytes(self._json(keep)))
+            self._records = keep
+            self._dirty = False
             self._refresh_known()
 
     # --- skipped ranges ------------------------------------------------------------------------
@@ -152,17 +161,25 @@ class DamageRegistry:
 
     # --- persistence (maintenance thread) ------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"records": [asdict(r) for r in self.records()],
-                "skipped": [asdict(r) for r in self.skipped()]}
+        with self._lock:
+            return self._json(self._records)
+
+    def _json(self, records: dict[int, DamagedRecord]) -> dict[str, Any]:
+        """The file's content with `records`; the caller holds the lock."""
+        return {"records": [asdict(r) for r in sorted(records.values(),
+                                                      key=lambda r: r.phys_offset)],
+                "skipped": [asdict(r) for ranges in self._skipped.values() for r in ranges]}
 
     def persist(self) -> None:
+        """Write damage.json if anything changed. Under the lock, as forget_from's write: a
+        snapshot taken before a forget_from and written after it put the forgotten records
+        back on disk."""
         with self._lock:
             if not self._dirty:
                 return
+            try:
+                atomic_write(self.path, jsonx.dumps_bytes(self._json(self._records)))
+            except OSError as exc:
+                log.error("cannot write %s: %s", self.path, exc)
+                return
             self._dirty = False
-        try:
-            atomic_write(self.path, jsonx.dumps_bytes(self.to_json()))
-        except OSError as exc:
-            with self._lock:
-                self._dirty = True
-            log.error("cannot write %s: %s", self.path, exc)

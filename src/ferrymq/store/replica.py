@@ -164,6 +164,9 @@ class ReplicaLog:
             if pos >= end:
                 return 0
             pos = max(pos, clog.min_offset)
+            # On disk before the cut: a kill after it left damage.json naming positions the
+            # master's records are written to next, and reads after the restart hid them.
+            self._damage.forget_from(pos)
             if self.preallocator is None:
                 clog.truncate(pos)
             else:
@@ -173,7 +176,6 @@ class ReplicaLog:
                 cq.truncate_phys(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
             self._visibility.advance(None)
-        self._damage.forget_from(pos)
         self.checkpoint()
         log.warning("commit log truncated from %d to %d (%d bytes its master never had)",
                     end, pos, end - pos)

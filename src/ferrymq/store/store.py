@@ -261,8 +261,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
                       "truncating as configured", path, end, why, nxt)
         if reason:
             log.warning("torn commit-log tail at %d (%s): truncated", end, reason)
+        self._damage.forget_from(end)  # on disk before the cut: new records go there
         clog.truncate(end)
-        self._damage.forget_from(end)
         for cq in self._cqs.values():
             cq.truncate_phys(end)
         clog.flushed = min(clog.flushed, start)
