@@ -4,6 +4,9 @@ drop of segments no timer needs)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from ferrymq.broker.timer.codec import (
     newest_checkpoint,
 )
 from ferrymq.broker.timer.state import TimerStore, TimerStoreConfig, checkpoint_path
+from ferrymq.store.files import atomic_write, fsync_dir
 
 T0 = 1_800_000_000_000
 
@@ -106,3 +110,55 @@ def test_a_changed_geometry_keeps_the_files_one(tmp_path: Path) -> None:
     fresh = TimerStore(_cfg(tmp_path, slots=128), T0)
     assert fresh.wheel.slots == 128
     fresh.close()
+
+
+@pytest.mark.parametrize("then", ["sync", "close"])
+def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    """A power loss keeps a file's name only if its directory was fsynced after the name was
+    made. config/ is fsynced by others (every snapshot of the consumer offsets): the timer's
+    checkpoint there survives, so the wheel and log it describes must too, after a sync or a
+    close (the broker's stop)."""
+    durable: dict[str, set[str]] = {}
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            durable[path] = set(os.listdir(path))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    root = tmp_path / "root"
+    (root / "config").mkdir(parents=True)
+    fsync_dir(root)  # the store's start made root/config durable
+    store = TimerStore(_cfg(root, slots=16), T0)  # 8 entries a log segment
+    for i in range(12):
+        store.link(T0 + 300, i, 10)
+    store.enqueue_offset = 12
+    store.save()
+    if then == "sync":
+        store.sync()
+    else:
+        store.close()
+    atomic_write(root / "config" / "consumerOffset.json", b"{}")  # fsyncs config/
+    image = tmp_path / "image"
+    shutil.copytree(root, image)
+
+    def prune(src: Path, dst: Path) -> None:
+        kept = durable.get(str(src), set())
+        for name in os.listdir(dst):
+            if name not in kept:
+                shutil.rmtree(dst / name) if (dst / name).is_dir() else (dst / name).unlink()
+            elif (dst / name).is_dir():
+                prune(src / name, dst / name)
+
+    prune(root.resolve(), image)
+    if then == "sync":
+        store.close()
+    again = TimerStore(_cfg(image, slots=16), T0)
+    try:
+        assert again.enqueue_offset == 12
+        assert [e.phys_offset for e in again.slot_entries(T0 + 300)] == list(range(12))
+    finally:
+        again.close()

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...store.files import fsync_file
+from ...store.files import fsync_dir, fsync_file
 from .codec import ENTRY, LogEntry, TimerFileError, decode_entry, encode_entry
 
 log = logging.getLogger("ferrymq.broker.timer")
@@ -25,6 +25,9 @@ class TimerLog:
         self.file_size = file_size - file_size % ENTRY.size
         directory.mkdir(parents=True, exist_ok=True)
         self._segments: dict[int, mmap.mmap] = {}
+        # A segment created since the directory was last fsynced: until it is, a power loss
+        # may take the file (and every timer linked into it) whatever flush() wrote into it.
+        self._new_names = True
         for name in sorted(os.listdir(directory)):
             if name.isdigit() and len(name) == 20:
                 start = int(name)
@@ -58,6 +61,7 @@ class TimerLog:
             if not create:
                 return None
             seg = self._segments[start] = self._map(start, create=True)
+            self._new_names = True
         return seg, pos - start
 
     def append(self, prev_pos: int, deliver_ms: int, link_ms: int, phys_offset: int, size: int,
@@ -127,6 +131,13 @@ class TimerLog:
         for start in list(self._segments):
             with contextlib.suppress(FileNotFoundError):  # dropped meanwhile
                 fsync_file(self._path(start))
+        if self._new_names:
+            self._new_names = False  # before: a segment created during the fsync sets it again
+            try:
+                fsync_dir(self.dir)
+            except OSError:
+                self._new_names = True
+                raise
 
     def close(self) -> None:
         for seg in self._segments.values():

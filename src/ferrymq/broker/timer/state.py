@@ -15,6 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...store.files import fsync_dir
 from .checkpoint import CheckpointFile
 from .codec import LogEntry, Slot, TimerCheckpoint
 from .log import TimerLog
@@ -46,6 +47,7 @@ def checkpoint_path(root: Path) -> Path:
 class TimerStore:
     def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0) -> None:
         self.cfg = cfg
+        self._names_synced = False  # the files' names, made or found here, not fsynced yet
         self._cp = CheckpointFile(checkpoint_path(cfg.root))
         cp = self._cp.load()
         if cp is None:
@@ -152,9 +154,18 @@ class TimerStore:
         self._cp.write(self.checkpoint())
 
     def sync(self) -> None:
-        """Everything written so far to disk (may run in a worker thread)."""
+        """Everything written so far to disk (may run in a worker thread): the files, their
+        names (the wheel's, the log's directory and the checkpoint's, made by this store),
+        then the checkpoint. Without the names a power loss could keep the checkpoint (its
+        directory, config/, is fsynced by others: every offset snapshot) and take the wheel
+        or a log segment: the timers it names were lost, their queue offsets passed."""
         self.log.flush()
         self.wheel.flush()
+        if not self._names_synced:
+            for d in (log_dir(self.cfg.root), checkpoint_path(self.cfg.root).parent,
+                      self.cfg.root):
+                fsync_dir(d)
+            self._names_synced = True
         self._cp.sync()
 
     def drop_expired(self) -> int:
@@ -162,6 +173,9 @@ class TimerStore:
 
     def close(self) -> None:
         self.save()
-        self.log.close()
-        self.wheel.close()
-        self._cp.close()
+        try:
+            self.sync()  # the names too: a stop after a new segment left it unnamed on disk
+        finally:
+            self.log.close()
+            self.wheel.close()
+            self._cp.close()
