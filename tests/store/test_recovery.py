@@ -212,3 +212,34 @@ def test_an_index_file_killed_before_it_was_sized_is_dropped(tmp_path: Path) -> 
         assert not (image / "index" / f"{r.end_offset:020d}").exists()
     finally:
         s.shutdown()
+
+
+def test_keys_put_after_recovery_cut_the_log_below_the_index_are_indexed_after_a_kill(
+        tmp_path: Path) -> None:
+    s = open_store(tmp_path / "s", **NO_CHECKPOINTS)
+    positions = fill(s, 6)
+    image = crash_image(s, tmp_path / "img")
+    s.shutdown()
+    # A power loss took the log's last records (torn mid-record); the index kept their keys.
+    cut_at = positions[4][0]
+    seg = segment_files(image)[-1]
+    os.truncate(seg, cut_at + 10 - int(seg.name))
+    r = open_store(image, **NO_CHECKPOINTS)
+    try:
+        assert r.max_phy_offset == cut_at
+        index_before = tmp_path / "index-before"
+        shutil.copytree(image / "index", index_before)
+        res = r.put_messages([msg("T", 0, b"after the cut", keys="fresh")])
+        assert res.messages[0].phys_offset == cut_at
+        # Killed after the record and its queue entry, before its keys reached the index.
+        again = crash_image(r, tmp_path / "img2")
+    finally:
+        r.shutdown()
+    shutil.rmtree(again / "index")
+    shutil.copytree(index_before, again / "index")
+    r = open_store(again, **NO_CHECKPOINTS)
+    try:
+        assert all_bodies(r)[-1] == b"after the cut"
+        assert r.query_by_key("T", "fresh", 5) == [cut_at]
+    finally:
+        r.shutdown()

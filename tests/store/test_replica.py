@@ -146,3 +146,29 @@ def test_epoch_file_round_trip(tmp_path: Path) -> None:
     assert g.entries() == [(1, 0), (3, 500)]
     g.replace([[1, 0], [3, 500], [4, 900]], end=800)
     assert g.entries() == [(1, 0), (3, 500)]
+
+
+def test_keys_of_records_replicated_after_a_cut_are_found(tmp_path: Path) -> None:
+    """A slave cuts the tail its master never had (keyed records: the index ends past the cut)
+    and takes the master's records there: their keys must be found."""
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s")
+    try:
+        fill(master, 2)
+        copy_all(master, slave)
+        common = slave.max_phy_offset
+        for i in range(5):  # the tail the master never had
+            r = slave.put_messages([msg("T", 0, b"x" * 700, keys=f"old{i}")])
+            assert r.status is PutStatus.PUT_OK
+        for i in range(3):
+            r = master.put_messages([msg("T", 0, b"y" * 300, keys=f"new{i}")])
+            assert r.status is PutStatus.PUT_OK
+        assert slave.truncate_log(common) > 0
+        copy_all(master, slave)
+        assert slave.max_phy_offset == master.max_phy_offset
+        for i in range(3):
+            assert slave.query_by_key("T", f"new{i}", 5) == master.query_by_key(
+                "T", f"new{i}", 5) != [], i
+    finally:
+        master.shutdown()
+        slave.shutdown()

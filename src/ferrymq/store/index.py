@@ -228,6 +228,18 @@ class Index:
                 raise RuntimeError("a new index file took no key")
             done = now
 
+    def cut(self, pos: int) -> None:
+        """The commit log was cut at `pos`: no file holds keys of a record at or past it any
+        more (the entries there are stale, and harmless). end_phys says how far records are
+        indexed, and the dispatch of replicated records and recovery index only records past
+        it: left past the cut, the keys of the records written there next were never
+        indexed. The header is written at once, so a kill does not bring the old end back."""
+        for f in self.files:
+            if f.end_phys >= pos:
+                f.end_phys = pos - 1
+                with contextlib.suppress(ValueError):
+                    f.write_header()
+
     def finish_batch(self) -> None:
         if self.files:
             self.files[-1].write_header()

@@ -174,6 +174,7 @@ class ReplicaLog:
                     clog.truncate(pos)
             for cq in self._cqs.values():
                 cq.truncate_phys(pos)
+            self._index.cut(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
             self._visibility.advance(None)
         self.checkpoint()

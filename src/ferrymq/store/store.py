@@ -265,6 +265,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         clog.truncate(end)
         for cq in self._cqs.values():
             cq.truncate_phys(end)
+        self._index.cut(end)  # keys of records lost past `end` (a power loss) may be in it
         clog.flushed = min(clog.flushed, start)
         clog.flush(end)
         clog.flushed = end
