@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from store_util import SMALL_SEGMENT, msg, open_store, segment_files
+from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
 
 from ferrymq.store import MessageStore, PutStatus
 from ferrymq.store.epochs import EpochFile, agreed_end
@@ -172,3 +172,45 @@ def test_keys_of_records_replicated_after_a_cut_are_found(tmp_path: Path) -> Non
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_kill_right_after_truncate_cuts_the_log_recovers_at_the_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed just after truncate_log cut the log, the last checkpoint (past the cut) must not
+    make recovery end the log in the zeros the cut left."""
+    master = open_store(tmp_path / "m", checkpoint_interval_ms=3_600_000)
+    store = open_store(tmp_path / "s", checkpoint_interval_ms=3_600_000)
+    image = tmp_path / "img"
+    try:
+        fill(master, 4)
+        copy_all(master, store)
+        cut_at = store.max_phy_offset
+        fill(store, 20)  # the tail its master never had
+        wait_until(lambda: store.flushed_offset == store.max_phy_offset, message="flush")
+        assert store.checkpoint().consistent > cut_at
+        real_truncate = store._log.truncate
+
+        def truncate_then_die(pos: int) -> None:
+            real_truncate(pos)
+            crash_image(store, image)  # what a SIGKILL here leaves
+            raise Killed
+
+        monkeypatch.setattr(store._log, "truncate", truncate_then_die)
+        with pytest.raises(Killed):
+            store.truncate_log(cut_at)
+    finally:
+        store.shutdown()
+    fill(master, 5)
+    again = open_store(image, checkpoint_interval_ms=3_600_000)
+    try:
+        assert again.max_phy_offset == cut_at
+        copy_all(master, again)
+        assert again.max_phy_offset == master.max_phy_offset
+        assert again.get_max_offset("T", 0) == master.get_max_offset("T", 0)
+    finally:
+        again.shutdown()
+        master.shutdown()

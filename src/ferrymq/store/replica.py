@@ -59,7 +59,12 @@ class ReplicaLog:
     _root: Path
     preallocator: Preallocator | None
 
+    _checkpoint_lock: threading.Lock
+
     def checkpoint(self, clean: bool = False) -> Checkpoint:
+        raise NotImplementedError
+
+    def _checkpoint_below(self, pos: int) -> None:
         raise NotImplementedError
 
     def _dispatch(self, infos: list[RecordInfo], pending: dict[tuple[str, int], list[bytes]],
@@ -156,14 +161,22 @@ class ReplicaLog:
         self._appended(arrivals)
 
     def truncate_log(self, pos: int) -> int:
-        """Cut the log, its queues and damage records at `pos`; returns the bytes cut. The
-        checkpoint is rewritten at once, so a crash after the cut does not recover past it."""
+        """Cut the log, its queues and damage records at `pos`; returns the bytes cut. A
+        checkpoint no further than the cut is written before it, and a full one after it, so
+        a crash during or after the cut does not recover past it."""
         clog = self._log
-        with self._lock:
+        # The checkpoint lock first (checkpoint's order): no checkpoint may be written
+        # between the one below and the cut.
+        with self._checkpoint_lock, self._lock:
             end = clog.write_pos
             if pos >= end:
                 return 0
             pos = max(pos, clog.min_offset)
+            # Before the cut: killed after it, the last checkpoint, past the cut, had
+            # recovery start in the zeros the cut left and call the log's end there, leaving
+            # a hole between the records and the end where appends went on, so the slave
+            # could no longer take its master's records at the cut.
+            self._checkpoint_below(pos)
             # On disk before the cut: a kill after it left damage.json naming positions the
             # master's records are written to next, and reads after the restart hid them.
             self._damage.forget_from(pos)

@@ -96,6 +96,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._maint_stop = threading.Event()
         self._maint: threading.Thread | None = None
         self._cp_file = CheckpointFile(config.root / "checkpoint")
+        self._last_cp: Checkpoint | None = None  # the last one this run wrote
         self._damage = DamageRegistry(root / "config" / "damage.json")
         self._guard = ReadGuard(self._damage, config.on_corrupt_record)
         self.scrubber: Scrubber | None = None
@@ -529,7 +530,17 @@ class MessageStore(Retention, ReplicaLog, Queries):
             flushed = self._log.flushed
             cp = Checkpoint(flushed, min(dispatched, flushed), self._clock(), clean)
             self._cp_file.write(cp)
+            self._last_cp = cp
             return cp
+
+    def _checkpoint_below(self, pos: int) -> None:
+        """A checkpoint no further than `pos`, written before the log is cut there (the
+        caller holds the checkpoint lock and the store lock)."""
+        last = self._last_cp
+        consistent = pos if last is None else min(pos, last.consistent)
+        cp = Checkpoint(min(self._log.flushed, pos), consistent, self._clock(), False)
+        self._cp_file.write(cp)
+        self._last_cp = cp
 
     def _sync_queue_names(self, dirty: set[QueueFile]) -> None:
         """fsync the directories of the queue files created since the last checkpoint (the
