@@ -11,6 +11,7 @@ from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_file
 from ferrymq.store import MessageStore, PutStatus
 from ferrymq.store.epochs import EpochFile, agreed_end
 from ferrymq.store.replica import ReplicaError, Span
+from ferrymq.store.scrub import Scrubber
 
 
 def copy_all(master: MessageStore, slave: MessageStore, max_bytes: int = 4096) -> int:
@@ -214,3 +215,32 @@ def test_a_kill_right_after_truncate_cuts_the_log_recovers_at_the_cut(
     finally:
         again.shutdown()
         master.shutdown()
+
+
+def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cut(
+        tmp_path: Path) -> None:
+    """The start's scrub checks the log up to where it ended then; a cut meanwhile zeroes the
+    rest, where the master's records go next: the scrub must not call those zeros damage
+    (reads leave out every record at a position the registry names)."""
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        fill(master, 4)
+        copy_all(master, slave)
+        cut_at = slave.max_phy_offset
+        fill(slave, 20)  # the tail its master never had
+        end = slave.max_phy_offset
+        assert slave.truncate_log(cut_at) > 0
+        # The scrub of the start, still under way at the cut: it was to check up to `end`.
+        scrub = Scrubber(slave._log, slave._damage, 1 << 30, lambda: end, slave._guard)
+        scrub.scrub(slave.min_phy_offset, end)
+        fill(master, 9)
+        copy_all(master, slave)
+        assert slave.damaged_records() == []
+        for qid in range(3):
+            got = slave.get_messages("T", qid, 0, 100)
+            want = master.get_messages("T", qid, 0, 100)
+            assert (got.status, got.count, got.data) == (want.status, want.count, want.data), qid
+    finally:
+        master.shutdown()
+        slave.shutdown()

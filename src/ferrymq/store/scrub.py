@@ -129,6 +129,11 @@ class Scrubber:
         while o < stop_o:
             if self._stop.is_set() or size_o - o < END_FILE_MIN_BLANK:
                 return seg.end
+            if seg.start + o >= self.log.write_pos:
+                # A slave's cut of the log since the scrub began: the zeros past it are where
+                # its master's records go next, not damage (reported, they hid those records
+                # from every read).
+                return end
             total, magic = _HEAD.unpack_from(mm, o)
             if magic == BLANK_MAGIC_CODE and total == size_o - o:
                 self._advance(seg.start + o, seg.end)
