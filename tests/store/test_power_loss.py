@@ -6,6 +6,7 @@ directory did not have durably."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -16,7 +17,7 @@ import pytest
 from store_util import msg, open_store
 
 from ferrymq.common.record import decode_records
-from ferrymq.store import FlushDiskType, GetStatus, MessageStore, PutStatus
+from ferrymq.store import FileIO, FlushDiskType, GetStatus, MessageStore, PutStatus
 
 # Only the checkpoints the test writes itself.
 QUIET = {"checkpoint_interval_ms": 3_600_000, "flush_disk_type": FlushDiskType.SYNC_FLUSH}
@@ -135,5 +136,52 @@ def test_keys_in_a_new_index_file_survive_a_power_loss_after_a_checkpoint(
     try:
         for i in range(40):
             assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
+    finally:
+        r.shutdown()
+
+
+class FailingQueueSync(FileIO):
+    """fsync of consume-queue files fails (EIO) while `failing`; remembers each file's length
+    at its last successful fsync (queue files only grow by appends: their content then)."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        self.synced: dict[str, int] = {}
+
+    def fsync(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/consumequeue/" in path:
+            if self.failing:
+                raise OSError(errno.EIO, "injected EIO")
+            super().fsync(fd)
+            self.synced[path] = os.fstat(fd).st_size
+            return
+        super().fsync(fd)
+
+
+def test_a_checkpoint_whose_queue_fsync_failed_does_not_pass_the_entries(
+        tmp_path: Path, dir_syncs: DirSyncs) -> None:
+    io = FailingQueueSync()
+    root = tmp_path / "s"
+    s = open_store(root, file_io=io, **QUIET)
+    try:
+        sent = [f"m{i}".encode() for i in range(10)]
+        for b in sent[:4]:
+            assert s.put_messages([msg("T", 0, b)]).status is PutStatus.PUT_OK
+        s.checkpoint()
+        for b in sent[4:]:
+            assert s.put_messages([msg("T", 0, b)]).status is PutStatus.PUT_OK
+        io.failing = True
+        s.checkpoint()  # the queue file's fsync fails
+        image = power_loss_image(root, tmp_path / "img", dir_syncs)
+        # What the power loss keeps of the queue files: what their last good fsync wrote.
+        for path, size in io.synced.items():
+            os.truncate(image / Path(path).relative_to(root.resolve()), size)
+    finally:
+        io.failing = False
+        s.shutdown()
+    r = open_store(image, **QUIET)
+    try:
+        assert bodies(r, "T") == sent
     finally:
         r.shutdown()

@@ -520,15 +520,36 @@ class MessageStore(Retention, ReplicaLog, Queries):
             with self._lock:
                 dispatched = self._log.write_pos
                 dirty, self._dirty = self._dirty, set()
+            failed: list[QueueFile] = []
             for qf in dirty:
-                with contextlib.suppress(OSError):
+                try:
                     self._io.fsync(qf.fd)
+                except OSError as exc:
+                    failed.append(qf)
+                    err = exc
+            if failed:
+                # Files of queues deleted or cut meanwhile have nothing left to keep.
+                with self._lock:
+                    live = {id(f) for cq in self._cqs.values() for f in cq.files}
+                    failed = [qf for qf in failed if id(qf) in live]
+                    self._dirty.update(failed)
+                if failed:
+                    log.error("fsync of %d consume-queue file(s) failed (%s, %s); the "
+                              "checkpoint stays where it was until it succeeds", len(failed),
+                              failed[0].path, err)
             self._sync_queue_names(dirty)
             self._index.flush()
             if clean:
                 self._flusher.flush_now()
             flushed = self._log.flushed
-            cp = Checkpoint(flushed, min(dispatched, flushed), self._clock(), clean)
+            consistent = min(dispatched, flushed)
+            if failed:
+                # Their entries may not be on disk: recovery must start before them (past
+                # them, a power loss lost them for good: recovery never wrote them again).
+                last = self._last_cp
+                consistent = min(consistent, last.consistent if last is not None
+                                 else self._log.min_offset)
+            cp = Checkpoint(flushed, consistent, self._clock(), clean and not failed)
             self._cp_file.write(cp)
             self._last_cp = cp
             return cp
