@@ -185,3 +185,48 @@ def test_a_checkpoint_whose_queue_fsync_failed_does_not_pass_the_entries(
         assert bodies(r, "T") == sent
     finally:
         r.shutdown()
+
+
+def test_a_checkpoint_whose_index_fsync_failed_does_not_pass_the_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: dict[str, bytes] = {}  # each index file as its last good fsync left it
+    failing = False
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/index/" in path:
+            if failing:
+                raise OSError(errno.EIO, "injected EIO")
+            real(fd)
+            synced[path] = Path(path).read_bytes()
+            return
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    root = tmp_path / "s"
+    s = open_store(root, **QUIET)
+    try:
+        where = {}
+        for i in range(10):
+            res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
+            assert res.status is PutStatus.PUT_OK
+            where[i] = res.messages[0].phys_offset
+            if i == 3:
+                s.checkpoint()
+        failing = True
+        s.checkpoint()  # the index file's fsync fails
+        image = tmp_path / "img"
+        shutil.copytree(root, image)
+        # What a power loss keeps of the index: what its last good fsync wrote.
+        for path, data in synced.items():
+            (image / Path(path).relative_to(root.resolve())).write_bytes(data)
+    finally:
+        failing = False
+        s.shutdown()
+    r = open_store(image, **QUIET)
+    try:
+        for i in range(10):
+            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
+    finally:
+        r.shutdown()

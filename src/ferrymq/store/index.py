@@ -258,17 +258,24 @@ class Index:
                 continue
         return out
 
-    def flush(self) -> None:
-        """The maintenance thread's periodic flush. An fsync of the file, not mmap.flush():
+    def flush(self) -> bool:
+        """The maintenance thread's periodic flush; False when an fsync failed (the checkpoint
+        must not then count the keys as on disk). An fsync of the file, not mmap.flush():
         msync runs holding the interpreter lock (CPython's mmap does not release it), so the
         broker's event loop stood still for as long as the disk took to write the pages the
         keys dirtied since the last flush (tens of ms each second under trace records or any
         keyed puts). The pages written through the mapping are the file's page cache, which
         fsync writes out the same way, with the lock released."""
+        ok = True
         for f in self.files[-2:]:
-            with contextlib.suppress(ValueError, OSError):
+            try:
                 f.write_header()
                 os.fsync(f.fd)
+            except ValueError:  # retired and closed meanwhile
+                pass
+            except OSError as exc:
+                log.error("fsync of index file %s failed: %s", f.path, exc)
+                ok = False
         # Files created since the last flush: their names must be on disk before the
         # checkpoint counts their keys, or a power loss takes them with every key they hold
         # (recovery starts past those records and never indexes them again). A failure
@@ -278,6 +285,7 @@ class Index:
             fsync_dir(self.dir)
             for f in new:
                 f.named = True
+        return ok
 
     def delete_below(self, min_phys: int) -> None:
         files = self.files

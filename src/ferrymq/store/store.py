@@ -538,18 +538,20 @@ class MessageStore(Retention, ReplicaLog, Queries):
                               "checkpoint stays where it was until it succeeds", len(failed),
                               failed[0].path, err)
             self._sync_queue_names(dirty)
-            self._index.flush()
+            index_ok = self._index.flush()
             if clean:
                 self._flusher.flush_now()
             flushed = self._log.flushed
             consistent = min(dispatched, flushed)
-            if failed:
-                # Their entries may not be on disk: recovery must start before them (past
-                # them, a power loss lost them for good: recovery never wrote them again).
+            held = bool(failed) or not index_ok
+            if held:
+                # Their entries or keys may not be on disk: recovery must start before them
+                # (past them, a power loss lost them for good: recovery never wrote them
+                # again).
                 last = self._last_cp
                 consistent = min(consistent, last.consistent if last is not None
                                  else self._log.min_offset)
-            cp = Checkpoint(flushed, consistent, self._clock(), clean and not failed)
+            cp = Checkpoint(flushed, consistent, self._clock(), clean and not held)
             self._cp_file.write(cp)
             self._last_cp = cp
             return cp
