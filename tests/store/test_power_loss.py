@@ -230,3 +230,40 @@ def test_a_checkpoint_whose_index_fsync_failed_does_not_pass_the_keys(
             assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
     finally:
         r.shutdown()
+
+
+def test_keys_of_every_index_file_filled_since_the_last_checkpoint_survive_a_power_loss(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: dict[str, bytes] = {}  # each index file as its last fsync left it
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "/index/" in path:
+            synced[path] = Path(path).read_bytes()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    root = tmp_path / "s"
+    s = open_store(root, index_max_entries=16, **QUIET)  # 15 keys a file
+    try:
+        where = {}
+        for i in range(40):  # three files between two checkpoints
+            res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
+            assert res.status is PutStatus.PUT_OK
+            where[i] = res.messages[0].phys_offset
+        s.checkpoint()
+        image = tmp_path / "img"
+        shutil.copytree(root, image)
+        # What a power loss keeps of the index: what its last fsync wrote, else nothing.
+        for f in (image / "index").iterdir():
+            src = str((root / "index" / f.name).resolve())
+            f.write_bytes(synced.get(src, bytes(f.stat().st_size)))
+    finally:
+        s.shutdown()
+    r = open_store(image, index_max_entries=16, **QUIET)
+    try:
+        for i in range(40):
+            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
+    finally:
+        r.shutdown()

@@ -84,6 +84,9 @@ class IndexFile:
         # False until the directory has been fsynced since the file was created: until then a
         # power loss may take the file, and every key in it, whatever was fsynced into it.
         self.named = True
+        # True once fsynced after it stopped being the file written (puts only write the
+        # last one): the periodic flush need not sync it again.
+        self.sealed = False
 
     def restore_heads(self) -> int:
         """Undo what a put cut short by a kill left past the header's count; returns how many
@@ -237,6 +240,7 @@ class Index:
         for f in self.files:
             if f.end_phys >= pos:
                 f.end_phys = pos - 1
+                f.sealed = False
                 with contextlib.suppress(ValueError):
                     f.write_header()
 
@@ -267,7 +271,14 @@ class Index:
         keyed puts). The pages written through the mapping are the file's page cache, which
         fsync writes out the same way, with the lock released."""
         ok = True
-        for f in self.files[-2:]:
+        files = self.files
+        # Every file written since its last sync, not only the last two: several may fill
+        # between two checkpoints, and the keys of one left unsynced were lost to a power
+        # loss (the checkpoint counted them; recovery never indexed them again).
+        for f in files:
+            if f.sealed:
+                continue
+            last = f is files[-1]
             try:
                 f.write_header()
                 os.fsync(f.fd)
@@ -276,6 +287,8 @@ class Index:
             except OSError as exc:
                 log.error("fsync of index file %s failed: %s", f.path, exc)
                 ok = False
+            else:
+                f.sealed = not last
         # Files created since the last flush: their names must be on disk before the
         # checkpoint counts their keys, or a power loss takes them with every key they hold
         # (recovery starts past those records and never indexes them again). A failure
