@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ferrymq.store import FileIO, MessageStore, StoreConfig, StoreMessage
+from ferrymq.common.record import decode_records
+from ferrymq.store import FileIO, GetStatus, MessageStore, StoreConfig, StoreMessage
 
 SMALL_SEGMENT = 64 * 1024
 
@@ -88,3 +89,15 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0,
 
 def file_size(path: Path) -> int:
     return os.stat(path).st_size
+
+
+def queue_bodies(store: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
+    """The bodies of every message a queue gives, read from its first offset to its end."""
+    out: list[bytes] = []
+    offset = store.get_min_offset(topic, qid)
+    while True:
+        r = store.get_messages(topic, qid, offset, 1000)
+        if r.status is not GetStatus.FOUND:
+            return out
+        out += [m.body for m in decode_records(r.data)]
+        offset = r.next_begin_offset

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from store_util import crash_image, msg, open_store, segment_files
+from store_util import crash_image, msg, open_store, queue_bodies, segment_files
 
-from ferrymq.common.record import decode_records
-from ferrymq.store import FlushDiskType, GetStatus, MessageStore, PutStatus
+from ferrymq.store import FlushDiskType, MessageStore, PutStatus
 from ferrymq.store.damage import DamagedRecord, DamageRegistry
 
 # No maintenance pass between the steps (it would persist the registry meanwhile), and no
@@ -18,15 +17,14 @@ QUIET = {"checkpoint_interval_ms": 3_600_000, "flush_disk_type": FlushDiskType.S
          "scrub_bytes_per_s": 0}
 
 
-def bodies(store: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
-    out: list[bytes] = []
-    offset = store.get_min_offset(topic, qid)
-    while True:
-        r = store.get_messages(topic, qid, offset, 1000)
-        if r.status is not GetStatus.FOUND:
-            return out
-        out += [m.body for m in decode_records(r.data)]
-        offset = r.next_begin_offset
+def put_old(s: MessageStore, n: int) -> list[int]:
+    """n messages old-0.. to queue T/0, one put each; returns where each was stored."""
+    at = []
+    for i in range(n):
+        res = s.put_messages([msg("T", 0, f"old-{i}".encode())])
+        assert res.status is PutStatus.PUT_OK
+        at.append(res.messages[0].phys_offset)
+    return at
 
 
 def test_a_record_written_where_a_cut_damaged_one_was_is_read_after_a_kill(
@@ -34,11 +32,7 @@ def test_a_record_written_where_a_cut_damaged_one_was_is_read_after_a_kill(
     root = tmp_path / "s"
     s = open_store(root, **QUIET)
     try:
-        at = []
-        for i in range(5):
-            res = s.put_messages([msg("T", 0, f"old-{i}".encode())])
-            assert res.status is PutStatus.PUT_OK
-            at.append(res.messages[0].phys_offset)
+        at = put_old(s, 5)
     finally:
         s.shutdown()
     # Record 3 rots at rest; a read of the next run finds it and the registry keeps it.
@@ -49,7 +43,7 @@ def test_a_record_written_where_a_cut_damaged_one_was_is_read_after_a_kill(
     seg.write_bytes(bytes(data))
     s = open_store(root, **QUIET)
     try:
-        assert bodies(s) == [b"old-0", b"old-1", b"old-2", b"old-4"]
+        assert queue_bodies(s) == [b"old-0", b"old-1", b"old-2", b"old-4"]
         assert [r.phys_offset for r in s.damaged_records()] == [at[3]]
     finally:
         s.shutdown()
@@ -65,13 +59,13 @@ def test_a_record_written_where_a_cut_damaged_one_was_is_read_after_a_kill(
             res = s.put_messages([msg("T", 0, f"new-{i}".encode())])
             assert res.status is PutStatus.PUT_OK
             assert res.messages[0].phys_offset == at[i]
-        assert bodies(s) == [b"old-0", b"old-1", b"new-2", b"new-3"]
+        assert queue_bodies(s) == [b"old-0", b"old-1", b"new-2", b"new-3"]
         image = crash_image(s, tmp_path / "img")  # killed before any maintenance pass
     finally:
         s.shutdown()
     r = open_store(image, **QUIET)
     try:
-        assert bodies(r) == [b"old-0", b"old-1", b"new-2", b"new-3"]
+        assert queue_bodies(r) == [b"old-0", b"old-1", b"new-2", b"new-3"]
         assert r.damaged_records() == []
     finally:
         r.shutdown()
@@ -81,11 +75,7 @@ def test_a_record_written_where_recovery_cut_a_registered_one_is_read_after_a_ki
         tmp_path: Path) -> None:
     s = open_store(tmp_path / "s", **QUIET)
     try:
-        at = []
-        for i in range(5):
-            res = s.put_messages([msg("T", 0, f"old-{i}".encode())])
-            assert res.status is PutStatus.PUT_OK
-            at.append(res.messages[0].phys_offset)
+        at = put_old(s, 5)
         image = crash_image(s, tmp_path / "img")
     finally:
         s.shutdown()
@@ -108,6 +98,6 @@ def test_a_record_written_where_recovery_cut_a_registered_one_is_read_after_a_ki
         s.shutdown()
     r = open_store(again, **QUIET)
     try:
-        assert bodies(r) == [b"old-0", b"old-1", b"old-2", b"old-3", b"new-4"]
+        assert queue_bodies(r) == [b"old-0", b"old-1", b"old-2", b"old-3", b"new-4"]
     finally:
         r.shutdown()

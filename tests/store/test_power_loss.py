@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_util import msg, open_store
+from store_util import msg, open_store, queue_bodies
 
-from ferrymq.common.record import decode_records
-from ferrymq.store import FileIO, FlushDiskType, GetStatus, MessageStore, PutStatus
+from ferrymq.store import FileIO, FlushDiskType, MessageStore, PutStatus
 
 # Only the checkpoints the test writes itself.
 QUIET = {"checkpoint_interval_ms": 3_600_000, "flush_disk_type": FlushDiskType.SYNC_FLUSH}
@@ -66,15 +65,24 @@ def power_loss_image(root: Path, dest: Path, syncs: DirSyncs) -> Path:
     return dest
 
 
-def bodies(store: MessageStore, topic: str, qid: int = 0) -> list[bytes]:
-    out: list[bytes] = []
-    offset = store.get_min_offset(topic, qid)
-    while True:
-        r = store.get_messages(topic, qid, offset, 1000)
-        if r.status is not GetStatus.FOUND:
-            return out
-        out += [m.body for m in decode_records(r.data)]
-        offset = r.next_begin_offset
+def put_keyed(s: MessageStore, n: int) -> dict[int, int]:
+    """n messages with keys k0.., one put each; returns where each was stored."""
+    where = {}
+    for i in range(n):
+        res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
+        assert res.status is PutStatus.PUT_OK
+        where[i] = res.messages[0].phys_offset
+    return where
+
+
+def assert_keys_found(image: Path, where: dict[int, int]) -> None:
+    """The store in `image` (index files of 15 keys) finds every key where it was stored."""
+    r = open_store(image, index_max_entries=16, **QUIET)
+    try:
+        for i, phys in where.items():
+            assert r.query_by_key("T", f"k{i}", 5) == [phys], i
+    finally:
+        r.shutdown()
 
 
 def test_a_new_topics_queue_survives_a_power_loss_after_a_checkpoint(
@@ -91,7 +99,7 @@ def test_a_new_topics_queue_survives_a_power_loss_after_a_checkpoint(
     r = open_store(image, **QUIET)
     try:
         assert r.recovered_abnormally
-        assert bodies(r, "NEW") == sent
+        assert queue_bodies(r, "NEW") == sent
     finally:
         r.shutdown()
 
@@ -112,7 +120,7 @@ def test_a_queues_next_file_survives_a_power_loss_after_a_checkpoint(
         s.shutdown()
     r = open_store(image, **QUIET)
     try:
-        assert bodies(r, "T") == sent
+        assert queue_bodies(r, "T") == sent
         res = r.put_messages([msg("T", 0, b"next")])
         assert res.messages[0].queue_offset == 100
     finally:
@@ -123,21 +131,12 @@ def test_keys_in_a_new_index_file_survive_a_power_loss_after_a_checkpoint(
         tmp_path: Path, dir_syncs: DirSyncs) -> None:
     s = open_store(tmp_path / "s", index_max_entries=16, **QUIET)
     try:
-        where = {}
-        for i in range(40):
-            res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
-            assert res.status is PutStatus.PUT_OK
-            where[i] = res.messages[0].phys_offset
+        where = put_keyed(s, 40)
         s.checkpoint()
         image = power_loss_image(tmp_path / "s", tmp_path / "img", dir_syncs)
     finally:
         s.shutdown()
-    r = open_store(image, index_max_entries=16, **QUIET)
-    try:
-        for i in range(40):
-            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
-    finally:
-        r.shutdown()
+    assert_keys_found(image, where)
 
 
 class FailingQueueSync(FileIO):
@@ -182,7 +181,7 @@ def test_a_checkpoint_whose_queue_fsync_failed_does_not_pass_the_entries(
         s.shutdown()
     r = open_store(image, **QUIET)
     try:
-        assert bodies(r, "T") == sent
+        assert queue_bodies(r, "T") == sent
     finally:
         r.shutdown()
 
@@ -247,11 +246,7 @@ def test_keys_of_every_index_file_filled_since_the_last_checkpoint_survive_a_pow
     root = tmp_path / "s"
     s = open_store(root, index_max_entries=16, **QUIET)  # 15 keys a file
     try:
-        where = {}
-        for i in range(40):  # three files between two checkpoints
-            res = s.put_messages([msg("T", 0, b"x", keys=f"k{i}")])
-            assert res.status is PutStatus.PUT_OK
-            where[i] = res.messages[0].phys_offset
+        where = put_keyed(s, 40)  # three files between two checkpoints
         s.checkpoint()
         image = tmp_path / "img"
         shutil.copytree(root, image)
@@ -261,9 +256,4 @@ def test_keys_of_every_index_file_filled_since_the_last_checkpoint_survive_a_pow
             f.write_bytes(synced.get(src, bytes(f.stat().st_size)))
     finally:
         s.shutdown()
-    r = open_store(image, index_max_entries=16, **QUIET)
-    try:
-        for i in range(40):
-            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
-    finally:
-        r.shutdown()
+    assert_keys_found(image, where)

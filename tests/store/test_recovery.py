@@ -9,24 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from store_util import crash_image, msg, open_store, segment_files
+from store_util import crash_image, msg, open_store, queue_bodies, segment_files
 
-from ferrymq.common.record import decode_records
-from ferrymq.store import GetStatus, MessageStore, PutStatus, StoreCorruptionError
+from ferrymq.store import MessageStore, PutStatus, StoreCorruptionError
 
 # Only the checkpoint written at start exists: everything put afterwards lies past it.
 NO_CHECKPOINTS = {"checkpoint_interval_ms": 3_600_000}
-
-
-def all_bodies(store: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
-    out: list[bytes] = []
-    offset = store.get_min_offset(topic, qid)
-    while True:
-        r = store.get_messages(topic, qid, offset, 1000)
-        if r.status is not GetStatus.FOUND:
-            return out
-        out += [m.body for m in decode_records(r.data)]
-        offset = r.next_begin_offset
 
 
 def fill(store: MessageStore, n: int, size: int = 700, start: int = 0) -> list[tuple[int, int]]:
@@ -54,7 +42,7 @@ def test_clean_restart(tmp_path: Path) -> None:
     try:
         assert not s.recovered_abnormally
         assert s.max_phy_offset == end and s.flushed_offset == end
-        assert all_bodies(s) == [body(j) for j in range(200)]
+        assert queue_bodies(s) == [body(j) for j in range(200)]
         assert s.put_messages([msg()]).messages[0].queue_offset == 200
     finally:
         s.shutdown()
@@ -71,7 +59,7 @@ def test_crash_rebuilds_queues_and_index(tmp_path: Path) -> None:
     try:
         assert r.recovered_abnormally
         assert r.last_recovery is not None and r.last_recovery.records == 300
-        assert all_bodies(r) == [body(j) for j in range(300)]
+        assert queue_bodies(r) == [body(j) for j in range(300)]
         assert r.query_by_uniq_key("T", "U123") == [positions[123][0]]
         assert r.query_by_key("T", "k299", 5) == [positions[299][0]]
         assert r.put_messages([msg()]).messages[0].queue_offset == 300
@@ -92,7 +80,7 @@ def test_queue_entries_beyond_the_log_are_dropped(tmp_path: Path) -> None:
     try:
         assert r.get_max_offset("T", 0) == 25
         assert r.max_phy_offset == positions[25][0]
-        assert all_bodies(r) == [body(j) for j in range(25)]
+        assert queue_bodies(r) == [body(j) for j in range(25)]
         assert r.query_by_uniq_key("T", "U27") == []  # stale index entry filtered out
         res = r.put_messages([msg(body=b"after")])
         assert (res.messages[0].queue_offset, res.messages[0].phys_offset) == (25, cut_at - 10)
@@ -132,7 +120,7 @@ def test_torn_tails_recover_and_accept_appends(tmp_path: Path, kind: str) -> Non
     try:
         assert r.recovered_abnormally
         survivors = 40 if kind == "garbage_appended" else 39
-        assert all_bodies(r) == [body(j) for j in range(survivors)]
+        assert queue_bodies(r) == [body(j) for j in range(survivors)]
         assert r.max_phy_offset == positions[survivors - 1][0] + positions[survivors - 1][1]
         res = r.put_messages([msg(body=b"new")])
         assert res.status is PutStatus.PUT_OK
@@ -143,7 +131,7 @@ def test_torn_tails_recover_and_accept_appends(tmp_path: Path, kind: str) -> Non
     # the repaired log recovers again without complaint, the new record included
     r2 = open_store(image2, **NO_CHECKPOINTS)
     try:
-        assert all_bodies(r2)[-1] == b"new"
+        assert queue_bodies(r2)[-1] == b"new"
     finally:
         r2.shutdown()
 
@@ -176,7 +164,7 @@ def test_mid_log_corruption_refuses_to_start(tmp_path: Path, where: str,
         r = open_store(image, truncate_on_corruption=True, **NO_CHECKPOINTS)
     try:
         assert any("corrupted" in rec.message for rec in caplog.records)
-        assert all_bodies(r) == [body(j) for j in range(20)]
+        assert queue_bodies(r) == [body(j) for j in range(20)]
     finally:
         r.shutdown()
 
@@ -191,7 +179,7 @@ def test_crash_exactly_at_segment_roll(tmp_path: Path) -> None:
     s.shutdown()
     r = open_store(image, **NO_CHECKPOINTS)
     try:
-        assert all_bodies(r) == [body(j) for j in range(n)]
+        assert queue_bodies(r) == [body(j) for j in range(n)]
         assert r.put_messages([msg()]).status is PutStatus.PUT_OK
     finally:
         r.shutdown()
@@ -239,7 +227,7 @@ def test_keys_put_after_recovery_cut_the_log_below_the_index_are_indexed_after_a
     shutil.copytree(index_before, again / "index")
     r = open_store(again, **NO_CHECKPOINTS)
     try:
-        assert all_bodies(r)[-1] == b"after the cut"
+        assert queue_bodies(r)[-1] == b"after the cut"
         assert r.query_by_key("T", "fresh", 5) == [cut_at]
     finally:
         r.shutdown()
