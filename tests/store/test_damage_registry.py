@@ -101,3 +101,17 @@ def test_a_record_written_where_recovery_cut_a_registered_one_is_read_after_a_ki
         assert queue_bodies(r) == [b"old-0", b"old-1", b"old-2", b"old-3", b"new-4"]
     finally:
         r.shutdown()
+
+
+def test_a_record_found_damaged_where_an_entry_was_reported_is_left_out(tmp_path: Path) -> None:
+    """An entry's report leaves the record it points at readable; the record's own damage,
+    found later at the same offset, replaces that report and does leave it out."""
+    reg = DamageRegistry(tmp_path / "damage.json")
+    assert reg.report(DamagedRecord(500, 90, "seg", "TOTALSIZE 120 differs from the consume "
+                                    "queue's 90", "entry", "A", 0, 2))
+    assert reg.known == {}
+    assert not reg.report(DamagedRecord(500, 90, "seg", "again", "entry", "A", 0, 2))
+    assert reg.report(DamagedRecord(500, 120, "seg", "body CRC mismatch", "scrub"))
+    assert reg.known == {500: "body CRC mismatch"}
+    assert not reg.report(DamagedRecord(500, 90, "seg", "TOTALSIZE", "entry", "A", 0, 2))
+    assert [r.found_by for r in reg.records()] == ["scrub"]

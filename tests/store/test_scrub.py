@@ -287,3 +287,39 @@ def test_a_pull_over_damaged_queue_entries_delivers_every_sound_record_once(
     sound = [k for k in passed if k not in bent]
     assert [m.queue_offset for m in delivered] == sound
     assert reported == {k for k in passed if k in bent}
+
+
+@pytest.mark.parametrize("policy", [CorruptPolicy.SKIP, CorruptPolicy.STOP])
+def test_an_entry_pointing_at_another_queues_record_does_not_hide_that_record(
+        tmp_path: Path, policy: CorruptPolicy) -> None:
+    """Queue A's entry 2 is damaged: its offset now lands on queue B's record 1, a sound record
+    of another size. A read of A leaves its entry out (or stops there) and reports the entry;
+    B's record is still read, then and after a restart. Damage was keyed by commit-log offset
+    alone, so the report made every read of B leave its sound record out for good."""
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        phys_a, phys_b = [], []
+        for i in range(4):
+            phys_a.append(store.put_messages([msg("A", 0, b"a%d" % i * 20)]).messages[0].phys_offset)
+            phys_b.append(store.put_messages([msg("B", 0, b"b%d" % i * 30)]).messages[0].phys_offset)
+    finally:
+        store.shutdown()
+    queue_file = store_dir / "consumequeue" / "A" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    struct.pack_into(">q", entries, 2 * 20, phys_b[1])  # entry 2: commit-log offset, SIZE, tag
+    queue_file.write_bytes(bytes(entries))
+    for _start in range(2):  # and again after a restart (damage.json)
+        store = open_store(store_dir, scrub_bytes_per_s=0, on_corrupt_record=policy)
+        try:
+            got = store.get_messages("A", 0, 0, 32)
+            bodies = [m.body for m in decode_records(got.data)]
+            assert bodies == [b"a0" * 20, b"a1" * 20] + ([b"a3" * 20] if policy is CorruptPolicy.SKIP
+                                                        else [])
+            got = store.get_messages("B", 0, 0, 32)
+            assert [m.body for m in decode_records(got.data)] == [b"b%d" % i * 30 for i in range(4)]
+            (rec,) = store.damaged_records()
+            assert (rec.phys_offset, rec.topic, rec.queue_offset, rec.found_by) == (
+                phys_b[1], "A", 2, "entry")
+        finally:
+            store.shutdown()

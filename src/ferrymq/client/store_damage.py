@@ -15,7 +15,7 @@ class DamagedRecordInfo:
     size: int
     segment: str
     reason: str
-    found_by: str  # read, scrub or tail
+    found_by: str  # read, scrub, tail, or entry (a damaged consume-queue entry; its record is sound)
     topic: str  # "" when the damage hides it (found by the scrub, never read)
     queue_id: int
     queue_offset: int

@@ -37,7 +37,9 @@ class DamagedRecord:
     size: int
     segment: str
     reason: str
-    found_by: str  # "read", "scrub" or "tail"
+    # "read", "scrub" or "tail"; "entry" when a consume-queue entry is what is damaged (it
+    # points at a sound record of another size): the record itself is not left out.
+    found_by: str
     topic: str = ""
     queue_id: int = -1
     queue_offset: int = -1
@@ -49,6 +51,11 @@ class SkippedRange:
     queue_id: int
     from_offset: int  # inclusive
     to_offset: int  # exclusive
+
+
+# Reports that do not make reads leave the record at their offset out: a tail cut (new
+# records go there) and a damaged consume-queue entry (the record it points at is sound).
+_NOT_RECORD_DAMAGE = frozenset({"tail", "entry"})
 
 
 class DamageRegistry:
@@ -63,7 +70,8 @@ class DamageRegistry:
         self.known: dict[int, str] = {}
 
     def _refresh_known(self) -> None:
-        self.known = {p: r.reason for p, r in self._records.items() if r.found_by != "tail"}
+        self.known = {p: r.reason for p, r in self._records.items()
+                      if r.found_by not in _NOT_RECORD_DAMAGE}
 
     def load(self) -> None:
         raw = read_json_file(self.path, {})
@@ -88,9 +96,13 @@ class DamageRegistry:
         """Record `rec`; True (and one error log line) the first time its offset is seen."""
         with self._lock:
             known = self._records.get(rec.phys_offset)
-            if known is not None:
-                if not known.topic and rec.topic:  # a read knows the queue: keep that
-                    self._records[rec.phys_offset] = rec
+            # The record itself found damaged where only an entry pointing at it was: that
+            # replaces the entry's report. Never the other way round.
+            entry_before, entry_now = (known is not None and known.found_by == "entry",
+                                       rec.found_by == "entry")
+            if known is not None and not (entry_before and not entry_now):
+                if not known.topic and rec.topic and entry_before == entry_now:
+                    self._records[rec.phys_offset] = rec  # a read knows the queue: keep that
                     self._dirty = True
                 return False
             self._records[rec.phys_offset] = rec
@@ -98,6 +110,12 @@ class DamageRegistry:
             self._refresh_known()
         where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
                  if rec.queue_offset >= 0 else "")
+        if rec.found_by == "entry":
+            log.error("damaged consume-queue entry%s: it points at commit-log offset %d in %s "
+                      "with %d bytes, where a sound record of another size starts (%s); the "
+                      "entry is left out, the record is not", where, rec.phys_offset,
+                      rec.segment, rec.size, rec.reason)
+            return True
         log.error("damaged commit-log record in %s at offset %d, %d bytes%s: %s; found by %s",
                   rec.segment, rec.phys_offset, rec.size, where, rec.reason, rec.found_by)
         return True

@@ -8,7 +8,7 @@ copy the read already makes does."""
 
 from __future__ import annotations
 
-from ..common.record import first_unsound, record_unsound
+from ..common.record import MIN_RECORD_SIZE, first_unsound, record_unsound
 from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
 
@@ -57,6 +57,18 @@ class ReadGuard:
         return first_unsound(buf, picked, self.scrubbed_to, self.hot_start) >= 0
 
 
+def sound_record_at(log: CommitLog, phys: int) -> bool:
+    """Whether a sound record starts at `phys`, read with its own TOTALSIZE."""
+    head = log.read(phys, 4)
+    if head is None:
+        return False
+    total = int.from_bytes(head, "big", signed=True)
+    if not MIN_RECORD_SIZE <= total <= log.segment_size:
+        return False
+    rec = log.read(phys, total)
+    return rec is not None and record_unsound(rec, 0, phys, total) is None
+
+
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,
                  picked: list[tuple[int, int, int]]) -> tuple[bytes, int, int]:
     """Report the damaged records among `picked` and keep the sound ones. Returns (data,
@@ -72,8 +84,13 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
             parts.append(view[o : o + size])
         else:
             seg = log.segment_for(phys)
+            # A sound record of its own size there: the queue's entry is what is damaged (its
+            # size, or an offset that lands on another record). Reported as such, so that the
+            # record is not left out of the reads of the entry that does point at it.
+            found_by = ("entry" if phys not in guard.damage.known and sound_record_at(log, phys)
+                        else "read")
             guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
-                                              "read", topic, queue_id, qo))
+                                              found_by, topic, queue_id, qo))
             if guard.policy is CorruptPolicy.STOP:
                 stop = qo
                 break
