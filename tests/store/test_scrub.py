@@ -294,8 +294,9 @@ def test_an_entry_pointing_at_another_queues_record_does_not_hide_that_record(
         tmp_path: Path, policy: CorruptPolicy) -> None:
     """Queue A's entry 2 is damaged: its offset now lands on queue B's record 1, a sound record
     of another size. A read of A leaves its entry out (or stops there) and reports the entry;
-    B's record is still read, then and after a restart. Damage was keyed by commit-log offset
-    alone, so the report made every read of B leave its sound record out for good."""
+    B's record is still read, then and after a restart; A's entry stays left out after the
+    scrub has verified the record it points at. Damage was keyed by commit-log offset alone,
+    so the report made every read of B leave its sound record out for good."""
     store_dir = tmp_path / "s"
     store = open_store(store_dir, scrub_bytes_per_s=0)
     try:
@@ -309,9 +310,12 @@ def test_an_entry_pointing_at_another_queues_record_does_not_hide_that_record(
     entries = bytearray(queue_file.read_bytes())
     struct.pack_into(">q", entries, 2 * 20, phys_b[1])  # entry 2: commit-log offset, SIZE, tag
     queue_file.write_bytes(bytes(entries))
-    for _start in range(2):  # and again after a restart (damage.json)
-        store = open_store(store_dir, scrub_bytes_per_s=0, on_corrupt_record=policy)
+    for scrub in (0, 64 * 1024 * 1024):  # again after a restart, once the scrub verified all
+        store = open_store(store_dir, scrub_bytes_per_s=scrub, on_corrupt_record=policy)
         try:
+            if scrub:
+                assert store.scrubber is not None
+                wait_until(store.scrubber.done.is_set, message="scrub done")
             got = store.get_messages("A", 0, 0, 32)
             bodies = [m.body for m in decode_records(got.data)]
             assert bodies == [b"a0" * 20, b"a1" * 20] + ([b"a3" * 20] if policy is CorruptPolicy.SKIP

@@ -68,10 +68,15 @@ class DamageRegistry:
         # phys -> reason of the records reads must leave out; replaced, never mutated, so
         # readers look it up without the lock. A tail cut is not in it: new records go there.
         self.known: dict[int, str] = {}
+        # (phys, size) -> reason of the damaged consume-queue entries (found_by "entry"): an
+        # entry with that offset and size is left out, the record at the offset is not.
+        self.known_entries: dict[tuple[int, int], str] = {}
 
     def _refresh_known(self) -> None:
         self.known = {p: r.reason for p, r in self._records.items()
                       if r.found_by not in _NOT_RECORD_DAMAGE}
+        self.known_entries = {(p, r.size): r.reason for p, r in self._records.items()
+                              if r.found_by == "entry"}
 
     def load(self) -> None:
         raw = read_json_file(self.path, {})

@@ -34,6 +34,11 @@ class ReadGuard:
         known = self.damage.known.get(phys)
         if known is not None:
             return known
+        entries = self.damage.known_entries
+        if entries:
+            known = entries.get((phys, size))
+            if known is not None:
+                return known  # a damaged entry: left out whatever the scrub verified since
         if self.scrubbed_to <= phys < self.hot_start:
             return record_unsound(buf, o, phys, size)
         return None
@@ -44,15 +49,17 @@ class ReadGuard:
         per run: a pull of fresh records is not walked record by record. Every record must
         start inside its run (a positive size), else a run can end at or before the range
         while a record of it starts in there."""
-        if self.damage.known:
+        if self.damage.known or self.damage.known_entries:
             return False
         lo, hi = self.scrubbed_to, self.hot_start
         return all(end <= lo or start >= hi for start, end in runs)
 
     def any_damaged(self, buf: bytes, picked: list[tuple[int, int, int]]) -> bool:
         """Whether a record of `buf` ((queue offset, phys, size) back to back) is damaged."""
-        known = self.damage.known
+        known, entries = self.damage.known, self.damage.known_entries
         if known and any(phys in known for _qo, phys, _size in picked):
+            return True
+        if entries and any((phys, size) in entries for _qo, phys, size in picked):
             return True
         return first_unsound(buf, picked, self.scrubbed_to, self.hot_start) >= 0
 
