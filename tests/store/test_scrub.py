@@ -327,3 +327,37 @@ def test_an_entry_pointing_at_another_queues_record_does_not_hide_that_record(
                 phys_b[1], "A", 2, "entry")
         finally:
             store.shutdown()
+
+
+def test_two_damaged_entries_at_one_offset_stay_left_out_after_the_scrub(tmp_path: Path) -> None:
+    """Queue A's entries 1 and 2 are damaged: both offsets now land on queue B's record 1, a
+    sound record of another size, and the two entries have different sizes. Both stay left
+    out once the scrub verified that record. Reports were kept by commit-log offset alone, so
+    the second entry's report was dropped and, after the scrub, its entry delivered B's
+    bytes cut to its size."""
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        phys_b = []
+        for i in range(4):
+            assert store.put_messages([msg("A", 0, b"a%d" % i * (21 + 5 * i))]).ok
+            phys_b.append(store.put_messages([msg("B", 0, b"b%d" % i * 30)]).messages[0].phys_offset)
+    finally:
+        store.shutdown()
+    queue_file = store_dir / "consumequeue" / "A" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    for k in (1, 2):  # entries 1 and 2: commit-log offset, SIZE (they differ), tag
+        struct.pack_into(">q", entries, k * 20, phys_b[1])
+    queue_file.write_bytes(bytes(entries))
+    for scrub in (0, 64 * 1024 * 1024):  # again after a restart, once the scrub verified all
+        store = open_store(store_dir, scrub_bytes_per_s=scrub)
+        try:
+            if scrub:
+                assert store.scrubber is not None
+                wait_until(store.scrubber.done.is_set, message="scrub done")
+            got = store.get_messages("A", 0, 0, 32)
+            assert [m.body for m in decode_records(got.data)] == [b"a0" * 21, b"a3" * 36]
+            got = store.get_messages("B", 0, 0, 32)
+            assert [m.body for m in decode_records(got.data)] == [b"b%d" % i * 30 for i in range(4)]
+        finally:
+            store.shutdown()

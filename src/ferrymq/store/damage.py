@@ -63,6 +63,10 @@ class DamageRegistry:
         self.path = path
         self._lock = threading.Lock()
         self._records: dict[int, DamagedRecord] = {}
+        # The damaged consume-queue entries (found_by "entry"), by (phys, size): entries of
+        # several sizes can point at one offset, each is left out (keyed by phys alone, all
+        # but the first went unremembered, and were delivered once the scrub passed there).
+        self._entries: dict[tuple[int, int], DamagedRecord] = {}
         self._skipped: dict[tuple[str, int], list[SkippedRange]] = {}
         self._dirty = False
         # phys -> reason of the records reads must leave out; replaced, never mutated, so
@@ -75,8 +79,16 @@ class DamageRegistry:
     def _refresh_known(self) -> None:
         self.known = {p: r.reason for p, r in self._records.items()
                       if r.found_by not in _NOT_RECORD_DAMAGE}
-        self.known_entries = {(p, r.size): r.reason for p, r in self._records.items()
-                              if r.found_by == "entry"}
+        self.known_entries = {k: r.reason for k, r in self._entries.items()
+                              if r.phys_offset not in self.known}
+
+    def _put(self, rec: DamagedRecord) -> None:
+        """Keep `rec` (loaded): an entry's report beside the others; the caller holds the lock
+        or owns the registry."""
+        if rec.found_by == "entry":
+            self._entries[(rec.phys_offset, rec.size)] = rec
+        else:
+            self._records[rec.phys_offset] = rec
 
     def load(self) -> None:
         raw = read_json_file(self.path, {})
@@ -87,7 +99,10 @@ class DamageRegistry:
                 rec = DamagedRecord(**item)
             except TypeError:
                 continue
-            self._records[rec.phys_offset] = rec
+            self._put(rec)
+        self._entries = {k: r for k, r in self._entries.items()
+                         if (known := self._records.get(k[0])) is None
+                         or known.found_by == "tail"}
         for item in raw.get("skipped", []):
             try:
                 rng = SkippedRange(**item)
@@ -98,19 +113,34 @@ class DamageRegistry:
 
     # --- reporting ---------------------------------------------------------------------------
     def report(self, rec: DamagedRecord) -> bool:
-        """Record `rec`; True (and one error log line) the first time its offset is seen."""
+        """Record `rec`; True (and one error log line) the first time its offset is seen (an
+        entry's report: its offset and size)."""
         with self._lock:
             known = self._records.get(rec.phys_offset)
-            # The record itself found damaged where only an entry pointing at it was: that
-            # replaces the entry's report. Never the other way round.
-            entry_before, entry_now = (known is not None and known.found_by == "entry",
-                                       rec.found_by == "entry")
-            if known is not None and not (entry_before and not entry_now):
-                if not known.topic and rec.topic and entry_before == entry_now:
-                    self._records[rec.phys_offset] = rec  # a read knows the queue: keep that
-                    self._dirty = True
-                return False
-            self._records[rec.phys_offset] = rec
+            if rec.found_by == "entry":
+                # The record itself found damaged there covers every entry pointing at it.
+                if known is not None and known.found_by != "tail":
+                    return False
+                key = (rec.phys_offset, rec.size)
+                known = self._entries.get(key)
+                if known is not None:
+                    if not known.topic and rec.topic:
+                        self._entries[key] = rec
+                        self._dirty = True
+                    return False
+                self._entries[key] = rec
+            else:
+                if known is not None:
+                    if not known.topic and rec.topic:
+                        self._records[rec.phys_offset] = rec  # a read knows the queue: keep that
+                        self._dirty = True
+                    return False
+                self._records[rec.phys_offset] = rec
+                if rec.found_by != "tail":
+                    # The record itself found damaged where only entries pointing at it
+                    # were: that replaces their reports. Never the other way round.
+                    self._entries = {k: r for k, r in self._entries.items()
+                                     if k[0] != rec.phys_offset}
             self._dirty = True
             self._refresh_known()
         where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
@@ -127,7 +157,8 @@ class DamageRegistry:
 
     def records(self) -> list[DamagedRecord]:
         with self._lock:
-            return sorted(self._records.values(), key=lambda r: r.phys_offset)
+            return sorted([*self._records.values(), *self._entries.values()],
+                          key=lambda r: (r.phys_offset, r.size))
 
     def forget_from(self, phys: int) -> None:
         """Drop records at or beyond `phys`, on disk first: called before the log is cut
@@ -138,12 +169,15 @@ class DamageRegistry:
         unregistered: reads verify them again. Raises OSError, changing nothing, when
         damage.json cannot be written (the caller must not cut then)."""
         with self._lock:
-            gone = [p for p in self._records if p >= phys]
+            gone = [p for p in self._records if p >= phys] + [k for k in self._entries
+                                                               if k[0] >= phys]
             if not gone:
                 return
             keep = {p: r for p, r in self._records.items() if p < phys}
-            atomic_write(self.path, jsonx.dumps_bytes(self._json(keep)))
+            keep_entries = {k: r for k, r in self._entries.items() if k[0] < phys}
+            atomic_write(self.path, jsonx.dumps_bytes(self._json(keep, keep_entries)))
             self._records = keep
+            self._entries = keep_entries
             self._dirty = False
             self._refresh_known()
 
@@ -185,12 +219,13 @@ class DamageRegistry:
     # --- persistence (maintenance thread) ------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         with self._lock:
-            return self._json(self._records)
+            return self._json(self._records, self._entries)
 
-    def _json(self, records: dict[int, DamagedRecord]) -> dict[str, Any]:
-        """The file's content with `records`; the caller holds the lock."""
-        return {"records": [asdict(r) for r in sorted(records.values(),
-                                                      key=lambda r: r.phys_offset)],
+    def _json(self, records: dict[int, DamagedRecord],
+              entries: dict[tuple[int, int], DamagedRecord]) -> dict[str, Any]:
+        """The file's content with `records` and `entries`; the caller holds the lock."""
+        return {"records": [asdict(r) for r in sorted([*records.values(), *entries.values()],
+                                                      key=lambda r: (r.phys_offset, r.size))],
                 "skipped": [asdict(r) for ranges in self._skipped.values() for r in ranges]}
 
     def persist(self) -> None:
@@ -201,7 +236,8 @@ class DamageRegistry:
             if not self._dirty:
                 return
             try:
-                atomic_write(self.path, jsonx.dumps_bytes(self._json(self._records)))
+                atomic_write(self.path, jsonx.dumps_bytes(self._json(self._records,
+                                                                      self._entries)))
             except OSError as exc:
                 log.error("cannot write %s: %s", self.path, exc)
                 return
