@@ -361,3 +361,33 @@ def test_two_damaged_entries_at_one_offset_stay_left_out_after_the_scrub(tmp_pat
             assert [m.body for m in decode_records(got.data)] == [b"b%d" % i * 30 for i in range(4)]
         finally:
             store.shutdown()
+
+
+def test_an_entry_without_a_size_does_not_hide_the_record_written_later_at_its_offset(
+        tmp_path: Path) -> None:
+    """Queue A's entry 1 is damaged: its size is 0 and its offset lands where the commit log
+    ends. A read leaves it out; B's record written there later is still read. The entry was
+    reported as the record's damage (nothing sound started there yet), so every read of B
+    left that sound record out for good."""
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        for i in range(3):
+            assert store.put_messages([msg("A", 0, b"a%d" % i * 20)]).ok
+        end = store.put_messages([msg("B", 0, b"b0" * 30)]).messages[0].phys_offset
+        end += store.get_messages("B", 0, 0, 1).data.__len__()
+    finally:
+        store.shutdown()
+    queue_file = store_dir / "consumequeue" / "A" / "0" / f"{0:020d}"
+    entries = bytearray(queue_file.read_bytes())
+    struct.pack_into(">qi", entries, 1 * 20, end, 0)  # entry 1: commit-log offset, SIZE
+    queue_file.write_bytes(bytes(entries))
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        got = store.get_messages("A", 0, 0, 32)
+        assert [m.body for m in decode_records(got.data)] == [b"a0" * 20, b"a2" * 20]
+        assert store.put_messages([msg("B", 0, b"b1" * 30)]).messages[0].phys_offset == end
+        got = store.get_messages("B", 0, 0, 32)
+        assert [m.body for m in decode_records(got.data)] == [b"b0" * 30, b"b1" * 30]
+    finally:
+        store.shutdown()

@@ -147,7 +147,7 @@ class DamageRegistry:
                  if rec.queue_offset >= 0 else "")
         if rec.found_by == "entry":
             log.error("damaged consume-queue entry%s: it points at commit-log offset %d in %s "
-                      "with %d bytes, where a sound record of another size starts (%s); the "
+                      "with %d bytes (%s); the "
                       "entry is left out, the record is not", where, rec.phys_offset,
                       rec.segment, rec.size, rec.reason)
             return True

@@ -93,8 +93,11 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
             seg = log.segment_for(phys)
             # A sound record of its own size there: the queue's entry is what is damaged (its
             # size, or an offset that lands on another record). Reported as such, so that the
-            # record is not left out of the reads of the entry that does point at it.
-            found_by = ("entry" if phys not in guard.damage.known and sound_record_at(log, phys)
+            # record is not left out of the reads of the entry that does point at it. An entry
+            # without a positive size is damaged whatever lies at its offset: reported as the
+            # record's damage, it hid the record written there later (past the log's end).
+            found_by = ("entry" if size <= 0 or (phys not in guard.damage.known
+                                                 and sound_record_at(log, phys))
                         else "read")
             guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
                                               found_by, topic, queue_id, qo))
