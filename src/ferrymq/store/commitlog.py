@@ -20,13 +20,14 @@ import threading
 import time
 from pathlib import Path
 
-from ..common.record import BLANK_MAGIC_CODE
+from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
 from ..common.record.layout import SIZE_AND_MAGIC
 from .errors import StoreLayoutError
 from .files import FileIO, fsync_dir, release_fd
 
 END_FILE_MIN_BLANK = 8
 BLANK_RECORD = SIZE_AND_MAGIC
+_READ_AHEAD = 4096  # read_record's first read: most records fit
 _NAME = re.compile(r"^\d{20}$")
 RETIRE_GRACE_S = 30.0
 
@@ -208,6 +209,25 @@ class CommitLog:
         except OSError:
             return None
         return data if len(data) == n else None
+
+    def read_record(self, pos: int) -> bytes | None:
+        """The record starting at `pos`, as long as its own TOTALSIZE says (one read of a
+        few KiB covers most records), or None when no message record starts there. Its
+        fields and CRC are not checked."""
+        if pos < self.min_offset or pos + MIN_RECORD_SIZE > self.write_pos:
+            return None
+        seg = self.segment_for(pos)
+        if seg is None:
+            return None
+        head = self.read(pos, min(_READ_AHEAD, self.write_pos - pos, seg.end - pos))
+        if head is None:
+            return None
+        total, magic = SIZE_AND_MAGIC.unpack_from(head)
+        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE:
+            return None
+        if total <= len(head):
+            return head[:total]
+        return self.read(pos, total)
 
     def map_segment(self, seg: Segment) -> mmap.mmap:
         return mmap.mmap(seg.fd, self.segment_size, prot=mmap.PROT_READ)

@@ -8,7 +8,7 @@ copy the read already makes does."""
 
 from __future__ import annotations
 
-from ..common.record import MIN_RECORD_SIZE, first_unsound, record_unsound
+from ..common.record import first_unsound, record_unsound
 from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
 
@@ -66,14 +66,8 @@ class ReadGuard:
 
 def sound_record_at(log: CommitLog, phys: int) -> bool:
     """Whether a sound record starts at `phys`, read with its own TOTALSIZE."""
-    head = log.read(phys, 4)
-    if head is None:
-        return False
-    total = int.from_bytes(head, "big", signed=True)
-    if not MIN_RECORD_SIZE <= total <= log.segment_size:
-        return False
-    rec = log.read(phys, total)
-    return rec is not None and record_unsound(rec, 0, phys, total) is None
+    rec = log.read_record(phys)
+    return rec is not None and record_unsound(rec, 0, phys, len(rec)) is None
 
 
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,

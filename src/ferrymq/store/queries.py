@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from ..common.message import MessageExt
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-_READ_AHEAD = 4096
 
 
 class KeyHit(NamedTuple):
@@ -87,19 +86,7 @@ class Queries:
                 return None
             total, magic = SIZE_AND_MAGIC.unpack_from(data)
             return data if magic == MESSAGE_MAGIC_CODE and total == size else None
-        seg = clog.segment_for(phys_offset)
-        if seg is None:
-            return None
-        n = min(_READ_AHEAD, clog.write_pos - phys_offset, seg.end - phys_offset)
-        head = clog.read(phys_offset, n)
-        if head is None:
-            return None
-        total, magic = SIZE_AND_MAGIC.unpack_from(head)
-        if magic != MESSAGE_MAGIC_CODE or total < MIN_RECORD_SIZE:
-            return None
-        if total <= len(head):
-            return head[:total]
-        return clog.read(phys_offset, total)
+        return clog.read_record(phys_offset)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
