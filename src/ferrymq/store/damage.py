@@ -37,8 +37,8 @@ class DamagedRecord:
     size: int
     segment: str
     reason: str
-    # "read", "scrub" or "tail"; "entry" when a consume-queue entry is what is damaged (it
-    # points at a sound record of another size): the record itself is not left out.
+    # "read", "scrub" or "tail"; "entry" when a consume-queue entry is what is damaged (no
+    # size, or it points at a sound record of another size): the record is not left out.
     found_by: str
     topic: str = ""
     queue_id: int = -1
@@ -51,11 +51,6 @@ class SkippedRange:
     queue_id: int
     from_offset: int  # inclusive
     to_offset: int  # exclusive
-
-
-# Reports that do not make reads leave the record at their offset out: a tail cut (new
-# records go there) and a damaged consume-queue entry (the record it points at is sound).
-_NOT_RECORD_DAMAGE = frozenset({"tail", "entry"})
 
 
 class DamageRegistry:
@@ -77,10 +72,12 @@ class DamageRegistry:
         self.known_entries: dict[tuple[int, int], str] = {}
 
     def _refresh_known(self) -> None:
-        self.known = {p: r.reason for p, r in self._records.items()
-                      if r.found_by not in _NOT_RECORD_DAMAGE}
-        self.known_entries = {k: r.reason for k, r in self._entries.items()
-                              if r.phys_offset not in self.known}
+        """The lookups of reads, from the reports; the caller holds the lock or owns the
+        registry. A record's own damage covers every entry pointing at it: those entries'
+        reports are dropped (never the other way round)."""
+        self.known = {p: r.reason for p, r in self._records.items() if r.found_by != "tail"}
+        self._entries = {k: r for k, r in self._entries.items() if k[0] not in self.known}
+        self.known_entries = {k: r.reason for k, r in self._entries.items()}
 
     def _put(self, rec: DamagedRecord) -> None:
         """Keep `rec` (loaded): an entry's report beside the others; the caller holds the lock
@@ -100,9 +97,6 @@ class DamageRegistry:
             except TypeError:
                 continue
             self._put(rec)
-        self._entries = {k: r for k, r in self._entries.items()
-                         if (known := self._records.get(k[0])) is None
-                         or known.found_by == "tail"}
         for item in raw.get("skipped", []):
             try:
                 rng = SkippedRange(**item)
@@ -136,20 +130,14 @@ class DamageRegistry:
                         self._dirty = True
                     return False
                 self._records[rec.phys_offset] = rec
-                if rec.found_by != "tail":
-                    # The record itself found damaged where only entries pointing at it
-                    # were: that replaces their reports. Never the other way round.
-                    self._entries = {k: r for k, r in self._entries.items()
-                                     if k[0] != rec.phys_offset}
             self._dirty = True
             self._refresh_known()
         where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
                  if rec.queue_offset >= 0 else "")
         if rec.found_by == "entry":
             log.error("damaged consume-queue entry%s: it points at commit-log offset %d in %s "
-                      "with %d bytes (%s); the "
-                      "entry is left out, the record is not", where, rec.phys_offset,
-                      rec.segment, rec.size, rec.reason)
+                      "with %d bytes (%s); the entry is left out, the record is not", where,
+                      rec.phys_offset, rec.segment, rec.size, rec.reason)
             return True
         log.error("damaged commit-log record in %s at offset %d, %d bytes%s: %s; found by %s",
                   rec.segment, rec.phys_offset, rec.size, where, rec.reason, rec.found_by)
