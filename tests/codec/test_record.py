@@ -24,7 +24,7 @@ from record_impls import OTHERS, PARAMS, PY, C
 from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.props import PropertyError, properties_to_string, string_to_properties
 from ferrymq.common.record import MessageDecodeError, RecordEncodeError, pack_host
-from ferrymq.common.record.layout import KEY_ENTRY, offset_msg_id
+from ferrymq.common.record.layout import CQ_ENTRY, KEY_ENTRY, offset_msg_id
 from ferrymq.store.encoder import Encoder, encode, place
 from ferrymq.store.index_layout import key_hash
 from ferrymq.store.model import StoreMessage
@@ -428,16 +428,21 @@ def test_record_info_checks_and_reads_records_alike(impl: ModuleType, cut: int, 
 @params
 @given(cut=st.integers(0, 400), flip=st.integers(0, 400), byte=st.integers(0, 255),
        at=st.integers(0, 400), pos=st.sampled_from([0, 100, 200, 7]), size=st.integers(-3, 400),
-       lo=st.integers(-1, 250), span=st.integers(0, 300), entry=st.integers(0, 2))
+       lo=st.integers(-1, 250), span=st.integers(0, 300), entry=st.integers(0, 2),
+       queue_id=st.integers(-1, 3), topic=st.sampled_from([b"", b"T", b"U", b"TT"]),
+       crc=st.booleans())
 @settings(max_examples=300, deadline=None)
-def test_read_checks_agree_alike_and_with_record_info(impl: ModuleType, cut: int, flip: int,
-                                                      byte: int, at: int, pos: int, size: int,
-                                                      lo: int, span: int, entry: int) -> None:
+def test_read_checks_agree_alike_and_with_record_info(
+        impl: ModuleType, cut: int, flip: int, byte: int, at: int, pos: int, size: int, lo: int,
+        span: int, entry: int, queue_id: int, topic: bytes, crc: bool) -> None:
     """A read's check of the records consume-queue entries point at (record_unsound for one,
-    first_unsound for a pull's run): the same answer from both implementations on whole,
-    damaged and misaligned records and wrong entries. A record is sound exactly when
-    record_info accepts it within the entry's size and its TOTALSIZE is that size, and
-    first_unsound finds the first entry of a run that one check at a time would."""
+    first_unsound and first_unsound_entries for a pull's run): the same answer from both
+    implementations on whole, damaged and misaligned records, wrong entries and entries of
+    another queue. A record is sound exactly when record_info accepts it within the entry's
+    size and its TOTALSIZE is that size; it belongs to the queue when record_info reads that
+    queue's topic and id from it; without its CRC checked, a sound record stays sound. A run's
+    first unsound entry is the one a check at a time finds, records in [lo, hi) checked in
+    full and the others without their CRC."""
     whole = _sample_records()
     sizes = [m.store_size for m in PY.decode_records(whole)]
     starts = list(itertools.accumulate(sizes, initial=0))[:-1]
@@ -445,38 +450,57 @@ def test_read_checks_agree_alike_and_with_record_info(impl: ModuleType, cut: int
         checks = [(s, 100 * i, sizes[i]) for i, s in enumerate(starts)] + [(at % len(buf), pos, size)]
         for o, p, n in checks:
             got = outcome(impl.record_unsound, buf, o, p, n)
+            owned = outcome(impl.record_unsound, buf, o, p, n, queue_id, topic, crc)
             for other in OTHERS[impl]:
                 assert outcome(other.record_unsound, buf, o, p, n) == got
+                assert outcome(other.record_unsound, buf, o, p, n, queue_id, topic, crc) == owned
             assert got[0] == "ok" and (got[1] is None or isinstance(got[1], str))
+            assert owned[0] == "ok" and (owned[1] is None or isinstance(owned[1], str))
             fits = n >= 8 and o + n <= len(buf) and PY.I32.unpack_from(buf, o)[0] == n
             info = PY.record_info(buf, o, p, o + n, tuple) if fits else "no"
             assert (got[1] is None) == (not isinstance(info, str)), (got, info)
+            if got[1] is None:
+                assert not isinstance(info, str)
+                mine = (queue_id < 0 or info[3] == queue_id) and (not topic or info[2] == topic.decode())
+                assert (owned[1] is None) == mine, (owned, info, queue_id, topic)
+            elif not crc and got[1] == "body CRC mismatch":
+                assert owned[1] is None or "QUEUEID" in owned[1] or "topic" in owned[1]
         # A pull's run: the entries as stored, one of them possibly wrong (its size or place).
         picked = [(i, 100 * i, sizes[i]) for i in range(len(sizes))]
         if size != sizes[entry]:
             picked[entry] = (entry, pos if size % 2 else 100 * entry, size)
         hi = lo + span
-        expect = next((i for i, (_q, ph, n) in enumerate(picked) if n <= 0 or (
-            lo <= ph < hi and PY.record_unsound(buf, sum(x[2] for x in picked[:i]), ph, n)
-            is not None)), -1)
-        assert impl.first_unsound(buf, picked, lo, hi) == expect
+        expect = next((i for i, (_q, ph, n) in enumerate(picked) if n <= 0 or PY.record_unsound(
+            buf, sum(x[2] for x in picked[:i]), ph, n, queue_id, topic, lo <= ph < hi)
+            is not None), -1)
+        assert impl.first_unsound(buf, picked, lo, hi, queue_id, topic) == expect
+        raw = b"".join(CQ_ENTRY.pack(ph, n, 7) for _q, ph, n in picked)
+        assert impl.first_unsound_entries(buf, raw + b"extra", len(picked), lo, hi, queue_id,
+                                          topic) == expect
     assert impl.first_unsound(whole, [(i, 100 * i, n) for i, n in enumerate(sizes)], 0, 1 << 62) == -1
+    # Each record is its own queue's (topic T, queue id i), and no other queue's.
+    for i in range(len(sizes)):
+        one = [(i, 100 * i, sizes[i])]
+        assert impl.first_unsound(whole[starts[i]:], one, 0, 1 << 62, i, b"T") == -1
+        assert impl.first_unsound(whole[starts[i]:], one, 0, 0, (i + 1) % 3, b"T") == 0
+        assert impl.record_unsound(whole, starts[i], 100 * i, sizes[i], i, b"U") == (
+            "the topic is not the consume queue's")
 
 
 @params
 def test_read_checks_take_offsets_and_sizes_near_the_int64_limit_alike(impl: ModuleType) -> None:
     """Offsets and sizes whose sum passes 2**63 (any int64 a caller may pass; a consume-queue
-    entry's size is an int32, but first_unsound adds up the sizes of the trusted entries it
-    steps over): a record there is cut short, as one past the buffer's end is. The compiled
-    twin added them in C: the sum overflowed, passed the bounds check and the record was read
-    out of bounds (a crash), or wrapped back into the buffer, where a later entry was checked
-    against the wrong bytes and passed. Run in a child process, so that a crash fails here."""
+    entry's size is an int32): the record there is cut short, as one past the buffer's end is,
+    and a run stops at the first such entry, trusted or not. The compiled twin added them in C:
+    the sum overflowed, passed the bounds check and the record was read out of bounds (a
+    crash), or wrapped back into the buffer, where a later entry was checked against the wrong
+    bytes and passed. Run in a child process, so that a crash fails here."""
     whole = _sample_records()
     n = PY.decode_records(whole)[0].store_size
-    far = [(i, -1, 1 << 62) for i in range(4)]  # trusted entries (below lo): stepped over
+    far = [(i, -1, 1 << 62) for i in range(4)]  # trusted entries (below lo)
     one = [(2**63 - 1, n), (2**63 - 50, 100), (2**63 - n, n), (1 << 62, 1 << 62), (n, 2**63 - n)]
-    runs = [([*far[:1], (1, 0, 1 << 62)], 0, 1 << 62), ([*far, (4, 0, n)], 0, 1),
-            ([*far[:2], (2, 0, n)], 0, 1), ([(0, 0, n)], 0, 1)]
+    runs = [([*far[:1], (1, 0, 1 << 62)], 0, 1 << 62), ([(0, 0, n), *far, (4, 0, n)], 0, 1),
+            ([(0, 0, n), (1, 0, 2**63 - 1)], 0, 1), ([(0, 0, n)], 0, 1)]
     code = ("import ast, sys, importlib\n"
             "m = importlib.import_module(sys.argv[1])\n"
             "buf, one, runs = ast.literal_eval(sys.argv[2])\n"
@@ -485,10 +509,31 @@ def test_read_checks_take_offsets_and_sizes_near_the_int64_limit_alike(impl: Mod
     child = subprocess.run([sys.executable, "-c", code, impl.__name__, repr((whole, one, runs))],
                            capture_output=True, text=True)
     assert child.returncode == 0, child.stderr or f"exit status {child.returncode}"
-    expect = (["record cut short"] * len(one), [1, 4, 2, -1])
+    expect = (["record cut short"] * len(one), [0, 1, 1, -1])
     assert ast.literal_eval(child.stdout) == expect
     assert ([PY.record_unsound(whole, o, 0, s) for o, s in one],
             [PY.first_unsound(whole, p, lo, hi) for p, lo, hi in runs]) == expect
+
+
+@params
+def test_read_checks_refuse_what_they_cannot_compare_alike(impl: ModuleType) -> None:
+    """A topic longer than a record's one length byte can say, or more entries than the
+    consume-queue bytes hold: a ValueError from both twins, not an answer about the record."""
+    whole = _sample_records()
+    n = PY.decode_records(whole)[0].store_size
+    raw = CQ_ENTRY.pack(0, n, 0)
+    calls = [(impl.record_unsound, whole, 0, 0, n, 0, b"T" * 256),
+             (impl.first_unsound, whole, [(0, 0, n)], 0, 1, 0, b"T" * 256),
+             (impl.first_unsound_entries, whole, raw, 1, 0, 1, 0, b"T" * 256),
+             (impl.first_unsound_entries, whole, raw, 2, 0, 1),
+             (impl.first_unsound_entries, whole, raw, -1, 0, 1)]
+    for fn, *args in calls:
+        got = outcome(fn, *args)
+        assert got[0] == "ValueError"
+        for other in OTHERS[impl]:
+            assert outcome(getattr(other, fn.__name__), *args) == got
+    assert impl.first_unsound_entries(whole, raw, 1, 0, 1, 0, b"T" * 255) == 0
+    assert impl.first_unsound_entries(whole, raw, 1, 0, 1, 0, b"T") == -1
 
 
 @params

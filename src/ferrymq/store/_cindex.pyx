@@ -122,7 +122,7 @@ def scan_run(raw, Py_ssize_t max_nums, Py_ssize_t max_bytes, int64_t min_phys):
                 break
             # Below min_phys: a segment being removed. A size that is not positive or an end
             # past int64 (which would wrap here): a damaged entry. The general walk takes all
-            # three; a record then always starts inside its run (ReadGuard.runs_sound).
+            # three.
             if phys < min_phys or size <= 0 or phys > INT64_MAX - size:
                 return None
             if run_start < 0:

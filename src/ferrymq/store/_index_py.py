@@ -91,8 +91,7 @@ def scan_run(raw: bytes, max_nums: int, max_bytes: int, min_phys: int
     size). Returns (count, total bytes, runs), a run being a [start, end) of the commit log
     holding records back to back; None when an entry points below min_phys (a segment being
     removed), an entry's size is not positive or its end overflows an int64 (a damaged queue
-    entry), or `raw` is not whole entries: the general walk handles those. A record then always
-    starts inside its run, which ReadGuard.runs_sound relies on."""
+    entry), or `raw` is not whole entries: the general walk handles those."""
     if not raw or len(raw) % CQ_ENTRY.size:
         return None
     runs: list[list[int]] = []

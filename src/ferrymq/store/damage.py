@@ -53,23 +53,33 @@ class SkippedRange:
     to_offset: int  # exclusive
 
 
+# (phys, size, topic, queue id) of a damaged consume-queue entry: what a read looks it up by.
+EntryKey = tuple[int, int, str, int]
+
+
+def entry_key(rec: DamagedRecord) -> EntryKey:
+    return (rec.phys_offset, rec.size, rec.topic, rec.queue_id)
+
+
 class DamageRegistry:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._records: dict[int, DamagedRecord] = {}
-        # The damaged consume-queue entries (found_by "entry"), by (phys, size): entries of
+        # The damaged consume-queue entries (found_by "entry"), by EntryKey: entries of
         # several sizes can point at one offset, each is left out (keyed by phys alone, all
-        # but the first went unremembered, and were delivered once the scrub passed there).
-        self._entries: dict[tuple[int, int], DamagedRecord] = {}
+        # but the first went unremembered, and were delivered once the scrub passed there);
+        # and an entry of one queue that points at another queue's record of the same size
+        # is left out without that record being left out of its own queue.
+        self._entries: dict[EntryKey, DamagedRecord] = {}
         self._skipped: dict[tuple[str, int], list[SkippedRange]] = {}
         self._dirty = False
         # phys -> reason of the records reads must leave out; replaced, never mutated, so
         # readers look it up without the lock. A tail cut is not in it: new records go there.
         self.known: dict[int, str] = {}
-        # (phys, size) -> reason of the damaged consume-queue entries (found_by "entry"): an
-        # entry with that offset and size is left out, the record at the offset is not.
-        self.known_entries: dict[tuple[int, int], str] = {}
+        # EntryKey -> reason of the damaged consume-queue entries (found_by "entry"): an entry
+        # of that queue with that offset and size is left out, the record at the offset is not.
+        self.known_entries: dict[EntryKey, str] = {}
 
     def _refresh_known(self) -> None:
         """The lookups of reads, from the reports; the caller holds the lock or owns the
@@ -83,7 +93,7 @@ class DamageRegistry:
         """Keep `rec` (loaded): an entry's report beside the others; the caller holds the lock
         or owns the registry."""
         if rec.found_by == "entry":
-            self._entries[(rec.phys_offset, rec.size)] = rec
+            self._entries[entry_key(rec)] = rec
         else:
             self._records[rec.phys_offset] = rec
 
@@ -108,19 +118,15 @@ class DamageRegistry:
     # --- reporting ---------------------------------------------------------------------------
     def report(self, rec: DamagedRecord) -> bool:
         """Record `rec`; True (and one error log line) the first time its offset is seen (an
-        entry's report: its offset and size)."""
+        entry's report: its queue, offset and size)."""
         with self._lock:
             known = self._records.get(rec.phys_offset)
             if rec.found_by == "entry":
                 # The record itself found damaged there covers every entry pointing at it.
                 if known is not None and known.found_by != "tail":
                     return False
-                key = (rec.phys_offset, rec.size)
-                known = self._entries.get(key)
-                if known is not None:
-                    if not known.topic and rec.topic:
-                        self._entries[key] = rec
-                        self._dirty = True
+                key = entry_key(rec)
+                if key in self._entries:
                     return False
                 self._entries[key] = rec
             else:
@@ -210,7 +216,7 @@ class DamageRegistry:
             return self._json(self._records, self._entries)
 
     def _json(self, records: dict[int, DamagedRecord],
-              entries: dict[tuple[int, int], DamagedRecord]) -> dict[str, Any]:
+              entries: dict[EntryKey, DamagedRecord]) -> dict[str, Any]:
         """The file's content with `records` and `entries`; the caller holds the lock."""
         return {"records": [asdict(r) for r in sorted([*records.values(), *entries.values()],
                                                       key=lambda r: (r.phys_offset, r.size))],

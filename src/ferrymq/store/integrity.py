@@ -2,23 +2,28 @@
 every read: a record handed to a consumer must still be the record that was stored.
 
 The consume queue says where a record starts and how long it is; the record itself must agree
-(TOTALSIZE, the fields, PHYSICALOFFSET) and its body must match its CRC: the record codec's
-`record_unsound`, compiled with the rest of it, so a pull of cold records costs about what the
-copy the read already makes does."""
+(TOTALSIZE, the fields, PHYSICALOFFSET, and the queue: QUEUEID and topic) and, unless trusted,
+its body must match its CRC: the record codec's `record_unsound`, compiled with the rest of it,
+so a pull of cold records costs about what the copy the read already makes does, and a pull
+of fresh ones a few nanoseconds a record. QUEUEOFFSET is not compared: recovery keeps a
+record whose queue offset left a gap at the offset its queue expected (store._dispatch)."""
 
 from __future__ import annotations
 
-from ..common.record import first_unsound, record_unsound
+from collections.abc import Callable
+
+from ..common.record import first_unsound, first_unsound_entries, record_unsound
 from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
 
 
 class ReadGuard:
     """What a read does about damage: where it reports it, whether it skips or stops, and
-    which records it must verify. Records this run wrote (at or past `hot_start`) and records
-    the scrub has verified (below `scrubbed_to`) are trusted, except those known damaged;
-    the rest are checked record by record. So a pull of fresh messages costs no CRC, and a
-    pull of cold ones costs one until the scrub gets there."""
+    which records it must verify in full. Every record read must be the one its entry says
+    (its TOTALSIZE, layout, PHYSICALOFFSET, QUEUEID and topic: a damaged consume-queue entry is
+    caught wherever it points); records this run wrote (at or past `hot_start`) and records the
+    scrub has verified (below `scrubbed_to`) are trusted to hold their body, the rest have
+    their CRC checked too, until the scrub gets there. One compiled call per pull."""
 
     __slots__ = ("damage", "hot_start", "policy", "scrubbed_to")
 
@@ -28,7 +33,8 @@ class ReadGuard:
         self.hot_start = 0  # set at start: where this run's writes begin
         self.scrubbed_to = 0  # raised by the scrub as it goes
 
-    def reason(self, buf: bytes, o: int, phys: int, size: int) -> str | None:
+    def reason(self, buf: bytes, o: int, phys: int, size: int, topic: str,
+               queue_id: int) -> str | None:
         if size <= 0:
             return "record cut short"  # the entry's size: no record has it, trusted or not
         known = self.damage.known.get(phys)
@@ -36,32 +42,30 @@ class ReadGuard:
             return known
         entries = self.damage.known_entries
         if entries:
-            known = entries.get((phys, size))
+            known = entries.get((phys, size, topic, queue_id))
             if known is not None:
                 return known  # a damaged entry: left out whatever the scrub verified since
-        if self.scrubbed_to <= phys < self.hot_start:
-            return record_unsound(buf, o, phys, size)
-        return None
+        return record_unsound(buf, o, phys, size, queue_id, topic.encode(),
+                              self.scrubbed_to <= phys < self.hot_start)
 
-    def runs_sound(self, runs: list[list[int]]) -> bool:
-        """Whether no record starting in these [start, end) commit-log runs can be damaged:
-        none is known to be, and none lies in the range the scrub has yet to verify. One test
-        per run: a pull of fresh records is not walked record by record. Every record must
-        start inside its run (a positive size), else a run can end at or before the range
-        while a record of it starts in there."""
-        if self.damage.known or self.damage.known_entries:
-            return False
+    def any_damaged(self, buf: bytes, topic: str, queue_id: int,
+                    picked: Callable[[], list[tuple[int, int, int]]],
+                    entries: bytes | None = None, count: int = 0) -> bool:
+        """Whether a record of `buf` is damaged: records back to back, as `picked` lists them
+        ((queue offset, phys, size)), or as the first `count` consume-queue entries in
+        `entries` say (a run taken as it lies: no tuple per record unless damage is known)."""
+        known, known_entries = self.damage.known, self.damage.known_entries
         lo, hi = self.scrubbed_to, self.hot_start
-        return all(end <= lo or start >= hi for start, end in runs)
-
-    def any_damaged(self, buf: bytes, picked: list[tuple[int, int, int]]) -> bool:
-        """Whether a record of `buf` ((queue offset, phys, size) back to back) is damaged."""
-        known, entries = self.damage.known, self.damage.known_entries
-        if known and any(phys in known for _qo, phys, _size in picked):
+        if entries is not None and not known and not known_entries:
+            return first_unsound_entries(buf, entries, count, lo, hi, queue_id,
+                                         topic.encode()) >= 0
+        records = picked()
+        if known and any(phys in known for _qo, phys, _size in records):
             return True
-        if entries and any((phys, size) in entries for _qo, phys, size in picked):
+        if known_entries and any((phys, size, topic, queue_id) in known_entries
+                                 for _qo, phys, size in records):
             return True
-        return first_unsound(buf, picked, self.scrubbed_to, self.hot_start) >= 0
+        return first_unsound(buf, records, lo, hi, queue_id, topic.encode()) >= 0
 
 
 def sound_record_at(log: CommitLog, phys: int) -> bool:
@@ -80,14 +84,15 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
     o = 0
     stop = -1
     for qo, phys, size in picked:
-        reason = guard.reason(data, o, phys, size)
+        reason = guard.reason(data, o, phys, size, topic, queue_id)
         if reason is None:
             parts.append(view[o : o + size])
         else:
             seg = log.segment_for(phys)
             # A sound record of its own size there: the queue's entry is what is damaged (its
-            # size, or an offset that lands on another record). Reported as such, so that the
-            # record is not left out of the reads of the entry that does point at it. An entry
+            # size, or an offset that lands on another record, of another queue perhaps).
+            # Reported as such, so that the record is not left out of the reads of the entry
+            # that does point at it. An entry
             # without a positive size is damaged whatever lies at its offset: reported as the
             # record's damage, it hid the record written there later (past the log's end).
             found_by = ("entry" if size <= 0 or (phys not in guard.damage.known

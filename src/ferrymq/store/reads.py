@@ -119,15 +119,11 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         if run is not None:
             taken, size, spans = run
             return _read_picked(cq, log, offset, offset + taken, spans, size, taken,
-                                lambda: _taken(offset, raw, taken), mn, mx, guard)
+                                lambda: _taken(offset, raw, taken), mn, mx, guard, raw)
     status = GetStatus.NO_MATCHED_MESSAGE
     skip_below = -1
     runs: list[list[int]] = []
     picked: list[tuple[int, int, int]] = []
-    # Whether every record taken starts inside its run, so the guard may clear runs as a
-    # whole: not when a damaged entry's size is not positive (its record starts at or past the
-    # end of its run).
-    whole = True
     total = 0
     count = 0
     i = 0
@@ -147,15 +143,13 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
             i += 1
             continue
         picked.append((offset + i, phys, size))
-        if size <= 0:
-            # A damaged entry: no bytes to read (a negative size would cut the run short and
-            # put the records after it out of line); the guard reports it.
-            whole = False
-        elif runs and runs[-1][1] == phys:
-            runs[-1][1] = phys + size
-        else:
-            runs.append([phys, phys + size])
+        # An entry without a positive size is damaged: no bytes to read (a negative size would
+        # cut the run short and put the records after it out of line); the guard reports it.
         if size > 0:
+            if runs and runs[-1][1] == phys:
+                runs[-1][1] = phys + size
+            else:
+                runs.append([phys, phys + size])
             total += size
         count += 1
         i += 1
@@ -164,30 +158,30 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if not count:
         return GetResult(status, b"", 0, offset + i, mn, mx)
     return _read_picked(cq, log, offset, offset + i, runs, total, count, lambda: picked, mn, mx,
-                        guard, whole)
+                        guard)
 
 
 def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
                  runs: list[list[int]], total: int, count: int,
                  picked: Callable[[], list[tuple[int, int, int]]], mn: int, mx: int,
-                 guard: ReadGuard | None, whole: bool = True) -> GetResult:
+                 guard: ReadGuard | None, entries: bytes | None = None) -> GetResult:
     """Read the records a pull took (`runs` of the commit log) and drop the damaged ones.
-    `picked` lists them as (queue offset, phys, size); it is only called when the guard cannot
-    clear the runs as a whole, or `whole` says a record may start outside its run (scan_run
-    never takes such entries)."""
+    `picked` lists them as (queue offset, phys, size); `entries`, when the pull took its first
+    `count` consume-queue entries as they lie, holds them, so a sound pull is checked without
+    `picked` being called."""
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
-    if guard is not None and not (whole and guard.runs_sound(runs)):
+    if guard is not None and guard.any_damaged(data, cq.topic, cq.queue_id, picked, entries,
+                                               count):
         records = picked()
-        if guard.any_damaged(data, records):
-            data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records)
-            if stop >= 0:
-                next_begin = stop
-                if not count:
-                    return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
-            if not count:  # only damaged records: move past them, as past unmatched tags
-                return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
+        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records)
+        if stop >= 0:
+            next_begin = stop
+            if not count:
+                return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+        if not count:  # only damaged records: move past them, as past unmatched tags
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
     return GetResult(GetStatus.FOUND, data, count, next_begin, mn, mx)
 
 

@@ -378,10 +378,11 @@ def decode_records(buf, *, broker="", bint decompress=True):
 
 
 cdef object unsound_c(const unsigned char* b, Py_ssize_t n, Py_ssize_t o, int64_t pos,
-                      Py_ssize_t size):
+                      Py_ssize_t size, int64_t queue_id, const unsigned char* topic,
+                      Py_ssize_t topic_len, bint crc):
     cdef Located r
     cdef int64_t phys
-    cdef int32_t total
+    cdef int32_t total, qid
     # `o > n - size`, not `o + size > n`: an offset and a size near 2**63 (any int64 the
     # caller passes) overflow the sum, which then passes and the record is read out of bounds.
     if size < MIN_RECORD or o < 0 or o > n - size:
@@ -396,43 +397,91 @@ cdef object unsound_c(const unsigned char* b, Py_ssize_t n, Py_ssize_t o, int64_
     phys = rd64(b + o + P_PHYSICALOFFSET)
     if phys != pos:
         return f"PHYSICALOFFSET field {phys} is not the record's position"
-    if <int32_t>body_crc(b + r.body_at, r.body_len) != rd32(b + o + P_BODYCRC):
+    qid = rd32(b + o + P_QUEUEID)
+    if queue_id >= 0 and qid != queue_id:
+        return f"QUEUEID {qid} is not the consume queue's {queue_id}"
+    if topic_len and (b[r.topic_at - 1] != topic_len
+                      or memcmp(b + r.topic_at, topic, topic_len) != 0):
+        return "the topic is not the consume queue's"
+    if crc and <int32_t>body_crc(b + r.body_at, r.body_len) != rd32(b + o + P_BODYCRC):
         return "body CRC mismatch"
     return None
 
 
-def record_unsound(buf, Py_ssize_t o, int64_t pos, Py_ssize_t size):
+cdef Py_ssize_t topic_length(bytes topic) except -1:
+    # A topic longer than its one length byte can say never matches a record: refused here
+    # rather than compared against a truncated length.
+    if len(topic) > 255:
+        raise ValueError(f"a topic of {len(topic)} bytes cannot be a record's")
+    return len(topic)
+
+
+def record_unsound(buf, Py_ssize_t o, int64_t pos, Py_ssize_t size, int64_t queue_id=-1,
+                   bytes topic=b"", bint crc=True):
     cdef Py_buffer view
+    cdef Py_ssize_t topic_len = topic_length(topic)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        return unsound_c(<const unsigned char*>view.buf, view.len, o, pos, size)
+        return unsound_c(<const unsigned char*>view.buf, view.len, o, pos, size, queue_id,
+                         <const unsigned char*>PyBytes_AS_STRING(topic), topic_len, crc)
     finally:
         PyBuffer_Release(&view)
 
 
-def first_unsound(buf, picked, int64_t lo, int64_t hi):
+def first_unsound(buf, picked, int64_t lo, int64_t hi, int64_t queue_id=-1, bytes topic=b""):
     cdef Py_buffer view
     cdef Py_ssize_t o = 0, i = 0
+    cdef Py_ssize_t topic_len = topic_length(topic)
     cdef int64_t phys, size
     cdef const unsigned char* b
+    cdef const unsigned char* t = <const unsigned char*>PyBytes_AS_STRING(topic)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         b = <const unsigned char*>view.buf
         for _qo, phys, size in picked:
             if size <= 0:
                 return i
-            if lo <= phys < hi and unsound_c(b, view.len, o, phys, size) is not None:
+            if unsound_c(b, view.len, o, phys, size, queue_id, t, topic_len,
+                         lo <= phys < hi) is not None:
                 return i
-            # Past the buffer every record is cut short wherever it starts: stop at one past
-            # its end, so that the sizes of trusted entries cannot overflow the offset (a sum
-            # wrapped back into the buffer would check a later entry against the wrong bytes).
-            if size > view.len - o:
-                o = view.len + 1
-            else:
-                o += size
+            o += size
             i += 1
     finally:
         PyBuffer_Release(&view)
+    return -1
+
+
+def first_unsound_entries(buf, entries, Py_ssize_t count, int64_t lo, int64_t hi,
+                          int64_t queue_id=-1, bytes topic=b""):
+    cdef Py_buffer view
+    cdef Py_buffer ev
+    cdef Py_ssize_t o = 0, i
+    cdef Py_ssize_t topic_len = topic_length(topic)
+    cdef int64_t phys, size
+    cdef const unsigned char* b
+    cdef const unsigned char* e
+    cdef const unsigned char* t = <const unsigned char*>PyBytes_AS_STRING(topic)
+    PyObject_GetBuffer(entries, &ev, PyBUF_SIMPLE)
+    try:
+        if count < 0 or count > ev.len // CQ_SIZE:
+            raise ValueError(f"first_unsound_entries: {count} entries are not in {ev.len} bytes")
+        e = <const unsigned char*>ev.buf
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            b = <const unsigned char*>view.buf
+            for i in range(count):
+                phys = rd64(e + i * CQ_SIZE)
+                size = rd32(e + i * CQ_SIZE + 8)
+                if size <= 0:
+                    return i
+                if unsound_c(b, view.len, o, phys, size, queue_id, t, topic_len,
+                             lo <= phys < hi) is not None:
+                    return i
+                o += size
+        finally:
+            PyBuffer_Release(&view)
+    finally:
+        PyBuffer_Release(&ev)
     return -1
 
 

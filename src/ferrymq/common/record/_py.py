@@ -27,6 +27,7 @@ from .layout import (
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_SIZE,
+    POS_BODY_V4,
     POS_BODYLEN_V4,
     POS_PHYSICALOFFSET,
     POS_QUEUEOFFSET,
@@ -47,7 +48,8 @@ IMPLEMENTATION = "python"
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
              "batch_to_messages", "encode_messages", "place_messages", "record_starts",
-             "key_entries", "record_info", "record_unsound", "first_unsound")
+             "key_entries", "record_info", "record_unsound", "first_unsound",
+             "first_unsound_entries")
 
 _new_tuple = tuple.__new__
 
@@ -224,19 +226,23 @@ def record_info(buf: Buffer, o: int, pos: int, limit: int,
     return _new_tuple(info_type, (pos, total, topic, qid, qo, store_ts, tags, keys, uniq, delay))
 
 
-def record_unsound(buf: Buffer, o: int, pos: int, size: int) -> str | None:
+def record_unsound(buf: Buffer, o: int, pos: int, size: int, queue_id: int = -1,
+                   topic: bytes = b"", crc: bool = True) -> str | None:
     """Why the `size` bytes at `o` are not the record stored at `pos` (what a consume-queue
     entry says of it), or None: TOTALSIZE equal to `size`, the fields as `locate` checks them,
-    PHYSICALOFFSET equal to `pos`, the body CRC. The reasons are `locate`'s."""
+    PHYSICALOFFSET equal to `pos`, QUEUEID equal to `queue_id` and the topic to `topic` (when
+    given: the queue whose entry it is), and with `crc` the body CRC. The reasons of the fields
+    are `locate`'s."""
+    _topic_length(topic)
     if size < MIN_RECORD_SIZE or o < 0 or o + size > len(buf):
         return "record cut short"
-    (total, magic, crc, _q, _f, _qo, phys, sys_flag, _bt, _bh, _bp, _st, _sh, _sp, _r, _pr,
+    (total, magic, crc_field, qid, _f, _qo, phys, sys_flag, _bt, _bh, _bp, _st, _sh, _sp, _r, _pr,
      body_len) = FIXED_V4.unpack_from(buf, o)
     if total != size:
         return f"TOTALSIZE {total} differs from the consume queue's {size}"
     if sys_flag & HOST_FLAGS or magic != MESSAGE_MAGIC_CODE:  # the rare cases: locate says why
         try:
-            _t, _s, body_at, body_len, _ta, _pa = locate(buf, o, o + size)
+            _t, _s, body_at, body_len, topic_at, _pa = locate(buf, o, o + size)
         except MessageDecodeError as exc:
             return exc.reason
     else:
@@ -254,18 +260,80 @@ def record_unsound(buf: Buffer, o: int, pos: int, size: int) -> str | None:
             return "properties do not end where the record ends"
     if phys != pos:
         return f"PHYSICALOFFSET field {phys} is not the record's position"
-    if zlib.crc32(memoryview(buf)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+    if queue_id >= 0 and qid != queue_id:
+        return f"QUEUEID {qid} is not the consume queue's {queue_id}"
+    if topic and (buf[topic_at - 1] != len(topic) or buf[topic_at : topic_at + len(topic)] != topic):
+        return "the topic is not the consume queue's"
+    if crc and zlib.crc32(memoryview(buf)[body_at : body_at + body_len]) & 0x7FFFFFFF != crc_field:
         return "body CRC mismatch"
     return None
 
 
-def first_unsound(buf: Buffer, picked: Sequence[tuple[int, int, int]], lo: int, hi: int) -> int:
+def _topic_length(topic: bytes) -> None:
+    # A topic longer than its one length byte can say never matches a record: refused rather
+    # than compared against a truncated length (as the compiled twin does).
+    if len(topic) > 255:
+        raise ValueError(f"a topic of {len(topic)} bytes cannot be a record's")
+
+
+# What a trusted record's check reads on the usual layout (IPv4 hosts): TOTALSIZE, MAGIC,
+# QUEUEID, PHYSICALOFFSET, SYSFLAG and the BODY length.
+_TRUSTED_V4 = struct.Struct(">ii4xi12xqi44xi")
+
+
+def _unsound_at(buf: Buffer, n: int, o: int, phys: int, size: int, queue_id: int, topic: bytes,
+                full: bool) -> bool:
+    """Whether record_unsound(buf, o, phys, size, queue_id, topic, full) has a reason. A
+    trusted record (no CRC) of the usual layout is passed on one unpack and a few comparisons:
+    a pull runs this per record. Anything else, and any doubt, is record_unsound's to decide."""
+    if full or size < MIN_RECORD_SIZE or o < 0 or o + size > n:
+        return record_unsound(buf, o, phys, size, queue_id, topic, full) is not None
+    total, magic, qid, at, sys_flag, body_len = _TRUSTED_V4.unpack_from(buf, o)
+    topic_at = o + POS_BODY_V4 + body_len + 1
+    end = o + size
+    if (total == size and magic == MESSAGE_MAGIC_CODE and at == phys and not sys_flag & HOST_FLAGS
+            and (queue_id < 0 or qid == queue_id) and body_len >= 0 and topic_at + 2 <= end):
+        topic_len = buf[topic_at - 1]
+        props_at = topic_at + topic_len + 2
+        # Below 0x8000: locate reads the length as a signed short.
+        props_len = (buf[props_at - 2] << 8) | buf[props_at - 1] if props_at <= end else -1
+        if (props_len == end - props_at and props_len < 0x8000
+                and (not topic or (topic_len == len(topic)
+                                   and buf[topic_at : topic_at + topic_len] == topic))):
+            return False
+    return record_unsound(buf, o, phys, size, queue_id, topic, full) is not None
+
+
+def first_unsound(buf: Buffer, picked: Sequence[tuple[int, int, int]], lo: int, hi: int,
+                  queue_id: int = -1, topic: bytes = b"") -> int:
     """The index in `picked` ((queue offset, phys, size) of records back to back in `buf`) of
-    the first entry without a positive size, or whose record starts in [lo, hi) and is
-    unsound (`record_unsound`); -1 when there is none. Records outside [lo, hi) are trusted."""
+    the first entry without a positive size, or whose record is unsound (`record_unsound` for
+    the queue `topic`/`queue_id`); -1 when there is none. Records starting in [lo, hi) are
+    checked in full, the others (trusted: written by this run, or verified by the scrub)
+    without their body CRC."""
+    _topic_length(topic)
+    n = len(buf)
     o = 0
     for i, (_qo, phys, size) in enumerate(picked):
-        if size <= 0 or (lo <= phys < hi and record_unsound(buf, o, phys, size) is not None):
+        if size <= 0 or _unsound_at(buf, n, o, phys, size, queue_id, topic, lo <= phys < hi):
+            return i
+        o += size
+    return -1
+
+
+def first_unsound_entries(buf: Buffer, entries: Buffer, count: int, lo: int, hi: int,
+                          queue_id: int = -1, topic: bytes = b"") -> int:
+    """first_unsound for the first `count` consume-queue entries in `entries` (their bytes as
+    the queue stores them): a pull that took a run of entries as they lie is checked without a
+    tuple per entry."""
+    _topic_length(topic)
+    if count < 0 or count * CQ_ENTRY.size > len(entries):
+        raise ValueError(f"first_unsound_entries: {count} entries are not in {len(entries)} bytes")
+    n = len(buf)
+    o = 0
+    for i, (phys, size, _tag) in enumerate(CQ_ENTRY.iter_unpack(
+            memoryview(entries)[: count * CQ_ENTRY.size])):
+        if size <= 0 or _unsound_at(buf, n, o, phys, size, queue_id, topic, lo <= phys < hi):
             return i
         o += size
     return -1

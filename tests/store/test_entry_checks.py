@@ -1,0 +1,129 @@
+"""Consume-queue entries that no longer say where their queue's record is: every read checks
+that the record it hands out is the one its entry names (TOTALSIZE, PHYSICALOFFSET, QUEUEID,
+topic), trusted records included: those this run wrote and those the scrub has verified. The
+damaged entry is left out and reported (found_by "entry"); the record it lands on stays in
+its own queue. Before, a trusted record was handed out on its entry's word: another queue's
+message, or bytes cut to a wrong size, reached the consumer."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from store_util import msg, open_store, wait_until
+
+from ferrymq.common.record import decode_records
+from ferrymq.store import CorruptPolicy, MessageStore
+
+FULL_SCRUB = 64 * 1024 * 1024
+ENTRY = 20  # a consume-queue entry: commit-log offset (8), size (4), tag code (8)
+
+
+def _queue_file(store_dir: Path, topic: str, queue_id: int) -> Path:
+    return store_dir / "consumequeue" / topic / str(queue_id) / f"{0:020d}"
+
+
+def _rewrite_entry(path: Path, index: int, *, phys: int | None = None,
+                   size: int | None = None) -> None:
+    """Change one entry in place (the open store reads its queue files with pread)."""
+    with open(path, "r+b") as f:
+        f.seek(index * ENTRY)
+        old_phys, old_size = struct.unpack(">qi", f.read(12))
+        f.seek(index * ENTRY)
+        f.write(struct.pack(">qi", old_phys if phys is None else phys,
+                            old_size if size is None else size))
+
+
+def _bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    got = store.get_messages(topic, queue_id, 0, 32)
+    return [m.body for m in decode_records(got.data)]
+
+
+def _fill(store: MessageStore) -> dict[tuple[str, int], list[int]]:
+    """Four records in each of A/0, A/1 and B/0, all of one size."""
+    phys: dict[tuple[str, int], list[int]] = {("A", 0): [], ("A", 1): [], ("B", 0): []}
+    for i in range(4):
+        for (topic, qid), at in phys.items():
+            body = b"%s%d%d" % (topic.encode(), qid, i) * 10
+            at.append(store.put_messages([msg(topic, qid, body)]).messages[0].phys_offset)
+    return phys
+
+
+def _expected(topic: str, qid: int, left_out: int | None = None) -> list[bytes]:
+    return [b"%s%d%d" % (topic.encode(), qid, i) * 10 for i in range(4) if i != left_out]
+
+
+# Queue A/0's entry 2 made to point at another queue's record 1 (same size, so its TOTALSIZE
+# and PHYSICALOFFSET agree with the entry), or given another record's size.
+DAMAGE = {
+    "another topic's record": ("B", 0),
+    "another queue id's record": ("A", 1),
+    "a size spanning two records": None,
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_entry_is_caught_after_the_scrub_verified_its_record(
+        tmp_path: Path, damage: str) -> None:
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        phys = _fill(store)
+    finally:
+        store.shutdown()
+    target = DAMAGE[damage]
+    size = (phys[("A", 0)][3] - phys[("A", 0)][2]) if target is None else None
+    _rewrite_entry(_queue_file(store_dir, "A", 0), 2,
+                   phys=None if target is None else phys[target][1],
+                   size=None if size is None else 2 * size)
+    for _restart in range(2):  # and again once damage.json holds the report
+        store = open_store(store_dir, scrub_bytes_per_s=FULL_SCRUB)
+        try:
+            assert store.scrubber is not None
+            wait_until(store.scrubber.done.is_set, message="scrub done")
+            assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+            for topic, qid in (("A", 1), ("B", 0)):
+                assert _bodies(store, topic, qid) == _expected(topic, qid)
+            (rec,) = store.damaged_records()
+            assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 2, "entry")
+        finally:
+            store.shutdown()
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_entry_pointing_at_records_this_run_wrote_is_caught(
+        tmp_path: Path, damage: str) -> None:
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        phys = _fill(store)
+        target = DAMAGE[damage]
+        size = phys[("A", 0)][3] - phys[("A", 0)][2]
+        _rewrite_entry(_queue_file(tmp_path / "s", "A", 0), 2,
+                       phys=None if target is None else phys[target][1],
+                       size=None if target is not None else 2 * size)
+        assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+        for topic, qid in (("A", 1), ("B", 0)):
+            assert _bodies(store, topic, qid) == _expected(topic, qid)
+        (rec,) = store.damaged_records()
+        assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 2, "entry")
+    finally:
+        store.shutdown()
+
+
+def test_stop_policy_holds_a_queue_at_an_entry_of_another_queues_record(tmp_path: Path) -> None:
+    """Under STOP the read ends before the damaged entry and the next read is held there;
+    the queue the record belongs to is read whole."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0,
+                       on_corrupt_record=CorruptPolicy.STOP)
+    try:
+        phys = _fill(store)
+        _rewrite_entry(_queue_file(tmp_path / "s", "A", 0), 2, phys=phys[("B", 0)][1])
+        got = store.get_messages("A", 0, 0, 32)
+        assert [m.body for m in decode_records(got.data)] == _expected("A", 0)[:2]
+        assert got.next_begin_offset == 2
+        held = store.get_messages("A", 0, 2, 32)
+        assert held.count == 0 and held.next_begin_offset == 2
+        assert _bodies(store, "B", 0) == _expected("B", 0)
+    finally:
+        store.shutdown()
