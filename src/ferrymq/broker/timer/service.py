@@ -63,6 +63,11 @@ class TimerService:
         # has linked and drops the slots its master has delivered, so that when it is promoted
         # it goes on from where its master was (at most one slot is delivered twice).
         self._follow: Callable[[], tuple[int, int] | None] | None = None
+        # Where the timer log and the commit log ended at start: a link written before the
+        # start to bytes past the commit log's end then points at a record a power loss took
+        # (the kernel wrote the timer's files back, not the log's tail); whatever is written
+        # there later is another message.
+        self._lost_after: tuple[int, int] = (0, 0)
 
     @property
     def store(self) -> MessageStore:
@@ -74,8 +79,11 @@ class TimerService:
     def start(self) -> None:
         if self._task is not None:
             return
-        first = self.store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
+        store = self.store
+        first = store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
         self.state = TimerStore(self.cfg, self.now_ms(), first)
+        self._lost_after = (self.state.log.end, store.max_phy_offset)
+        self._queue_start(self.state)
         self._open = None
         self._task = asyncio.create_task(self._run(), name="ferrymq-timer")
 
@@ -227,15 +235,30 @@ class TimerService:
             return True
         return False
 
+    def _queue_start(self, state: TimerStore) -> int:
+        """The timer queue offset to link from: the checkpoint's, within the queue. Below its
+        start, retention removed entries. Past its end, the queue lost entries the timer had
+        linked (a power loss took the commit log's tail, or a slave's log was cut to its new
+        master's): the next messages take those offsets again and must be linked."""
+        store = self.store
+        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        end = store.get_max_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
+        if offset > end:
+            log.warning("timer queue ends at %d, below the %d the timer had linked: its "
+                        "entries from %d were lost with the commit log's tail; linking from there",
+                        end, offset, end)
+            offset = end
+        if offset != state.enqueue_offset:
+            state.enqueue_offset = offset
+            state.save()
+        return offset
+
     async def _enqueue(self, state: TimerStore, now: int) -> bool:
         store = self.store
         self._hold_until = 0
-        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        offset = self._queue_start(state)
         entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, ENQUEUE_BATCH)
         if not entries:
-            if offset != state.enqueue_offset:
-                state.enqueue_offset = offset
-                state.save()
             return False
         done = 0
         for qe in entries:
@@ -267,7 +290,7 @@ class TimerService:
             state.jump(read_to)  # the slots between were delivered by the master
             moved = True
         store = self.store
-        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        offset = self._queue_start(state)
         n = min(ENQUEUE_BATCH, enqueue_to - offset)
         entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, n) if n > 0 else []
         for qe in entries:
@@ -285,8 +308,20 @@ class TimerService:
 
     async def _deliver(self, entries: list[LogEntry]) -> bool:
         out: list[StoreMessage] = []
+        log_end, commit_end = self._lost_after
         for e in entries:
+            if e.pos < log_end and e.phys_offset + e.size > commit_end:
+                log.error("timer message at %d (due %d) was lost with the commit log's tail; "
+                          "its link is dropped", e.phys_offset, e.deliver_ms)
+                continue
             msg = _decode(self.store.read_record(e.phys_offset, e.size), e.phys_offset)
+            if msg is not None and (msg.topic != TIMER_TOPIC
+                                    or deliver_ms_of(msg.properties) != e.deliver_ms):
+                # Not the timer message linked there (its log was cut under the link): the
+                # message now at that offset is delivered by its own link, at its own time.
+                log.error("the record at %d is not the timer message linked there (due %d); "
+                          "the link is dropped", e.phys_offset, e.deliver_ms)
+                continue
             if msg is not None:
                 restored = _restored(msg, roll=e.roll)
                 if restored is not None:

@@ -1,0 +1,78 @@
+"""The timer after a power loss that kept its own files but not the commit log's tail: the
+kernel writes dirty pages back in any order, so the timer checkpoint (which counts the timer
+topic's entries already linked) and the wheel can reach the disk while the records they came
+from do not. Built here as the image such a loss leaves: the store of an earlier stop, with
+the timer files of a later one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
+
+from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
+from ferrymq.common.names import TIMER_TOPIC
+
+__all__ = ["nodes"]  # the fixture, used by name
+
+
+def _timer_files_onto(src: Path, dst: Path) -> None:
+    """What the kernel wrote back of `src`'s timer files, over the store `dst`."""
+    shutil.copy2(wheel_path(src), wheel_path(dst))
+    shutil.rmtree(log_dir(dst), ignore_errors=True)
+    shutil.copytree(log_dir(src), log_dir(dst))
+    shutil.copy2(checkpoint_path(src), checkpoint_path(dst))
+
+
+async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> Path:
+    """A store holding K0 (a timer for T0 + 1 s) whose timer files also hold L0 (T0 + 1.5 s),
+    a timer sent after K0 that the power loss took from the commit log and the timer queue."""
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"kept", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
+    await node.stop()
+    nodes.remove(node)
+    image = tmp_path / "image"
+    shutil.copytree(store, image)
+    node = await _node(nodes, store, clock)
+    await node.send("t", b"lost", _props("L0", TIMER_DELIVER_MS=T0 + 1_500))
+    await eventually(lambda: node.timer.pending() == 2, what="L0 linked")
+    await node.stop()
+    nodes.remove(node)
+    _timer_files_onto(store, image)
+    return image
+
+
+async def test_a_timer_sent_after_the_loss_at_a_reused_queue_offset_is_delivered(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """N0 is sent after the restart and takes the timer queue offset L0 had. The checkpoint
+    counted L0 as linked already, so the timer started past N0's entry: N0 (acknowledged) was
+    never linked and never delivered. (N0 is longer than L0: L0's own stale link, below, must
+    not be what delivers it.)"""
+    clock = Clock()
+    image = await _power_loss_image(tmp_path, nodes, clock)
+    node = await _node(nodes, image, clock)
+    assert [m.msg_id for m in await node.pull(TIMER_TOPIC)] == ["K0"]
+    await node.send("t", b"a new one", _props("N0", TIMER_DELIVER_MS=T0 + 2_000))
+    await node.advance_to(T0 + 3_000)
+    await eventually(lambda: _count(node, "t", 2), what="K0 and N0 delivered")
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "N0"]
+
+
+async def test_a_lost_timers_link_does_not_deliver_the_record_written_in_its_place(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """The wheel still links L0 at its commit-log offset, where N0 (a timer of the same size,
+    due later) is written after the restart. L0's slot must not deliver N0 early, nor twice."""
+    clock = Clock()
+    image = await _power_loss_image(tmp_path, nodes, clock)
+    node = await _node(nodes, image, clock)
+    await node.send("t", b"anew", _props("N0", TIMER_DELIVER_MS=T0 + 4_000))
+    await node.advance_to(T0 + 2_000)  # past L0's time: only K0 is due
+    await eventually(lambda: _count(node, "t", 1), what="K0 delivered")
+    assert [m.msg_id for m in await node.pull("t")] == ["K0"]
+    await node.advance_to(T0 + 5_000)
+    await eventually(lambda: _count(node, "t", 2), what="N0 delivered")
+    assert [m.msg_id for m in await node.pull("t")] == ["K0", "N0"]
