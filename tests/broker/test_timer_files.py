@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
+from ferrymq.broker.timer.checkpoint import COPIES_AT, CheckpointFile
 from ferrymq.broker.timer.codec import (
     CHECKPOINT_COPY_SIZE,
     ENTRY,
@@ -42,11 +45,42 @@ def test_codec_round_trips_and_rejects_damage() -> None:
     cp = TimerCheckpoint(100, 64, T0, 3, 17, 480, seq=9)
     data = encode_checkpoint(cp)
     assert len(data) == CHECKPOINT_COPY_SIZE and decode_checkpoint(data) == cp
-    torn = data[:20] + bytes(44)
+    assert (cp.synced_log_end, cp.synced_enqueue_offset, cp.boot_id) == (480, 17, b"")
+    torn = data[:20] + bytes(CHECKPOINT_COPY_SIZE - 20)
     assert decode_checkpoint(torn) is None
     older = encode_checkpoint(TimerCheckpoint(100, 64, T0 - 100, 0, 16, 432, seq=8))
     assert newest_checkpoint(older + data) == cp
     assert newest_checkpoint(torn + older) is not None and newest_checkpoint(torn + older).seq == 8
+    synced = TimerCheckpoint(100, 64, T0, 3, 17, 480, seq=10, synced_log_end=384,
+                             synced_enqueue_offset=15, boot_id=bytes(range(1, 17)))
+    assert decode_checkpoint(encode_checkpoint(synced)) == synced
+    with pytest.raises(ValueError):
+        encode_checkpoint(TimerCheckpoint(100, 64, T0, 3, 17, 480, boot_id=b"short"))
+
+
+def test_a_checkpoint_file_of_the_first_layout_is_read_and_kept_until_replaced(
+        tmp_path: Path) -> None:
+    """A file written by the first layout (two 64-byte copies, no synced fields, no boot):
+    its newest copy is what a store starts from, as synced in full; the new layout's copies go
+    after it, so a torn first write of the new layout still leaves the old copy to start from."""
+    body = struct.Struct(">Iqiiqqqq")
+    copies = b""
+    for seq, read_time in ((4, T0), (5, T0 + 100)):
+        raw = body.pack(0x7E7ECC01, seq, 100, 64, read_time, 1, 7, 96)
+        copies += (raw + struct.pack(">I", zlib.crc32(raw))).ljust(64, b"\0")
+    path = checkpoint_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(copies)
+    f = CheckpointFile(path)
+    cp = f.load()
+    assert cp == TimerCheckpoint(100, 64, T0 + 100, 1, 7, 96, seq=5)
+    assert (cp.synced_log_end, cp.synced_enqueue_offset, cp.boot_id) == (96, 7, b"")
+    f.write(TimerCheckpoint(100, 64, T0 + 200, 0, 8, 144))
+    with open(path, "r+b") as torn:  # the new copy torn: the old layout's still there
+        torn.seek(COPIES_AT + f._seq % 2 * CHECKPOINT_COPY_SIZE)
+        torn.write(b"\xff" * 8)
+    f.close()
+    assert CheckpointFile(path).load() == TimerCheckpoint(100, 64, T0 + 100, 1, 7, 96, seq=5)
 
 
 def _cfg(tmp_path: Path, **kw: int) -> TimerStoreConfig:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
 
+from ferrymq.broker.timer import state as timer_state
 from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
 from ferrymq.common.names import TIMER_TOPIC
 
@@ -76,3 +78,58 @@ async def test_a_lost_timers_link_does_not_deliver_the_record_written_in_its_pla
     await node.advance_to(T0 + 5_000)
     await eventually(lambda: _count(node, "t", 2), what="N0 delivered")
     assert [m.msg_id for m in await node.pull("t")] == ["K0", "N0"]
+
+
+async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_loss(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """K1 is stored (on disk, as SYNC_FLUSH makes it) and linked, and the checkpoint written
+    after that link reached the disk; the wheel and log pages holding the link did not (the
+    timer syncs them at its flush interval). The checkpoint said K1's queue offset was linked:
+    K1 was never delivered. A checkpoint of an earlier boot now sends the store back to its
+    last sync, and K1 is linked again from the timer queue."""
+    clock = Clock()
+    store = tmp_path / "store"
+    slow = {"timer_flush_interval_ms": 600_000}  # no sync but at start and stop
+    node = await _node(nodes, store, clock, **slow)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
+    await node.stop()
+    nodes.remove(node)
+    synced = tmp_path / "synced"  # the timer's files as the last sync left them on disk
+    shutil.copytree(store, synced)
+    node = await _node(nodes, store, clock, **slow)
+    await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
+    await eventually(lambda: node.timer.pending() == 2, what="K1 linked")
+    written_back = checkpoint_path(store).read_bytes()  # what the kernel may write back
+    await node.stop()
+    nodes.remove(node)
+    _timer_files_onto(synced, store)
+    checkpoint_path(store).write_bytes(written_back)
+    # The machine restarted: another boot.
+    monkeypatch.setattr(timer_state, "current_boot_id", lambda: b"\x01" * 16)
+    node = await _node(nodes, store, clock)
+    await node.advance_to(T0 + 2_000)
+    await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]
+
+
+async def test_in_the_same_boot_the_checkpoint_is_trusted_and_nothing_is_delivered_twice(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """The same files after a kill (the page cache kept every write): the checkpoint of this
+    boot is trusted as it is; K1's link, in the page cache, is not made twice."""
+    clock = Clock()
+    store = tmp_path / "store"
+    slow = {"timer_flush_interval_ms": 600_000}
+    node = await _node(nodes, store, clock, **slow)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
+    await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
+    await eventually(lambda: node.timer.pending() == 2, what="both linked")
+    await node.stop()
+    nodes.remove(node)
+    node = await _node(nodes, store, clock)
+    assert node.timer.pending() == 2
+    await node.advance_to(T0 + 2_000)
+    await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]

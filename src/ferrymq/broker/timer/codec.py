@@ -7,10 +7,13 @@
   list), the delivery time, the time of the slot it is linked to (the delivery time, or an
   earlier one for a roll), the message's commit-log offset and size, the wheel's read time
   when the entry was written, and a magic word with flags. A zero magic marks unwritten space.
-- The checkpoint (64 bytes, written to two alternating copies): the wheel's geometry, the
+- The checkpoint (128 bytes, written to two alternating copies): the wheel's geometry, the
   read time with how many entries of that slot were delivered, the next timer-queue offset to
-  enqueue and the end of the log that goes with it; a sequence number and a CRC pick the newest
-  whole copy after a torn write."""
+  enqueue and the end of the log that goes with it; the log end and queue offset as of the last
+  fsync of the log and wheel, and the id of the boot it was written in (a later boot means a
+  power loss may have kept this copy and not the pages it describes); a sequence number and a
+  CRC pick the newest whole copy after a torn write. The first layout (64 bytes, without the
+  synced fields and the boot) is still read."""
 
 from __future__ import annotations
 
@@ -24,14 +27,17 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 SLOT = struct.Struct(">qqqii")
 ENTRY = struct.Struct(">qqqqqii")
-_CKPT_BODY = struct.Struct(">Iqiiqqqq")
+_CKPT_BODY_V1 = struct.Struct(">Iqiiqqqq")
+_CKPT_BODY = struct.Struct(">Iqiiqqqqqq16s")
 _CRC = struct.Struct(">I")
-CHECKPOINT_COPY_SIZE = 64
+CHECKPOINT_COPY_SIZE_V1 = 64
+CHECKPOINT_COPY_SIZE = 128
 
 ENTRY_MAGIC = 0x7E7E0000
 FLAG_ROLL = 0x1
 _MAGIC_MASK = 0xFFFF0000
-CHECKPOINT_MAGIC = 0x7E7ECC01
+CHECKPOINT_MAGIC_V1 = 0x7E7ECC01
+CHECKPOINT_MAGIC = 0x7E7ECC02
 
 
 class TimerFileError(Exception):
@@ -71,6 +77,17 @@ class TimerCheckpoint:
     enqueue_offset: int
     log_end: int
     seq: int = 0
+    # As of the last fsync of the log and the wheel: the log's end and the queue offset to
+    # enqueue from. A first-layout copy says the same as its log_end and enqueue_offset.
+    synced_log_end: int = -1
+    synced_enqueue_offset: int = -1
+    boot_id: bytes = b""  # empty when not known (a first-layout copy, a system without one)
+
+    def __post_init__(self) -> None:
+        if self.synced_log_end < 0:
+            object.__setattr__(self, "synced_log_end", self.log_end)
+        if self.synced_enqueue_offset < 0:
+            object.__setattr__(self, "synced_enqueue_offset", self.enqueue_offset)
 
 
 def encode_slot(slot: Slot) -> bytes:
@@ -98,8 +115,11 @@ def decode_entry(buf: Buffer, offset: int, pos: int) -> LogEntry | None:
 
 
 def encode_checkpoint(cp: TimerCheckpoint) -> bytes:
+    if len(cp.boot_id) not in (0, 16):
+        raise ValueError("a boot id is 16 bytes (or empty: not known)")
     body = _CKPT_BODY.pack(CHECKPOINT_MAGIC, cp.seq, cp.precision_ms, cp.slots, cp.read_time_ms,
-                           cp.slot_done, cp.enqueue_offset, cp.log_end)
+                           cp.slot_done, cp.enqueue_offset, cp.log_end, cp.synced_log_end,
+                           cp.synced_enqueue_offset, cp.boot_id)
     whole = body + _CRC.pack(zlib.crc32(body))
     return whole + bytes(CHECKPOINT_COPY_SIZE - len(whole))
 
@@ -108,15 +128,30 @@ def decode_checkpoint(buf: bytes | bytearray | memoryview) -> TimerCheckpoint | 
     """One copy; None when it is not a whole, valid copy (never written, or torn)."""
     if len(buf) < _CKPT_BODY.size + _CRC.size:
         return None
-    magic, seq, precision, slots, read_time, done, enq, log_end = _CKPT_BODY.unpack_from(buf)
+    (magic, seq, precision, slots, read_time, done, enq, log_end, synced_end, synced_enq,
+     boot) = _CKPT_BODY.unpack_from(buf)
     (crc,) = _CRC.unpack_from(buf, _CKPT_BODY.size)
     if magic != CHECKPOINT_MAGIC or zlib.crc32(bytes(buf[: _CKPT_BODY.size])) != crc:
+        return None
+    return TimerCheckpoint(precision, slots, read_time, done, enq, log_end, seq, synced_end,
+                           synced_enq, boot if any(boot) else b"")
+
+
+def decode_checkpoint_v1(buf: bytes | bytearray | memoryview) -> TimerCheckpoint | None:
+    """One copy of the first layout."""
+    if len(buf) < _CKPT_BODY_V1.size + _CRC.size:
+        return None
+    magic, seq, precision, slots, read_time, done, enq, log_end = _CKPT_BODY_V1.unpack_from(buf)
+    (crc,) = _CRC.unpack_from(buf, _CKPT_BODY_V1.size)
+    if magic != CHECKPOINT_MAGIC_V1 or zlib.crc32(bytes(buf[: _CKPT_BODY_V1.size])) != crc:
         return None
     return TimerCheckpoint(precision, slots, read_time, done, enq, log_end, seq)
 
 
-def newest_checkpoint(raw: bytes) -> TimerCheckpoint | None:
-    copies = [decode_checkpoint(raw[i: i + CHECKPOINT_COPY_SIZE])
-              for i in range(0, 2 * CHECKPOINT_COPY_SIZE, CHECKPOINT_COPY_SIZE)]
+def newest_checkpoint(raw: bytes, size: int = CHECKPOINT_COPY_SIZE) -> TimerCheckpoint | None:
+    """The newest whole copy of the two at the start of `raw` (copies of `size` bytes: the
+    first layout's are read with size CHECKPOINT_COPY_SIZE_V1)."""
+    decode = decode_checkpoint if size == CHECKPOINT_COPY_SIZE else decode_checkpoint_v1
+    copies = [decode(raw[i: i + size]) for i in range(0, 2 * size, size)]
     valid = [c for c in copies if c is not None]
     return max(valid, key=lambda c: c.seq) if valid else None

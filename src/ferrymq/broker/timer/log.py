@@ -92,13 +92,19 @@ class TimerLog:
             yield entry
             pos += ENTRY.size
 
-    def truncate(self, end: int) -> None:
+    def truncate(self, end: int, written_to: int = 0) -> None:
         """Forget everything from `end` on (written after the last checkpoint): unwritten
         space must read as zeros again, so the entries there are cleared one by one (a block
-        write would fill the sparse segment)."""
+        write would fill the sparse segment): those up to the first unwritten space, and
+        every one before `written_to` (entries a power loss kept past a lost one)."""
         blank = bytes(ENTRY.size)
-        for entry in list(self.written_after(end)):
-            found = self._segment(entry.pos)
+        stale = {e.pos for e in self.written_after(end)}
+        for pos in range(end, written_to, ENTRY.size):  # torn ones too: not decoded
+            found = self._segment(pos)
+            if found is not None and found[0][found[1]: found[1] + ENTRY.size] != blank:
+                stale.add(pos)
+        for pos in sorted(stale):
+            found = self._segment(pos)
             assert found is not None
             seg, off = found
             seg[off: off + ENTRY.size] = blank

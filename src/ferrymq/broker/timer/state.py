@@ -6,18 +6,23 @@ TimerWheel layout.
 Recovery: the checkpoint names the log's end when it was written; entries written after it
 (by a process killed before its next checkpoint) are unlinked from their slots and cleared,
 and the timer queue is enqueued again from the checkpoint's offset, so nothing is linked
-twice."""
+twice. That holds while the page cache held every write: after a power loss (the checkpoint
+was written in an earlier boot) the checkpoint may have reached the disk while the log and
+wheel pages it describes did not, so the store goes back to what the last sync made durable
+(links made since are made again from the timer queue, deliveries since may repeat)."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...store.files import fsync_dir
 from .checkpoint import CheckpointFile
-from .codec import LogEntry, Slot, TimerCheckpoint
+from .codec import ENTRY, LogEntry, Slot, TimerCheckpoint
 from .log import TimerLog
 from .wheel import TimerWheel
 
@@ -44,10 +49,25 @@ def checkpoint_path(root: Path) -> Path:
     return root / "config" / "timercheck"
 
 
+def current_boot_id() -> bytes:
+    """This boot's id (Linux: /proc/sys/kernel/random/boot_id), b"" where there is none. A
+    checkpoint written in another boot may describe pages that a power loss did not keep."""
+    try:
+        text = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return uuid.UUID(text).bytes
+    except (OSError, ValueError):
+        return b""
+
+
 class TimerStore:
     def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0) -> None:
         self.cfg = cfg
+        self._boot_id = current_boot_id()
         self._names_synced = False  # the files' names, made or found here, not fsynced yet
+        # Held by sync (a worker thread) and close: a stop that cancelled the timer's task
+        # while its sync ran must not close the files under it (the sync's checkpoint write
+        # could then land in whatever file reused the descriptor).
+        self._sync_lock = threading.Lock()
         self._cp = CheckpointFile(checkpoint_path(cfg.root))
         cp = self._cp.load()
         if cp is None:
@@ -72,7 +92,12 @@ class TimerStore:
             self.read_time_ms = cp.read_time_ms
             self.slot_done = cp.slot_done
             self.enqueue_offset = cp.enqueue_offset
-            self._recover(cp.log_end)
+            if cp.log_end > cp.synced_log_end and cp.boot_id and cp.boot_id != self._boot_id:
+                self._recover_power_loss(cp)
+            else:
+                self._recover(cp.log_end)
+        # (log end, queue offset) as of the last sync: what a power loss cannot take.
+        self._synced = (self.log.end, self.enqueue_offset)
         self.save()
 
     @property
@@ -96,6 +121,42 @@ class TimerStore:
             log.warning("timer log: %d entries written after the last checkpoint are linked "
                         "again from the timer queue", len(tail))
         self.log.truncate(log_end)
+
+    def _recover_power_loss(self, cp: TimerCheckpoint) -> None:
+        """Back to the last sync: the log entries written after it, whatever reached the disk
+        of them, are cleared, the slots that point at any of them are rebuilt from the log
+        below it, and the timer queue is linked again from the offset synced with it. The
+        slot being delivered is delivered from its start again (at least once)."""
+        synced_end = cp.synced_log_end
+        stale = [s for s in self.wheel.live_slots(0)
+                 if s.last_pos >= synced_end or s.first_pos >= synced_end]
+        rebuilt: dict[int, Slot] = {s.time_ms: Slot(s.time_ms, -1, -1, 0) for s in stale}
+        if rebuilt:
+            precision = self.wheel.precision_ms
+            pos = self.log.min_pos
+            while pos < synced_end:
+                entry = self.log.read(pos)
+                if entry is not None:
+                    slot_ms = entry.link_ms - entry.link_ms % precision
+                    slot = rebuilt.get(slot_ms)
+                    if slot is not None:
+                        rebuilt[slot_ms] = Slot(slot_ms, entry.pos if slot.num == 0 else slot.first_pos,
+                                                entry.pos, slot.num + 1)
+                pos += ENTRY.size
+            for slot in rebuilt.values():
+                if slot.num:
+                    self.wheel.put(slot)
+                else:
+                    self.wheel.clear(slot.time_ms)
+            if self.wheel.slot_time(self.read_time_ms) in rebuilt:
+                self.slot_done = 0
+        self.log.truncate(synced_end, written_to=cp.log_end)
+        log.warning("timer: the checkpoint was written before a restart of the machine and after "
+                    "the last sync; the log goes back to %d (from %d) and the timer queue is "
+                    "linked again from %d (the checkpoint had %d): %d slot(s) rebuilt; timers "
+                    "delivered after the last sync may be delivered again", synced_end,
+                    cp.log_end, cp.synced_enqueue_offset, cp.enqueue_offset, len(rebuilt))
+        self.enqueue_offset = cp.synced_enqueue_offset
 
     # --- linking -------------------------------------------------------------------------
     def link(self, deliver_ms: int, phys_offset: int, size: int) -> bool:
@@ -147,8 +208,11 @@ class TimerStore:
 
     # --- durability ----------------------------------------------------------------------
     def checkpoint(self) -> TimerCheckpoint:
+        synced_end, synced_offset = self._synced
         return TimerCheckpoint(self.precision_ms, self.wheel.slots, self.read_time_ms,
-                               self.slot_done, self.enqueue_offset, self.log.end)
+                               self.slot_done, self.enqueue_offset, self.log.end,
+                               synced_log_end=synced_end, synced_enqueue_offset=synced_offset,
+                               boot_id=self._boot_id)
 
     def save(self) -> None:
         self._cp.write(self.checkpoint())
@@ -158,7 +222,14 @@ class TimerStore:
         names (the wheel's, the log's directory and the checkpoint's, made by this store),
         then the checkpoint. Without the names a power loss could keep the checkpoint (its
         directory, config/, is fsynced by others: every offset snapshot) and take the wheel
-        or a log segment: the timers it names were lost, their queue offsets passed."""
+        or a log segment: the timers it names were lost, their queue offsets passed. The
+        checkpoint written last then says what this sync made durable, which is where the
+        store goes back to if a power loss keeps a later checkpoint but not its pages."""
+        with self._sync_lock:
+            self._sync()
+
+    def _sync(self) -> None:
+        durable = (self.log.end, self.enqueue_offset)
         self.log.flush()
         self.wheel.flush()
         if not self._names_synced:
@@ -166,16 +237,18 @@ class TimerStore:
                       self.cfg.root):
                 fsync_dir(d)
             self._names_synced = True
+        self._synced = durable
+        self.save()
         self._cp.sync()
 
     def drop_expired(self) -> int:
         return self.log.drop_expired(self.read_time_ms, self.horizon_ms)
 
     def close(self) -> None:
-        self.save()
-        try:
-            self.sync()  # the names too: a stop after a new segment left it unnamed on disk
-        finally:
-            self.log.close()
-            self.wheel.close()
-            self._cp.close()
+        with self._sync_lock:
+            try:
+                self._sync()  # the names too: a stop after a new segment left it unnamed on disk
+            finally:
+                self.log.close()
+                self.wheel.close()
+                self._cp.close()
