@@ -54,6 +54,16 @@ def _expected(topic: str, qid: int, left_out: int | None = None) -> list[bytes]:
     return [b"%s%d%d" % (topic.encode(), qid, i) * 10 for i in range(4) if i != left_out]
 
 
+def _assert_entry_2_of_a0_left_out(store: MessageStore) -> None:
+    """A/0 reads without its entry 2, which is reported as the entry's damage; the queue
+    whose record it points at (or the records it spans) reads whole."""
+    assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+    for topic, qid in (("A", 1), ("B", 0)):
+        assert _bodies(store, topic, qid) == _expected(topic, qid)
+    (rec,) = store.damaged_records()
+    assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 2, "entry")
+
+
 # Queue A/0's entry 2 made to point at another queue's record 1 (same size, so its TOTALSIZE
 # and PHYSICALOFFSET agree with the entry), or given another record's size.
 DAMAGE = {
@@ -82,11 +92,7 @@ def test_a_damaged_entry_is_caught_after_the_scrub_verified_its_record(
         try:
             assert store.scrubber is not None
             wait_until(store.scrubber.done.is_set, message="scrub done")
-            assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
-            for topic, qid in (("A", 1), ("B", 0)):
-                assert _bodies(store, topic, qid) == _expected(topic, qid)
-            (rec,) = store.damaged_records()
-            assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 2, "entry")
+            _assert_entry_2_of_a0_left_out(store)
         finally:
             store.shutdown()
 
@@ -102,11 +108,7 @@ def test_a_damaged_entry_pointing_at_records_this_run_wrote_is_caught(
         _rewrite_entry(_queue_file(tmp_path / "s", "A", 0), 2,
                        phys=None if target is None else phys[target][1],
                        size=None if target is not None else 2 * size)
-        assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
-        for topic, qid in (("A", 1), ("B", 0)):
-            assert _bodies(store, topic, qid) == _expected(topic, qid)
-        (rec,) = store.damaged_records()
-        assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 2, "entry")
+        _assert_entry_2_of_a0_left_out(store)
     finally:
         store.shutdown()
 

@@ -428,6 +428,14 @@ def record_unsound(buf, Py_ssize_t o, int64_t pos, Py_ssize_t size, int64_t queu
         PyBuffer_Release(&view)
 
 
+cdef bint entry_unsound(const unsigned char* b, Py_ssize_t n, Py_ssize_t o, int64_t phys,
+                        int64_t size, int64_t queue_id, const unsigned char* t,
+                        Py_ssize_t topic_len, int64_t lo, int64_t hi) except -1:
+    # One entry of a pull's run: no positive size, or its record unsound (in full in [lo, hi)).
+    return size <= 0 or unsound_c(b, n, o, phys, size, queue_id, t, topic_len,
+                                  lo <= phys < hi) is not None
+
+
 def first_unsound(buf, picked, int64_t lo, int64_t hi, int64_t queue_id=-1, bytes topic=b""):
     cdef Py_buffer view
     cdef Py_ssize_t o = 0, i = 0
@@ -439,10 +447,7 @@ def first_unsound(buf, picked, int64_t lo, int64_t hi, int64_t queue_id=-1, byte
     try:
         b = <const unsigned char*>view.buf
         for _qo, phys, size in picked:
-            if size <= 0:
-                return i
-            if unsound_c(b, view.len, o, phys, size, queue_id, t, topic_len,
-                         lo <= phys < hi) is not None:
+            if entry_unsound(b, view.len, o, phys, size, queue_id, t, topic_len, lo, hi):
                 return i
             o += size
             i += 1
@@ -472,10 +477,7 @@ def first_unsound_entries(buf, entries, Py_ssize_t count, int64_t lo, int64_t hi
             for i in range(count):
                 phys = rd64(e + i * CQ_SIZE)
                 size = rd32(e + i * CQ_SIZE + 8)
-                if size <= 0:
-                    return i
-                if unsound_c(b, view.len, o, phys, size, queue_id, t, topic_len,
-                             lo <= phys < hi) is not None:
+                if entry_unsound(b, view.len, o, phys, size, queue_id, t, topic_len, lo, hi):
                     return i
                 o += size
         finally:
