@@ -244,3 +244,83 @@ def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cu
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def _assert_slave_reads_as_master(master: MessageStore, slave: MessageStore) -> None:
+    assert slave.damaged_records() == []
+    for qid in range(3):
+        got = slave.get_messages("T", qid, 0, 100)
+        want = master.get_messages("T", qid, 0, 100)
+        assert (got.status, got.count, got.data) == (want.status, want.count, want.data), qid
+
+
+def test_damage_the_scrub_found_before_a_cut_and_reports_after_it_is_not_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scrub checks a record of the slave's tail and finds it damaged; the cut comes
+    before the scrub reports it. Recorded, the report hid the master's record written at that
+    position next, from every read."""
+    import ferrymq.store.scrub as scrub_module
+
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        fill(master, 4)
+        copy_all(master, slave)
+        cut_at = slave.max_phy_offset
+        fill(slave, 20)  # the tail its master never had
+        end = slave.max_phy_offset
+        checked = scrub_module.check_record
+
+        def check_then_cut(mm: object, o: int, pos: int, *rest: object) -> object:
+            got = checked(mm, o, pos, *rest)  # type: ignore[arg-type]
+            if pos < cut_at:
+                return got
+            assert slave.truncate_log(cut_at) > 0  # the cut, between the check and the report
+            monkeypatch.setattr(scrub_module, "check_record", checked)
+            return "body CRC mismatch"  # what the check of the tail found
+
+        monkeypatch.setattr(scrub_module, "check_record", check_then_cut)
+        scrub = Scrubber(slave._log, slave._damage, 1 << 30, lambda: end, slave._guard)
+        scrub.scrub(slave.min_phy_offset, end)
+        assert slave.max_phy_offset == cut_at
+        fill(master, 9)
+        copy_all(master, slave)
+        _assert_slave_reads_as_master(master, slave)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pull of the slave's tail reads the log while the cut (a worker thread) zeroes it
+    there: the pull reads zeros and calls them damage. Recorded, the report hid the master's
+    records written there next."""
+    import ferrymq.store.reads as reads_module
+
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        fill(master, 4)
+        copy_all(master, slave)
+        cut_at = slave.max_phy_offset
+        first = {qid: slave.get_max_offset("T", qid) for qid in range(3)}
+        fill(slave, 20)
+        read_runs = reads_module._read_runs
+
+        def read_under_a_cut(log: object, runs: list[list[int]], total: int) -> bytes | None:
+            monkeypatch.setattr(reads_module, "_read_runs", read_runs)
+            data = read_runs(log, runs, total)  # type: ignore[arg-type]
+            assert data is not None
+            assert slave.truncate_log(cut_at) > 0  # while the pread ran: it read the zeros
+            return bytes(len(data))
+
+        monkeypatch.setattr(reads_module, "_read_runs", read_under_a_cut)
+        got = slave.get_messages("T", 0, first[0], 100)
+        assert got.count == 0, got.status
+        fill(master, 9)
+        copy_all(master, slave)
+        _assert_slave_reads_as_master(master, slave)
+    finally:
+        master.shutdown()
+        slave.shutdown()

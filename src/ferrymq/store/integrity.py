@@ -75,10 +75,12 @@ def sound_record_at(log: CommitLog, phys: int) -> bool:
 
 
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,
-                 picked: list[tuple[int, int, int]]) -> tuple[bytes, int, int]:
+                 picked: list[tuple[int, int, int]], read_at: int) -> tuple[bytes, int, int]:
     """Report the damaged records among `picked` and keep the sound ones. Returns (data,
     count, stop): under SKIP every sound record is kept and stop is -1; under STOP only those
-    before the first damaged one, and stop is that record's queue offset."""
+    before the first damaged one, and stop is that record's queue offset. `read_at`: the
+    damage registry's generation before `data` was read (a slave's cut of the log since then
+    voids the reports at or past it)."""
     view = memoryview(data)
     parts: list[memoryview] = []
     o = 0
@@ -99,7 +101,7 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
                                                  and sound_record_at(log, phys))
                         else "read")
             guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
-                                              found_by, topic, queue_id, qo))
+                                              found_by, topic, queue_id, qo), read_at)
             if guard.policy is CorruptPolicy.STOP:
                 stop = qo
                 break

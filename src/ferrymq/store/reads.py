@@ -169,13 +169,15 @@ def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
     `picked` lists them as (queue offset, phys, size); `entries`, when the pull took its first
     `count` consume-queue entries as they lie, holds them, so a sound pull is checked without
     `picked` being called."""
+    read_at = guard.damage.generation if guard is not None else 0
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
     if guard is not None and guard.any_damaged(data, cq.topic, cq.queue_id, picked, entries,
                                                count):
         records = picked()
-        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records)
+        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records,
+                                         read_at)
         if stop >= 0:
             next_begin = stop
             if not count:

@@ -129,6 +129,7 @@ class Scrubber:
         while o < stop_o:
             if self._stop.is_set() or size_o - o < END_FILE_MIN_BLANK:
                 return seg.end
+            read_at = self.damage.generation  # before the bytes: a cut after them voids a report
             if seg.start + o >= self.log.write_pos:
                 # A slave's cut of the log since the scrub began: the zeros past it are where
                 # its master's records go next, not damage (reported, they hid those records
@@ -141,7 +142,7 @@ class Scrubber:
             checked = check_record(mm, o, seg.start + o, size_o, False)
             if isinstance(checked, str):
                 nxt = find_valid_after(self.log, seg.start + o)
-                self._report(mm, o, seg.start + o, str(seg.path), checked, nxt)
+                self._report(mm, o, seg.start + o, str(seg.path), checked, nxt, read_at)
                 return end if nxt is None else nxt
             self._advance(seg.start + o, seg.start + o + checked[0])
             o += checked[0]
@@ -163,12 +164,13 @@ class Scrubber:
             self._stop.wait(ahead)
 
     def _report(self, mm: mmap.mmap, o: int, phys: int, segment: str, reason: str,
-                nxt: int | None) -> None:
+                nxt: int | None, read_at: int) -> None:
         size = (nxt - phys) if nxt is not None else END_FILE_MIN_BLANK
         qid = qo = -1
         if self.log.segment_size - o >= _LOCATE.size:
             _t, _m, _c, q, _f, off = _LOCATE.unpack_from(mm, o)
             if 0 <= q < 1 << 16 and off >= 0:
                 qid, qo = q, off
-        if self.damage.report(DamagedRecord(phys, size, segment, reason, "scrub", "", qid, qo)):
+        if self.damage.report(DamagedRecord(phys, size, segment, reason, "scrub", "", qid, qo),
+                              read_at):
             self.found += 1
