@@ -516,6 +516,25 @@ def test_read_checks_take_offsets_and_sizes_near_the_int64_limit_alike(impl: Mod
 
 
 @params
+def test_a_trusted_record_whose_topic_runs_into_its_last_byte_is_refused_alike(
+        impl: ModuleType) -> None:
+    """A record (and its TOTALSIZE) one byte short: the topic's length byte then points its
+    properties' length past the record's end. The pure twin's quick check of a trusted record
+    took the missing length for the -1 it compared against, and passed the record; the pull
+    handed it out and the consumer's decoder refused the whole batch."""
+    whole = bytearray(PY.encode_record(
+        topic=b"abc", queue_id=0, flag=0, body=b"x", properties=b"", sys_flag=0,
+        born_timestamp=1, born_host=pack_host("127.0.0.1", 1), store_timestamp=2,
+        store_host=pack_host("127.0.0.1", 2), queue_offset=0, physical_offset=0))
+    size = len(whole) - 1
+    PY.I32.pack_into(whole, 0, size)
+    buf = bytes(whole[:size])
+    assert impl.record_unsound(buf, 0, 0, size, 0, b"abc", False) == "topic overruns the record"
+    assert impl.first_unsound(buf, [(0, 0, size)], 0, 0, 0, b"abc") == 0
+    assert impl.first_unsound_entries(buf, CQ_ENTRY.pack(0, size, 0), 1, 0, 0, 0, b"abc") == 0
+
+
+@params
 def test_read_checks_refuse_what_they_cannot_compare_alike(impl: ModuleType) -> None:
     """A topic longer than a record's one length byte can say, or more entries than the
     consume-queue bytes hold: a ValueError from both twins, not an answer about the record."""

@@ -115,3 +115,24 @@ def test_a_record_found_damaged_where_an_entry_was_reported_is_left_out(tmp_path
     assert reg.known == {500: "body CRC mismatch"}
     assert not reg.report(DamagedRecord(500, 90, "seg", "TOTALSIZE", "entry", "A", 0, 2))
     assert [r.found_by for r in reg.records()] == ["scrub"]
+
+
+def test_an_entry_report_of_an_older_damage_json_is_replaced_when_found_again(
+        tmp_path: Path) -> None:
+    """damage.json written before entry reports were known by their queue: the report has no
+    topic and queue. When a read finds that entry again it takes the old report's place (one
+    report, one log line), instead of standing beside it for good."""
+    path = tmp_path / "damage.json"
+    path.write_text(json.dumps({"records": [
+        {"phys_offset": 100, "size": 50, "segment": "seg", "reason": "TOTALSIZE 90 differs",
+         "found_by": "entry"}], "skipped": []}))
+    reg = DamageRegistry(path)
+    reg.load()
+    found = DamagedRecord(100, 50, "seg", "TOTALSIZE 90 differs", "entry", "T", 0, 3)
+    assert reg.report(found) is False  # known already: no second error line
+    assert reg.records() == [found]
+    assert reg.known_entries == {(100, 50, "T", 0): "TOTALSIZE 90 differs"}
+    reg.persist()
+    again = DamageRegistry(path)
+    again.load()
+    assert again.records() == [found]

@@ -110,7 +110,7 @@ class ScheduleService:
                 if entry.tag_code > now:
                     broker.delay_offsets.set(level, offset)
                     return delivered
-                raw = store.read_record(entry.phys_offset, entry.size)
+                raw = store.read_queue_record(SCHEDULE_TOPIC, queue_id, entry)
                 if raw is not None:
                     ok = await self._redeliver(raw, entry.phys_offset)
                     if not ok:

@@ -173,7 +173,7 @@ class Consumer:
         store = broker.store
         assert store is not None
         entries = store.read_queue_entries(topic, handle.queue_id, handle.offset, 1)
-        raw = store.read_record(entries[0].phys_offset, entries[0].size) \
+        raw = store.read_queue_record(topic, handle.queue_id, entries[0]) \
             if entries and entries[0].queue_offset == handle.offset else None
         if raw is None:
             raise GrpcStatusError(Code.MESSAGE_NOT_FOUND, f"no message at {topic}/{handle.queue_id}/{handle.offset}")

@@ -142,7 +142,14 @@ class DamageRegistry:
                 key = entry_key(rec)
                 if key in self._entries:
                     return False
+                # Reported before entries were known by their queue (damage.json without
+                # one): this is the same entry found again; it takes that report's place.
+                legacy = self._entries.pop((rec.phys_offset, rec.size, "", -1), None)
                 self._entries[key] = rec
+                if legacy is not None:
+                    self._dirty = True
+                    self._refresh_known()
+                    return False
             else:
                 if known is not None:
                     if not known.topic and rec.topic:

@@ -22,8 +22,9 @@ from ..common.record import (
 from ..common.record.layout import SIZE_AND_MAGIC
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
+from .damage import CorruptPolicy
 from .index import Index
-from .integrity import ReadGuard
+from .integrity import ReadGuard, drop_damaged
 from .model import GetResult, GetStatus, QueueEntry
 from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 
@@ -75,6 +76,37 @@ class Queries:
                 out.append(QueueEntry(offset, phys, size, tag))
                 offset += 1
         return out
+
+    def read_queue_record(self, topic: str, queue_id: int, entry: QueueEntry) -> bytes | None:
+        """The record a queue's entry names (from read_queue_entries), checked as a pull checks
+        its records: TOTALSIZE, fields, position, queue, and the body CRC unless trusted. None
+        when it cannot be read or is damaged (damage is reported as a pull reports it). For the
+        broker's own readers of queues (schedule, timer, transactions, gRPC): read_record trusts
+        the entry, and handed another queue's message, or bytes cut to a wrong size, on."""
+        status, data = self.read_queue_record_status(topic, queue_id, entry)
+        return data if status is GetStatus.FOUND else None
+
+    def read_queue_record_status(self, topic: str, queue_id: int,
+                                 entry: QueueEntry) -> tuple[GetStatus, bytes]:
+        """read_queue_record with why there is no record: FOUND, MESSAGE_DAMAGED (reported;
+        a reader passes over it when `skips_damaged`, as a pull does) or MESSAGE_WAS_REMOVING
+        (not readable now)."""
+        guard = self._guard
+        read_at = guard.damage.generation
+        phys, size = entry.phys_offset, entry.size
+        picked = [(entry.queue_offset, phys, size)]
+        data = self._log.read(phys, size) if size > 0 and phys >= self._log.min_offset else b""
+        if data is None:
+            return GetStatus.MESSAGE_WAS_REMOVING, b""
+        if not guard.any_damaged(data, topic, queue_id, lambda: picked):
+            return GetStatus.FOUND, data
+        drop_damaged(guard, self._log, topic, queue_id, data, picked, read_at)
+        return GetStatus.MESSAGE_DAMAGED, b""
+
+    @property
+    def skips_damaged(self) -> bool:
+        """Whether reads pass over damaged records (on_corrupt_record SKIP) or stop at them."""
+        return self._guard.policy is CorruptPolicy.SKIP
 
     def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
         clog = self._log

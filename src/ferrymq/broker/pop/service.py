@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ...common import props as P
 from ...common.names import dlq_topic, is_retry_topic
 from ...common.record import MessageDecodeError, decode_record
-from ...store import StoreMessage
+from ...store import GetStatus, StoreMessage
 from ..clients import Subscription
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
@@ -291,8 +291,12 @@ class PopService:
                 state.ack(cand.offset)  # not for this group: consumed, as a pull skips it
                 changed = True
                 continue
-            raw = store.read_record(entry.phys_offset, entry.size)
-            if raw is None:
+            status, raw = store.read_queue_record_status(topic, qid, entry)
+            if status is GetStatus.MESSAGE_DAMAGED and store.skips_damaged:
+                state.ack(cand.offset)  # damaged (reported): passed over, as a pull passes it
+                changed = True
+                continue
+            if status is not GetStatus.FOUND:
                 log.warning("pop %s/%d: record at offset %d unreadable; queue held",
                             topic, qid, cand.offset)
                 break

@@ -262,7 +262,7 @@ class TimerService:
             return False
         done = 0
         for qe in entries:
-            raw = store.read_record(qe.phys_offset, qe.size)
+            raw = store.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe)
             msg = _decode(raw, qe.phys_offset)
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
@@ -294,7 +294,7 @@ class TimerService:
         n = min(ENQUEUE_BATCH, enqueue_to - offset)
         entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, n) if n > 0 else []
         for qe in entries:
-            msg = _decode(store.read_record(qe.phys_offset, qe.size), qe.phys_offset)
+            msg = _decode(store.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe), qe.phys_offset)
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
                 # Already due when the master linked it: the master delivered it then.

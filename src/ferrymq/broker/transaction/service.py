@@ -183,14 +183,17 @@ class TransactionService:
                 return out
             for entry in entries:
                 offset = entry.queue_offset + 1
-                msg = self._decode(entry.phys_offset, entry.size)
+                msg = self._decode(entry.phys_offset, store.read_queue_record(topic, queue_id, entry))
                 if msg is not None:
                     out.append((entry.queue_offset, msg))
 
-    def _decode(self, phys_offset: int, size: int | None = None) -> MessageExt | None:
+    def _decode_at(self, phys_offset: int) -> MessageExt | None:
         store = self.broker.store
         assert store is not None
-        raw = store.read_record(phys_offset, size)
+        return self._decode(phys_offset, store.read_record(phys_offset))
+
+    @staticmethod
+    def _decode(phys_offset: int, raw: bytes | None) -> MessageExt | None:
         if raw is None:
             return None
         try:
@@ -236,7 +239,7 @@ class TransactionService:
         if not self.running:
             return EndOutcome(ResponseCode.SLAVE_NOT_AVAILABLE,
                               "the broker is not its group's master: transactions end on the master")
-        msg = self._decode(commit_log_offset)
+        msg = self._decode_at(commit_log_offset)
         if msg is None or msg.topic != TRANS_HALF_TOPIC:
             return EndOutcome(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
         try:
@@ -299,7 +302,8 @@ class TransactionService:
             if not entries:
                 break
             for entry in entries:
-                msg = self._decode(entry.phys_offset, entry.size)
+                msg = self._decode(entry.phys_offset, store.read_queue_record(
+                    TRANS_HALF_TOPIC, R.HALF_QUEUE_ID, entry))
                 step = _Step.NEXT
                 if msg is not None:
                     step, sent = await self._check_one(msg, start)

@@ -295,12 +295,13 @@ def _unsound_at(buf: Buffer, n: int, o: int, phys: int, size: int, queue_id: int
             and (queue_id < 0 or qid == queue_id) and body_len >= 0 and topic_at + 2 <= end):
         topic_len = buf[topic_at - 1]
         props_at = topic_at + topic_len + 2
-        # Below 0x8000: locate reads the length as a signed short.
-        props_len = (buf[props_at - 2] << 8) | buf[props_at - 1] if props_at <= end else -1
-        if (props_len == end - props_at and props_len < 0x8000
-                and (not topic or (topic_len == len(topic)
-                                   and buf[topic_at : topic_at + topic_len] == topic))):
-            return False
+        if props_at <= end:
+            # Below 0x8000: locate reads the length as a signed short.
+            props_len = (buf[props_at - 2] << 8) | buf[props_at - 1]
+            if (props_len == end - props_at and props_len < 0x8000
+                    and (not topic or (topic_len == len(topic)
+                                       and buf[topic_at : topic_at + topic_len] == topic))):
+                return False
     return record_unsound(buf, o, phys, size, queue_id, topic, full) is not None
 
 
