@@ -129,3 +129,32 @@ def test_stop_policy_holds_a_queue_at_an_entry_of_another_queues_record(tmp_path
         assert _bodies(store, "B", 0) == _expected("B", 0)
     finally:
         store.shutdown()
+
+
+@pytest.mark.parametrize("field", ["queue id", "topic"])
+def test_a_record_whose_own_queue_fields_are_damaged_is_reported_as_the_record(
+        tmp_path: Path, field: str) -> None:
+    """The record's QUEUEID or topic is damaged (the body CRC covers neither); its entry is
+    sound. The record names a queue whose entry does not point back at it, so the record is
+    what is reported (found_by "read"), not its entry: reported as the entry's, the report
+    said the record was fine."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        phys = _fill(store)
+        at = phys[("A", 0)][2]
+        with open(sorted((tmp_path / "s" / "commitlog").iterdir())[0], "r+b") as f:
+            if field == "queue id":
+                f.seek(at + 12)  # QUEUEID
+                f.write(struct.pack(">i", 1))
+            else:
+                f.seek(at)
+                record = f.read(phys[("A", 0)][3] - at)
+                f.seek(at + record.index(b"\x01A\x00") + 1)  # topic length 1, "A", props length
+                f.write(b"B")
+        assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+        (rec,) = store.damaged_records()
+        assert (rec.phys_offset, rec.queue_offset, rec.found_by) == (at, 2, "read")
+        for topic, qid in (("A", 1), ("B", 0)):
+            assert _bodies(store, topic, qid) == _expected(topic, qid)
+    finally:
+        store.shutdown()

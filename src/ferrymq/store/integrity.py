@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..common.record import first_unsound, first_unsound_entries, record_unsound
+from ..common.record import first_unsound, first_unsound_entries, record_info, record_unsound
 from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
+
+# (topic, queue id, queue offset) -> (phys, size) of that queue's entry there, None if none.
+OwnerEntry = Callable[[str, int, int], tuple[int, int] | None]
 
 
 class ReadGuard:
@@ -25,13 +28,17 @@ class ReadGuard:
     scrub has verified (below `scrubbed_to`) are trusted to hold their body, the rest have
     their CRC checked too, until the scrub gets there. One compiled call per pull."""
 
-    __slots__ = ("damage", "hot_start", "policy", "scrubbed_to")
+    __slots__ = ("damage", "hot_start", "owner_entry", "policy", "scrubbed_to")
 
-    def __init__(self, damage: DamageRegistry, policy: CorruptPolicy) -> None:
+    def __init__(self, damage: DamageRegistry, policy: CorruptPolicy,
+                 owner_entry: OwnerEntry | None = None) -> None:
         self.damage = damage
         self.policy = policy
         self.hot_start = 0  # set at start: where this run's writes begin
         self.scrubbed_to = 0  # raised by the scrub as it goes
+        # (phys, size) of a queue's entry at an offset, to tell another queue's record from a
+        # record whose own queue fields are damaged (see entry_is_damaged).
+        self.owner_entry: OwnerEntry = owner_entry or (lambda _t, _q, _o: None)
 
     def reason(self, buf: bytes, o: int, phys: int, size: int, topic: str,
                queue_id: int) -> str | None:
@@ -68,10 +75,24 @@ class ReadGuard:
         return first_unsound(buf, records, lo, hi, queue_id, topic.encode()) >= 0
 
 
-def sound_record_at(log: CommitLog, phys: int) -> bool:
-    """Whether a sound record starts at `phys`, read with its own TOTALSIZE."""
+def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> bool:
+    """Whether an entry (phys, size) that failed the read's check is what is damaged, rather
+    than the record at `phys`: a sound record starts there (read with its own TOTALSIZE) and
+    is of another size, or it is the record of the queue it names, whose entry at its queue
+    offset points at it (an entry of one queue landing on another queue's record). A record
+    that names a queue not pointing back at it has its own queue fields damaged (the body CRC
+    does not cover them)."""
     rec = log.read_record(phys)
-    return rec is not None and record_unsound(rec, 0, phys, len(rec)) is None
+    if rec is None or record_unsound(rec, 0, phys, len(rec)) is not None:
+        return False
+    if len(rec) != size:
+        return True
+    info = record_info(rec, 0, phys, len(rec), tuple)
+    if isinstance(info, str):
+        return False
+    _pos, total, topic, queue_id, queue_offset = info[:5]
+    owner = guard.owner_entry(topic, queue_id, queue_offset)
+    return owner is not None and owner[0] == phys and owner[1] == total
 
 
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,
@@ -98,7 +119,7 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
             # without a positive size is damaged whatever lies at its offset: reported as the
             # record's damage, it hid the record written there later (past the log's end).
             found_by = ("entry" if size <= 0 or (phys not in guard.damage.known
-                                                 and sound_record_at(log, phys))
+                                                 and entry_is_damaged(guard, log, phys, size))
                         else "read")
             guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
                                               found_by, topic, queue_id, qo), read_at)

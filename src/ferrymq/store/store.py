@@ -98,7 +98,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._cp_file = CheckpointFile(config.root / "checkpoint")
         self._last_cp: Checkpoint | None = None  # the last one this run wrote
         self._damage = DamageRegistry(root / "config" / "damage.json")
-        self._guard = ReadGuard(self._damage, config.on_corrupt_record)
+        self._guard = ReadGuard(self._damage, config.on_corrupt_record, self._entry_at)
         self.scrubber: Scrubber | None = None
         self.preallocator: Preallocator | None = None
         self._disk_ratio_seen = 0.0
@@ -201,6 +201,11 @@ class MessageStore(Retention, ReplicaLog, Queries):
                     cq = ConsumeQueue(tdir.name, int(qdir.name), qdir, per_file, self._io)
                     cq.load()
                     self._cqs[(tdir.name, int(qdir.name))] = cq
+
+    def _entry_at(self, topic: str, queue_id: int, offset: int) -> tuple[int, int] | None:
+        cq = self._cqs.get((topic, queue_id))
+        entry = cq.entry(offset) if cq is not None and offset >= 0 else None
+        return (entry[0], entry[1]) if entry is not None else None
 
     def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
         cq = self._cqs.get(key)
