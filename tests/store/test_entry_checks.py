@@ -158,3 +158,36 @@ def test_a_record_whose_own_queue_fields_are_damaged_is_reported_as_the_record(
             assert _bodies(store, topic, qid) == _expected(topic, qid)
     finally:
         store.shutdown()
+
+
+@pytest.mark.parametrize("policy", [CorruptPolicy.SKIP, CorruptPolicy.STOP])
+@pytest.mark.parametrize("how", ["size", "offset"])
+def test_an_entry_naming_bytes_past_the_logs_end_does_not_stall_its_queue(
+        tmp_path: Path, how: str, policy: CorruptPolicy) -> None:
+    """A/0's last entry names bytes past the commit log's end (its size too large, or its
+    offset past the end). The read of its run failed as a segment being removed: the pull
+    answered MESSAGE_WAS_REMOVING at its own offset, so the consumer asked again for good and
+    the records before it in the pull were never delivered. Now the records before it are
+    answered, and the entry is reported and passed over (SKIP) or stopped at (STOP); the
+    record written at that offset later is read through its own queue."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, on_corrupt_record=policy)
+    try:
+        phys = _fill(store)
+        last = phys[("B", 0)][3]
+        size = phys[("B", 0)][3] - phys[("B", 0)][2]
+        _rewrite_entry(_queue_file(tmp_path / "s", "A", 0), 3,
+                       size=10 * size if how == "size" else None,
+                       phys=last + 5 * size if how == "offset" else None)
+        got = store.get_messages("A", 0, 0, 32)
+        assert [m.body for m in decode_records(got.data)] == _expected("A", 0)[:3]
+        assert got.next_begin_offset == 3
+        after = store.get_messages("A", 0, 3, 32)
+        assert after.count == 0
+        assert after.next_begin_offset == (4 if policy is CorruptPolicy.SKIP else 3)
+        (rec,) = store.damaged_records()
+        assert (rec.topic, rec.queue_id, rec.queue_offset, rec.found_by) == ("A", 0, 3, "entry")
+        for i in range(12):  # the log grows over where the entry points
+            assert store.put_messages([msg("B", 0, b"late%02d" % i * 10)]).ok
+        assert _bodies(store, "B", 0)[4:] == [b"late%02d" % i * 10 for i in range(12)]
+    finally:
+        store.shutdown()

@@ -106,26 +106,29 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
     parts: list[memoryview] = []
     o = 0
     stop = -1
+    log_end = log.write_pos
     for qo, phys, size in picked:
-        reason = guard.reason(data, o, phys, size, topic, queue_id)
+        # An entry naming bytes past the log's end has none in `data` (reads.py).
+        past_end = size > 0 and phys + size > log_end
+        reason = (f"the entry names bytes past the commit log's end ({log_end})" if past_end
+                  else guard.reason(data, o, phys, size, topic, queue_id))
         if reason is None:
             parts.append(view[o : o + size])
         else:
             seg = log.segment_for(phys)
-            # A sound record of its own size there: the queue's entry is what is damaged (its
-            # size, or an offset that lands on another record, of another queue perhaps).
-            # Reported as such, so that the record is not left out of the reads of the entry
-            # that does point at it. An entry
-            # without a positive size is damaged whatever lies at its offset: reported as the
-            # record's damage, it hid the record written there later (past the log's end).
-            found_by = ("entry" if size <= 0 or (phys not in guard.damage.known
-                                                 and entry_is_damaged(guard, log, phys, size))
+            # The entry is what is damaged (entry_is_damaged: its size, or an offset landing on
+            # another queue's record): reported as such, so that the record stays in the reads
+            # of the entry that does point at it. An entry without a positive size, or naming
+            # bytes past the log's end, is damaged whatever lies at its offset: reported as the
+            # record's damage, it hid the record written there later.
+            found_by = ("entry" if size <= 0 or past_end or (
+                phys not in guard.damage.known and entry_is_damaged(guard, log, phys, size))
                         else "read")
             guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
                                               found_by, topic, queue_id, qo), read_at)
             if guard.policy is CorruptPolicy.STOP:
                 stop = qo
                 break
-        if size > 0:  # an entry without a positive size has no bytes in `data`
+        if size > 0 and not past_end:  # an entry without a positive size has no bytes either
             o += size
     return b"".join(parts), len(parts), stop

@@ -95,7 +95,12 @@ class Queries:
         read_at = guard.damage.generation
         phys, size = entry.phys_offset, entry.size
         picked = [(entry.queue_offset, phys, size)]
-        data = self._log.read(phys, size) if size > 0 and phys >= self._log.min_offset else b""
+        clog = self._log
+        if size > 0 and phys < clog.min_offset:
+            return GetStatus.MESSAGE_WAS_REMOVING, b""
+        # No bytes for an entry without a positive size or naming bytes past the log's end:
+        # both damaged (drop_damaged reports them as the entry's).
+        data = b"" if size <= 0 or phys + size > clog.write_pos else clog.read(phys, size)
         if data is None:
             return GetStatus.MESSAGE_WAS_REMOVING, b""
         if not guard.any_damaged(data, topic, queue_id, lambda: picked):

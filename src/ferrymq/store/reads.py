@@ -110,16 +110,20 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         if past != offset:  # an operator skipped this range
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, min(past, mx), mn, mx)
         scan = min(scan, guard.damage.next_skip(cq.topic, cq.queue_id, offset) - offset)
+    # Before the entries are read: a slave's cut of the log after this voids what the read
+    # would report at or past the cut (damage.py).
+    read_at = guard.damage.generation if guard is not None else 0
     raw = cq.read_raw(offset, min(scan, mx - offset))
     if raw is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
     min_phys = log.min_offset
+    log_end = log.write_pos
     if tag_filter is None:
         run = scan_run(raw, max_nums, max_bytes, min_phys)  # compiled: one call per pull
-        if run is not None:
+        if run is not None and run[2][-1][1] <= log_end and all(b <= log_end for _a, b in run[2]):
             taken, size, spans = run
             return _read_picked(cq, log, offset, offset + taken, spans, size, taken,
-                                lambda: _taken(offset, raw, taken), mn, mx, guard, raw)
+                                lambda: _taken(offset, raw, taken), mn, mx, guard, read_at, raw)
     status = GetStatus.NO_MATCHED_MESSAGE
     skip_below = -1
     runs: list[list[int]] = []
@@ -142,6 +146,10 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
                 skip_below = log.roll_next(phys)
             i += 1
             continue
+        if size > 0 and phys + size > log_end:
+            if count:
+                break  # what comes before it is answered; the next pull meets it
+            return _past_end(cq, log, guard, offset + i, phys, size, read_at, mn, mx)
         picked.append((offset + i, phys, size))
         # An entry without a positive size is damaged: no bytes to read (a negative size would
         # cut the run short and put the records after it out of line); the guard reports it.
@@ -158,18 +166,34 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if not count:
         return GetResult(status, b"", 0, offset + i, mn, mx)
     return _read_picked(cq, log, offset, offset + i, runs, total, count, lambda: picked, mn, mx,
-                        guard)
+                        guard, read_at)
+
+
+def _past_end(cq: ConsumeQueue, log: CommitLog, guard: ReadGuard | None, qo: int, phys: int,
+              size: int, read_at: int, mn: int, mx: int) -> GetResult:
+    """The entry at `qo` names a record ending past the commit log's end: no queue's entry
+    can (entries are written after their records), so it is damaged, unless the log was cut
+    since the entries were read (a slave's cut: the next pull meets the queue as cut). It is
+    reported and passed over, or stopped at, as a damaged record is; answered as removed
+    instead, the consumer asked for it again for good."""
+    if guard is None or guard.damage.generation != read_at:
+        return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, qo, mn, mx)
+    _data, _count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, b"",
+                                       [(qo, phys, size)], read_at)
+    if stop >= 0:
+        return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+    return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, qo + 1, mn, mx)
 
 
 def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
                  runs: list[list[int]], total: int, count: int,
                  picked: Callable[[], list[tuple[int, int, int]]], mn: int, mx: int,
-                 guard: ReadGuard | None, entries: bytes | None = None) -> GetResult:
+                 guard: ReadGuard | None, read_at: int, entries: bytes | None = None
+                 ) -> GetResult:
     """Read the records a pull took (`runs` of the commit log) and drop the damaged ones.
     `picked` lists them as (queue offset, phys, size); `entries`, when the pull took its first
     `count` consume-queue entries as they lie, holds them, so a sound pull is checked without
     `picked` being called."""
-    read_at = guard.damage.generation if guard is not None else 0
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
