@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ferrymq.broker.timer import state as timer_state
 from ferrymq.broker.timer.checkpoint import COPIES_AT, CheckpointFile
 from ferrymq.broker.timer.codec import (
     CHECKPOINT_COPY_SIZE,
@@ -28,7 +29,13 @@ from ferrymq.broker.timer.codec import (
     encode_slot,
     newest_checkpoint,
 )
-from ferrymq.broker.timer.state import TimerStore, TimerStoreConfig, checkpoint_path
+from ferrymq.broker.timer.state import (
+    TimerStore,
+    TimerStoreConfig,
+    checkpoint_path,
+    log_dir,
+    wheel_path,
+)
 from ferrymq.store.files import atomic_write, fsync_dir
 
 T0 = 1_800_000_000_000
@@ -196,3 +203,65 @@ def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
         assert [e.phys_offset for e in again.slot_entries(T0 + 300)] == list(range(12))
     finally:
         again.close()
+
+
+def _boot(monkeypatch: pytest.MonkeyPatch, boot: bytes) -> None:
+    monkeypatch.setattr(timer_state, "current_boot_id", lambda: boot)
+
+
+def _disk_image(src: Path, dst: Path) -> None:
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+
+
+def test_a_restart_in_the_same_boot_claims_as_synced_only_what_a_sync_made_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run 1 links A, syncs, links B and is killed (B in the page cache only). Run 2 (same
+    boot) trusts its checkpoint, and wrote one saying all of it was synced before syncing
+    anything: a power loss then kept that checkpoint and the synced files (A only), and the
+    next boot trusted it, B counted as linked and never delivered. The synced floor now stays
+    the one run 1's sync left until run 2 syncs."""
+    root, disk = tmp_path / "store", tmp_path / "disk"
+    _boot(monkeypatch, b"\xaa" * 16)
+    run1 = TimerStore(_cfg(root), T0)
+    run1.link(T0 + 1_000, 0, 100)
+    run1.enqueue_offset = 1
+    run1.sync()
+    _disk_image(root, disk)  # what the disk holds: A linked and synced
+    run1.link(T0 + 2_000, 100, 100)
+    run1.enqueue_offset = 2
+    run1.save()  # then killed: its writes stay in the page cache
+    run2 = TimerStore(_cfg(root), T0)
+    assert (run2.pending(), run2.enqueue_offset) == (2, 2)
+    written_back = checkpoint_path(root).read_bytes()  # run 2's first checkpoint
+    # The power loss: the synced files, and run 2's checkpoint the kernel wrote back.
+    shutil.rmtree(log_dir(root))
+    shutil.copytree(log_dir(disk), log_dir(root))
+    shutil.copy2(wheel_path(disk), wheel_path(root))
+    checkpoint_path(root).write_bytes(written_back)
+    _boot(monkeypatch, b"\xbb" * 16)
+    after = TimerStore(_cfg(root), T0)
+    assert (after.enqueue_offset, after.pending(), after.log.end) == (1, 1, ENTRY.size)
+
+
+def test_garbage_past_the_synced_end_of_the_log_is_cleared_not_decoded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a power loss left past the last sync is not read as entries: bytes there that are
+    no entry (a lost write, stale blocks) stopped the broker's start."""
+    root = tmp_path / "store"
+    _boot(monkeypatch, b"\xaa" * 16)
+    store = TimerStore(_cfg(root), T0)
+    store.link(T0 + 1_000, 0, 100)
+    store.enqueue_offset = 1
+    store.sync()
+    store.link(T0 + 2_000, 100, 100)
+    store.enqueue_offset = 2
+    store.save()  # then the power went: B's entry reached the disk as garbage
+    seg = log_dir(root) / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[ENTRY.size : 2 * ENTRY.size] = b"\x5a" * ENTRY.size
+    seg.write_bytes(bytes(data))
+    _boot(monkeypatch, b"\xbb" * 16)
+    after = TimerStore(_cfg(root), T0)
+    assert (after.log.end, after.enqueue_offset, after.pending()) == (ENTRY.size, 1, 1)
+    assert after.log.read(ENTRY.size) is None

@@ -7,6 +7,7 @@ the timer files of a later one."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,11 @@ from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
 from ferrymq.broker.timer import state as timer_state
 from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
 from ferrymq.common.names import TIMER_TOPIC
+from ferrymq.store import flush as flush_module
 
 __all__ = ["nodes"]  # the fixture, used by name
+
+SLOW = {"timer_flush_interval_ms": 600_000}  # no sync but at start and stop
 
 
 def _timer_files_onto(src: Path, dst: Path) -> None:
@@ -27,9 +31,16 @@ def _timer_files_onto(src: Path, dst: Path) -> None:
     shutil.copy2(checkpoint_path(src), checkpoint_path(dst))
 
 
-async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> Path:
+def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine restarted: another boot id from now on."""
+    monkeypatch.setattr(timer_state, "current_boot_id", lambda: b"\x01" * 16)
+
+
+async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock,
+                            monkeypatch: pytest.MonkeyPatch) -> Path:
     """A store holding K0 (a timer for T0 + 1 s) whose timer files also hold L0 (T0 + 1.5 s),
-    a timer sent after K0 that the power loss took from the commit log and the timer queue."""
+    a timer sent after K0 that the power loss took from the commit log and the timer queue;
+    the next start is in another boot."""
     store = tmp_path / "store"
     node = await _node(nodes, store, clock)
     await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
@@ -45,17 +56,18 @@ async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> 
     await node.stop()
     nodes.remove(node)
     _timer_files_onto(store, image)
+    _reboot(monkeypatch)
     return image
 
 
 async def test_a_timer_sent_after_the_loss_at_a_reused_queue_offset_is_delivered(
-        tmp_path: Path, nodes: list[Node]) -> None:
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
     """N0 is sent after the restart and takes the timer queue offset L0 had. The checkpoint
     counted L0 as linked already, so the timer started past N0's entry: N0 (acknowledged) was
     never linked and never delivered. (N0 is longer than L0: L0's own stale link, below, must
     not be what delivers it.)"""
     clock = Clock()
-    image = await _power_loss_image(tmp_path, nodes, clock)
+    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
     node = await _node(nodes, image, clock)
     assert [m.msg_id for m in await node.pull(TIMER_TOPIC)] == ["K0"]
     await node.send("t", b"a new one", _props("N0", TIMER_DELIVER_MS=T0 + 2_000))
@@ -65,11 +77,11 @@ async def test_a_timer_sent_after_the_loss_at_a_reused_queue_offset_is_delivered
 
 
 async def test_a_lost_timers_link_does_not_deliver_the_record_written_in_its_place(
-        tmp_path: Path, nodes: list[Node]) -> None:
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
     """The wheel still links L0 at its commit-log offset, where N0 (a timer of the same size,
     due later) is written after the restart. L0's slot must not deliver N0 early, nor twice."""
     clock = Clock()
-    image = await _power_loss_image(tmp_path, nodes, clock)
+    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
     node = await _node(nodes, image, clock)
     await node.send("t", b"anew", _props("N0", TIMER_DELIVER_MS=T0 + 4_000))
     await node.advance_to(T0 + 2_000)  # past L0's time: only K0 is due
@@ -89,8 +101,7 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     last sync, and K1 is linked again from the timer queue."""
     clock = Clock()
     store = tmp_path / "store"
-    slow = {"timer_flush_interval_ms": 600_000}  # no sync but at start and stop
-    node = await _node(nodes, store, clock, **slow)
+    node = await _node(nodes, store, clock, **SLOW)
     await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
     await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
     await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
@@ -98,7 +109,7 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     nodes.remove(node)
     synced = tmp_path / "synced"  # the timer's files as the last sync left them on disk
     shutil.copytree(store, synced)
-    node = await _node(nodes, store, clock, **slow)
+    node = await _node(nodes, store, clock, **SLOW)
     await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
     await eventually(lambda: node.timer.pending() == 2, what="K1 linked")
     written_back = checkpoint_path(store).read_bytes()  # what the kernel may write back
@@ -106,8 +117,7 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     nodes.remove(node)
     _timer_files_onto(synced, store)
     checkpoint_path(store).write_bytes(written_back)
-    # The machine restarted: another boot.
-    monkeypatch.setattr(timer_state, "current_boot_id", lambda: b"\x01" * 16)
+    _reboot(monkeypatch)
     node = await _node(nodes, store, clock)
     await node.advance_to(T0 + 2_000)
     await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
@@ -120,8 +130,7 @@ async def test_in_the_same_boot_the_checkpoint_is_trusted_and_nothing_is_deliver
     boot is trusted as it is; K1's link, in the page cache, is not made twice."""
     clock = Clock()
     store = tmp_path / "store"
-    slow = {"timer_flush_interval_ms": 600_000}
-    node = await _node(nodes, store, clock, **slow)
+    node = await _node(nodes, store, clock, **SLOW)
     await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
     await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
     await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
@@ -133,3 +142,118 @@ async def test_in_the_same_boot_the_checkpoint_is_trusted_and_nothing_is_deliver
     await node.advance_to(T0 + 2_000)
     await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
     assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]
+
+
+async def test_a_lost_timers_link_stays_dropped_after_a_clean_restart(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """L0 is sent again after the loss (a client's retry): the same size and time, written at
+    the offset the lost L0 had, so L0's stale link passes for its record. The link is flagged
+    lost on the disk at the first start after the loss, so a clean restart later does not
+    deliver the message a second time through it."""
+    clock = Clock()
+    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
+    node = await _node(nodes, image, clock)
+    await node.send("t", b"lost", _props("L0", TIMER_DELIVER_MS=T0 + 1_500))
+    await eventually(lambda: node.timer.pending() == 3, what="L0 linked again (3 links)")
+    await node.stop()
+    nodes.remove(node)
+    node = await _node(nodes, image, clock)  # a clean restart, same boot
+    await node.advance_to(T0 + 3_000)
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "L0"]
+
+
+async def test_a_wheel_page_written_back_without_its_log_entry_keeps_the_synced_timers(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A is linked and synced; C is linked into the same slot after the sync. The kernel
+    wrote back the wheel page (the slot pointing at C), not C's log entry nor a checkpoint
+    after the sync: the slot's chain was broken at C's missing entry and A was lost with it.
+    The slot is rebuilt from the log below the sync, and C linked again from the queue."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"a", _props("A", TIMER_DELIVER_MS=T0 + 1_050))
+    await eventually(lambda: node.timer.pending() == 1, what="A linked")
+    await node.stop()
+    nodes.remove(node)
+    synced = tmp_path / "synced"
+    shutil.copytree(store, synced)
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.send("t", b"c", _props("C", TIMER_DELIVER_MS=T0 + 1_020))
+    await eventually(lambda: node.timer.pending() == 2, what="C linked")
+    await node.stop()
+    nodes.remove(node)
+    wheel = wheel_path(store).read_bytes()  # the page the kernel wrote back
+    _timer_files_onto(synced, store)  # log and checkpoint as the sync left them
+    wheel_path(store).write_bytes(wheel)
+    _reboot(monkeypatch)
+    node = await _node(nodes, store, clock)
+    await node.advance_to(T0 + 2_000)
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["A", "C"]
+
+
+async def test_a_checkpoint_ahead_of_its_sync_goes_back_to_the_synced_read_time(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A and B are linked and synced; C, due first in the same slot, is linked after the
+    sync, then C and A are delivered (2 of the slot done). The checkpoint saying so reached
+    the disk, the wheel page with C's link did not: 2 done was applied to the slot [A, B] and
+    B was never delivered. The store goes back to the sync's read time and count: A and C may
+    come again (at least once), B comes."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"a", _props("A", TIMER_DELIVER_MS=T0 + 1_050))
+    await node.send("t", b"b", _props("B", TIMER_DELIVER_MS=T0 + 1_080))
+    await eventually(lambda: node.timer.pending() == 2, what="A and B linked")
+    await node.stop()
+    nodes.remove(node)
+    synced = tmp_path / "synced"
+    shutil.copytree(store, synced)
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.send("t", b"c", _props("C", TIMER_DELIVER_MS=T0 + 1_010))
+    await eventually(lambda: node.timer.pending() == 3, what="C linked")
+    await node.advance_to(T0 + 1_060)
+    await eventually(lambda: _count(node, "t", 2), what="C and A delivered")
+    written_back = checkpoint_path(store).read_bytes()
+    await node.stop()
+    nodes.remove(node)
+    _timer_files_onto(synced, store)
+    checkpoint_path(store).write_bytes(written_back)
+    _reboot(monkeypatch)
+    node = await _node(nodes, store, clock)
+    await node.advance_to(T0 + 2_000)
+    got = [m.msg_id for m in await node.pull("t")]
+    assert {"A", "B", "C"} <= set(got), got
+
+
+async def test_a_stop_while_a_delivery_waits_for_its_flush_counts_it_before_closing(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNC_FLUSH on a slow disk: X's delivery is stored and waits for its fsync when the
+    broker stops. The stop cancelled the timer there, so X was not counted as delivered and a
+    clean restart delivered it again; the stop now lets the step finish."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock, flush_disk_type="SYNC_FLUSH")
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"x", _props("X", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="X linked")
+    flush_once = flush_module.FlushService._flush_once
+
+    def slow_disk(self: flush_module.FlushService) -> None:
+        time.sleep(0.5)
+        flush_once(self)
+
+    monkeypatch.setattr(flush_module.FlushService, "_flush_once", slow_disk)
+    assert node.broker is not None and node.broker.store is not None
+    before = node.broker.store.max_phy_offset
+    clock.now = T0 + 1_000
+    node.timer.poke()
+    await eventually(lambda: node.broker.store.max_phy_offset > before,  # type: ignore[union-attr]
+                     what="X's delivery stored, waiting for its flush")
+    await node.stop()
+    nodes.remove(node)
+    monkeypatch.setattr(flush_module.FlushService, "_flush_once", flush_once)
+    node = await _node(nodes, store, clock, flush_disk_type="SYNC_FLUSH")
+    await node.advance_to(T0 + 2_000)
+    assert [m.msg_id for m in await node.pull("t")] == ["X"]

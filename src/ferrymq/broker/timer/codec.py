@@ -9,8 +9,8 @@
   when the entry was written, and a magic word with flags. A zero magic marks unwritten space.
 - The checkpoint (128 bytes, written to two alternating copies): the wheel's geometry, the
   read time with how many entries of that slot were delivered, the next timer-queue offset to
-  enqueue and the end of the log that goes with it; the log end and queue offset as of the last
-  fsync of the log and wheel, and the id of the boot it was written in (a later boot means a
+  enqueue and the end of the log that goes with it; the same four as of the last fsync of the
+  log and wheel, and the id of the boot it was written in (a later boot means a
   power loss may have kept this copy and not the pages it describes); a sequence number and a
   CRC pick the newest whole copy after a torn write. The first layout (64 bytes, without the
   synced fields and the boot) is still read."""
@@ -28,13 +28,16 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 SLOT = struct.Struct(">qqqii")
 ENTRY = struct.Struct(">qqqqqii")
 _CKPT_BODY_V1 = struct.Struct(">Iqiiqqqq")
-_CKPT_BODY = struct.Struct(">Iqiiqqqqqq16s")
+_CKPT_BODY = struct.Struct(">Iqiiqqqqqqqq16s")
 _CRC = struct.Struct(">I")
 CHECKPOINT_COPY_SIZE_V1 = 64
 CHECKPOINT_COPY_SIZE = 128
 
 ENTRY_MAGIC = 0x7E7E0000
 FLAG_ROLL = 0x1
+# Set in place on an entry whose record a power loss took from the commit log (found at the
+# first start after it): another message may be written at that offset later.
+FLAG_LOST = 0x2
 _MAGIC_MASK = 0xFFFF0000
 CHECKPOINT_MAGIC_V1 = 0x7E7ECC01
 CHECKPOINT_MAGIC = 0x7E7ECC02
@@ -66,6 +69,7 @@ class LogEntry(NamedTuple):
     size: int
     write_ms: int
     roll: bool
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +81,22 @@ class TimerCheckpoint:
     enqueue_offset: int
     log_end: int
     seq: int = 0
-    # As of the last fsync of the log and the wheel: the log's end and the queue offset to
-    # enqueue from. A first-layout copy says the same as its log_end and enqueue_offset.
+    # As of the last fsync of the log and the wheel: the log's end, the queue offset to
+    # enqueue from, the read time and the slot's delivered count. A first-layout copy says
+    # the same as its own fields.
     synced_log_end: int = -1
     synced_enqueue_offset: int = -1
+    synced_read_time_ms: int = -1
+    synced_slot_done: int = -1
     boot_id: bytes = b""  # empty when not known (a first-layout copy, a system without one)
 
     def __post_init__(self) -> None:
-        if self.synced_log_end < 0:
-            object.__setattr__(self, "synced_log_end", self.log_end)
-        if self.synced_enqueue_offset < 0:
-            object.__setattr__(self, "synced_enqueue_offset", self.enqueue_offset)
+        for synced, own in (("synced_log_end", self.log_end),
+                            ("synced_enqueue_offset", self.enqueue_offset),
+                            ("synced_read_time_ms", self.read_time_ms),
+                            ("synced_slot_done", self.slot_done)):
+            if getattr(self, synced) < 0:
+                object.__setattr__(self, synced, own)
 
 
 def encode_slot(slot: Slot) -> bytes:
@@ -111,7 +120,8 @@ def decode_entry(buf: Buffer, offset: int, pos: int) -> LogEntry | None:
         return None
     if magic & _MAGIC_MASK != ENTRY_MAGIC:
         raise TimerFileError("log", f"entry at {pos} has magic {magic:#x}")
-    return LogEntry(pos, prev, deliver, link, phys, size, write, bool(magic & FLAG_ROLL))
+    return LogEntry(pos, prev, deliver, link, phys, size, write, bool(magic & FLAG_ROLL),
+                    bool(magic & FLAG_LOST))
 
 
 def encode_checkpoint(cp: TimerCheckpoint) -> bytes:
@@ -119,7 +129,8 @@ def encode_checkpoint(cp: TimerCheckpoint) -> bytes:
         raise ValueError("a boot id is 16 bytes (or empty: not known)")
     body = _CKPT_BODY.pack(CHECKPOINT_MAGIC, cp.seq, cp.precision_ms, cp.slots, cp.read_time_ms,
                            cp.slot_done, cp.enqueue_offset, cp.log_end, cp.synced_log_end,
-                           cp.synced_enqueue_offset, cp.boot_id)
+                           cp.synced_enqueue_offset, cp.synced_read_time_ms, cp.synced_slot_done,
+                           cp.boot_id)
     whole = body + _CRC.pack(zlib.crc32(body))
     return whole + bytes(CHECKPOINT_COPY_SIZE - len(whole))
 
@@ -129,12 +140,12 @@ def decode_checkpoint(buf: bytes | bytearray | memoryview) -> TimerCheckpoint | 
     if len(buf) < _CKPT_BODY.size + _CRC.size:
         return None
     (magic, seq, precision, slots, read_time, done, enq, log_end, synced_end, synced_enq,
-     boot) = _CKPT_BODY.unpack_from(buf)
+     synced_read, synced_done, boot) = _CKPT_BODY.unpack_from(buf)
     (crc,) = _CRC.unpack_from(buf, _CKPT_BODY.size)
     if magic != CHECKPOINT_MAGIC or zlib.crc32(bytes(buf[: _CKPT_BODY.size])) != crc:
         return None
     return TimerCheckpoint(precision, slots, read_time, done, enq, log_end, seq, synced_end,
-                           synced_enq, boot if any(boot) else b"")
+                           synced_enq, synced_read, synced_done, boot if any(boot) else b"")
 
 
 def decode_checkpoint_v1(buf: bytes | bytearray | memoryview) -> TimerCheckpoint | None:

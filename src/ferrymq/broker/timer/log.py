@@ -10,13 +10,15 @@ import contextlib
 import logging
 import mmap
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from ...store.files import fsync_dir, fsync_file
-from .codec import ENTRY, LogEntry, TimerFileError, decode_entry, encode_entry
+from .codec import ENTRY, FLAG_LOST, LogEntry, TimerFileError, decode_entry, encode_entry
 
 log = logging.getLogger("ferrymq.broker.timer")
+_MAGIC_WORD = struct.Struct(">I")
 
 
 class TimerLog:
@@ -95,23 +97,35 @@ class TimerLog:
     def truncate(self, end: int, written_to: int = 0) -> None:
         """Forget everything from `end` on (written after the last checkpoint): unwritten
         space must read as zeros again, so the entries there are cleared one by one (a block
-        write would fill the sparse segment): those up to the first unwritten space, and
-        every one before `written_to` (entries a power loss kept past a lost one)."""
+        write would fill the sparse segment), up to the first unwritten space at or past
+        `written_to` (a power loss can keep entries past a lost one). Their bytes are not
+        decoded: what a power loss left there may not be entries."""
         blank = bytes(ENTRY.size)
-        stale = {e.pos for e in self.written_after(end)}
-        for pos in range(end, written_to, ENTRY.size):  # torn ones too: not decoded
+        pos = end
+        while True:
             found = self._segment(pos)
-            if found is not None and found[0][found[1]: found[1] + ENTRY.size] != blank:
-                stale.add(pos)
-        for pos in sorted(stale):
-            found = self._segment(pos)
-            assert found is not None
+            if found is None:
+                break
             seg, off = found
-            seg[off: off + ENTRY.size] = blank
+            if seg[off: off + ENTRY.size] == blank:
+                if pos >= written_to:
+                    break
+            else:
+                seg[off: off + ENTRY.size] = blank
+            pos += ENTRY.size
         for start in [s for s in self._segments if s >= end and s > 0]:
             self._segments.pop(start).close()
             self._path(start).unlink(missing_ok=True)
         self.end = end
+
+    def mark_lost(self, pos: int) -> None:
+        """Flag the entry at `pos` as naming a record the commit log lost (FLAG_LOST)."""
+        found = self._segment(pos)
+        assert found is not None
+        seg, off = found
+        at = off + ENTRY.size - 4  # the magic word, last in the entry
+        (magic,) = _MAGIC_WORD.unpack_from(seg, at)
+        _MAGIC_WORD.pack_into(seg, at, magic | FLAG_LOST)
 
     def drop_expired(self, read_time_ms: int, horizon_ms: int) -> int:
         """Delete whole segments whose entries can no longer be needed; returns how many."""

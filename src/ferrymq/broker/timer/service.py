@@ -39,6 +39,8 @@ MAX_EMPTY_STEPS = 4096
 LOOKAHEAD_SLOTS = 1024
 # After a failed write the service waits this long before trying again.
 RETRY_MS = 200
+# How long a stop waits for the step under way before cancelling it.
+STOP_GRACE_S = 5.0
 
 
 class TimerService:
@@ -63,11 +65,9 @@ class TimerService:
         # has linked and drops the slots its master has delivered, so that when it is promoted
         # it goes on from where its master was (at most one slot is delivered twice).
         self._follow: Callable[[], tuple[int, int] | None] | None = None
-        # Where the timer log and the commit log ended at start: a link written before the
-        # start to bytes past the commit log's end then points at a record a power loss took
-        # (the kernel wrote the timer's files back, not the log's tail); whatever is written
-        # there later is another message.
-        self._lost_after: tuple[int, int] = (0, 0)
+        # Set by stop: the loop ends after the step under way (a delivery waiting for its
+        # flush is then counted as delivered before the files are closed).
+        self._stopping = False
 
     @property
     def store(self) -> MessageStore:
@@ -81,15 +81,21 @@ class TimerService:
             return
         store = self.store
         first = store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
-        self.state = TimerStore(self.cfg, self.now_ms(), first)
-        self._lost_after = (self.state.log.end, store.max_phy_offset)
+        self.state = TimerStore(self.cfg, self.now_ms(), first, store.max_phy_offset)
         self._queue_start(self.state)
         self._open = None
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="ferrymq-timer")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            # The step under way ends first: cancelled inside a delivery's wait for its flush
+            # (or its replica), the delivery was stored but not counted, and a clean restart
+            # delivered it again. A step stuck past the grace (a hung disk) is cancelled.
+            self._stopping = True
+            self._wake.set()
+            await asyncio.wait({task}, timeout=STOP_GRACE_S)
             task.cancel()
             try:
                 await task
@@ -132,7 +138,7 @@ class TimerService:
     async def _run(self) -> None:
         state = self.state
         assert state is not None
-        while True:
+        while not self._stopping:
             try:
                 progressed = await self._step(state)
             except asyncio.CancelledError:
@@ -141,6 +147,8 @@ class TimerService:
                 log.exception("timer step failed; retrying")
                 self._retry_at = self.now_ms() + RETRY_MS
                 progressed = False
+            if self._stopping:
+                return  # close syncs
             if time.monotonic() - self._last_flush >= self.flush_interval_ms / 1000:
                 self._last_flush = time.monotonic()
                 await asyncio.to_thread(state.sync)
@@ -308,9 +316,8 @@ class TimerService:
 
     async def _deliver(self, entries: list[LogEntry]) -> bool:
         out: list[StoreMessage] = []
-        log_end, commit_end = self._lost_after
         for e in entries:
-            if e.pos < log_end and e.phys_offset + e.size > commit_end:
+            if e.lost:
                 log.error("timer message at %d (due %d) was lost with the commit log's tail; "
                           "its link is dropped", e.phys_offset, e.deliver_ms)
                 continue

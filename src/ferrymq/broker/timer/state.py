@@ -19,6 +19,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ...store.files import fsync_dir
 from .checkpoint import CheckpointFile
@@ -59,8 +60,20 @@ def current_boot_id() -> bytes:
         return b""
 
 
+class _Synced(NamedTuple):
+    """The store as the last sync left it on disk: what a power loss cannot take."""
+
+    log_end: int
+    enqueue_offset: int
+    read_time_ms: int
+    slot_done: int
+
+
 class TimerStore:
-    def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0) -> None:
+    def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0,
+                 commit_end: int | None = None) -> None:
+        """`commit_end`: where the commit log ends now (its records past it are gone), to
+        find the links a power loss left without their record."""
         self.cfg = cfg
         self._boot_id = current_boot_id()
         self._names_synced = False  # the files' names, made or found here, not fsynced yet
@@ -88,16 +101,18 @@ class TimerStore:
             self.slot_done = 0
             self.enqueue_offset = first_enqueue_offset
             self.log.truncate(0)
+            self._synced = _Synced(0, first_enqueue_offset, self.read_time_ms, 0)
+        elif cp.boot_id and cp.boot_id != self._boot_id:
+            # Written in another boot: the machine restarted, cleanly or not.
+            self._recover_power_loss(cp, commit_end)
         else:
             self.read_time_ms = cp.read_time_ms
             self.slot_done = cp.slot_done
             self.enqueue_offset = cp.enqueue_offset
-            if cp.log_end > cp.synced_log_end and cp.boot_id and cp.boot_id != self._boot_id:
-                self._recover_power_loss(cp)
-            else:
-                self._recover(cp.log_end)
-        # (log end, queue offset) as of the last sync: what a power loss cannot take.
-        self._synced = (self.log.end, self.enqueue_offset)
+            self._recover(cp.log_end)
+            # Not synced by this start: what the checkpoint says was synced stays the floor.
+            self._synced = _Synced(cp.synced_log_end, cp.synced_enqueue_offset,
+                                   cp.synced_read_time_ms, cp.synced_slot_done)
         self.save()
 
     @property
@@ -122,41 +137,74 @@ class TimerStore:
                         "again from the timer queue", len(tail))
         self.log.truncate(log_end)
 
-    def _recover_power_loss(self, cp: TimerCheckpoint) -> None:
-        """Back to the last sync: the log entries written after it, whatever reached the disk
-        of them, are cleared, the slots that point at any of them are rebuilt from the log
-        below it, and the timer queue is linked again from the offset synced with it. The
-        slot being delivered is delivered from its start again (at least once)."""
-        synced_end = cp.synced_log_end
-        stale = [s for s in self.wheel.live_slots(0)
-                 if s.last_pos >= synced_end or s.first_pos >= synced_end]
-        rebuilt: dict[int, Slot] = {s.time_ms: Slot(s.time_ms, -1, -1, 0) for s in stale}
-        if rebuilt:
-            precision = self.wheel.precision_ms
-            pos = self.log.min_pos
-            while pos < synced_end:
-                entry = self.log.read(pos)
-                if entry is not None:
-                    slot_ms = entry.link_ms - entry.link_ms % precision
-                    slot = rebuilt.get(slot_ms)
-                    if slot is not None:
-                        rebuilt[slot_ms] = Slot(slot_ms, entry.pos if slot.num == 0 else slot.first_pos,
-                                                entry.pos, slot.num + 1)
-                pos += ENTRY.size
-            for slot in rebuilt.values():
-                if slot.num:
-                    self.wheel.put(slot)
-                else:
-                    self.wheel.clear(slot.time_ms)
-            if self.wheel.slot_time(self.read_time_ms) in rebuilt:
-                self.slot_done = 0
-        self.log.truncate(synced_end, written_to=cp.log_end)
-        log.warning("timer: the checkpoint was written before a restart of the machine and after "
-                    "the last sync; the log goes back to %d (from %d) and the timer queue is "
-                    "linked again from %d (the checkpoint had %d): %d slot(s) rebuilt; timers "
-                    "delivered after the last sync may be delivered again", synced_end,
-                    cp.log_end, cp.synced_enqueue_offset, cp.enqueue_offset, len(rebuilt))
-        self.enqueue_offset = cp.synced_enqueue_offset
+    def _recover_power_loss(self, cp: TimerCheckpoint, commit_end: int | None) -> None:
+        """Back to the last sync, whatever the kernel wrote back since (after a clean stop
+        that is where the store stood): log entries written after it are cleared, slots that
+        point at any of them are rebuilt from the log below it, and the read time, the slot's
+        delivered count and the timer-queue offset are the sync's, so timers linked since are
+        linked again and those delivered since may be delivered again (at least once). Links
+        whose record the commit log lost are flagged (FLAG_LOST) and never delivered: another
+        message may be written at that offset later."""
+        synced = _Synced(cp.synced_log_end, cp.synced_enqueue_offset, cp.synced_read_time_ms,
+                         cp.synced_slot_done)
+        self.read_time_ms, self.slot_done = synced.read_time_ms, synced.slot_done
+        self.enqueue_offset = synced.enqueue_offset
+        self._synced = synced
+        end = synced.log_end
+        rebuilt = self._rebuild_slots_past(end)
+        self.log.truncate(end, written_to=max(cp.log_end, end))
+        lost = self._flag_lost_links(commit_end) if commit_end is not None else 0
+        if (cp.log_end, cp.enqueue_offset, cp.read_time_ms, cp.slot_done) != synced or rebuilt \
+                or lost:
+            log.warning("timer: started after a restart of the machine, back to the last sync: "
+                        "log end %d (the checkpoint had %d), timer queue offset %d (had %d), "
+                        "read time %d (had %d); %d slot(s) rebuilt, %d link(s) to records the "
+                        "commit log lost dropped; timers delivered after the sync may be "
+                        "delivered again", end, cp.log_end, synced.enqueue_offset,
+                        cp.enqueue_offset, synced.read_time_ms, cp.read_time_ms, rebuilt, lost)
+
+    def _rebuild_slots_past(self, end: int) -> int:
+        """Slots pointing at log positions at or past `end` (written back without their
+        entries, or with entries being cleared) rebuilt from the entries below it; returns how
+        many. A slot's entries are found by its time: the chain's own links may be lost."""
+        rebuilt: dict[int, Slot] = {s.time_ms: Slot(s.time_ms, -1, -1, 0)
+                                    for s in self.wheel.live_slots(0)
+                                    if s.last_pos >= end or s.first_pos >= end}
+        if not rebuilt:
+            return 0
+        precision = self.wheel.precision_ms
+        for pos in range(self.log.min_pos, end, ENTRY.size):
+            entry = self.log.read(pos)
+            if entry is None:
+                continue
+            slot_ms = entry.link_ms - entry.link_ms % precision
+            slot = rebuilt.get(slot_ms)
+            if slot is not None:
+                rebuilt[slot_ms] = Slot(slot_ms, entry.pos if slot.num == 0 else slot.first_pos,
+                                        entry.pos, slot.num + 1)
+        for slot in rebuilt.values():
+            if slot.num:
+                self.wheel.put(slot)
+            else:
+                self.wheel.clear(slot.time_ms)
+        return len(rebuilt)
+
+    def _flag_lost_links(self, commit_end: int) -> int:
+        """Flag the entries naming records past `commit_end`, newest first: entries are
+        written in the order their records were stored, so the walk stops at the first whose
+        record is still there (past a slave's cut, the deliver-time check of the service
+        catches a stale link)."""
+        flagged = 0
+        pos = self.log.end - ENTRY.size
+        while pos >= self.log.min_pos:
+            entry = self.log.read(pos)
+            if entry is None or entry.phys_offset + entry.size <= commit_end:
+                break
+            if not entry.lost:
+                self.log.mark_lost(pos)
+                flagged += 1
+            pos -= ENTRY.size
+        return flagged
 
     # --- linking -------------------------------------------------------------------------
     def link(self, deliver_ms: int, phys_offset: int, size: int) -> bool:
@@ -208,11 +256,13 @@ class TimerStore:
 
     # --- durability ----------------------------------------------------------------------
     def checkpoint(self) -> TimerCheckpoint:
-        synced_end, synced_offset = self._synced
+        synced = self._synced
         return TimerCheckpoint(self.precision_ms, self.wheel.slots, self.read_time_ms,
                                self.slot_done, self.enqueue_offset, self.log.end,
-                               synced_log_end=synced_end, synced_enqueue_offset=synced_offset,
-                               boot_id=self._boot_id)
+                               synced_log_end=synced.log_end,
+                               synced_enqueue_offset=synced.enqueue_offset,
+                               synced_read_time_ms=synced.read_time_ms,
+                               synced_slot_done=synced.slot_done, boot_id=self._boot_id)
 
     def save(self) -> None:
         self._cp.write(self.checkpoint())
@@ -229,7 +279,7 @@ class TimerStore:
             self._sync()
 
     def _sync(self) -> None:
-        durable = (self.log.end, self.enqueue_offset)
+        durable = _Synced(self.log.end, self.enqueue_offset, self.read_time_ms, self.slot_done)
         self.log.flush()
         self.wheel.flush()
         if not self._names_synced:
