@@ -7,11 +7,12 @@ message, or bytes cut to a wrong size, reached the consumer."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 from pathlib import Path
 
 import pytest
-from store_util import msg, open_store, wait_until
+from store_util import crash_image, msg, open_store, wait_until
 
 from ferrymq.common.record import decode_records
 from ferrymq.store import CorruptPolicy, MessageStore
@@ -189,5 +190,36 @@ def test_an_entry_naming_bytes_past_the_logs_end_does_not_stall_its_queue(
         for i in range(12):  # the log grows over where the entry points
             assert store.put_messages([msg("B", 0, b"late%02d" % i * 10)]).ok
         assert _bodies(store, "B", 0)[4:] == [b"late%02d" % i * 10 for i in range(12)]
+    finally:
+        store.shutdown()
+
+
+def test_an_entry_landing_on_a_record_recovery_moved_in_its_queue_blames_the_entry(
+        tmp_path: Path) -> None:
+    """B/0's queue was lost and rebuilt by recovery: its records now sit at queue offsets
+    other than their QUEUEOFFSET fields (recovery keeps them where the queue expected them).
+    A/0's entry 2 damaged onto B's record L0 (same size) is the entry's damage: the owner is
+    found by position when the record's QUEUEOFFSET names no entry of it, else the sound
+    record was reported and left out of its own queue for good."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, checkpoint_interval_ms=3_600_000)
+    try:
+        for i in range(4):
+            store.put_messages([msg("A", 0, b"A0%d" % i * 10)])
+            store.put_messages([msg("B", 0, b"B0%d" % i * 10)])
+        store.checkpoint(clean=True)
+        late = [store.put_messages([msg("B", 0, b"L0%d" % i * 10)]).messages[0].phys_offset
+                for i in range(2)]
+        image = crash_image(store, tmp_path / "img")
+    finally:
+        store.shutdown()
+    shutil.rmtree(image / "consumequeue" / "B")
+    store = open_store(image, scrub_bytes_per_s=0)
+    try:
+        assert _bodies(store, "B", 0) == [b"L00" * 10, b"L01" * 10]
+        _rewrite_entry(_queue_file(image, "A", 0), 2, phys=late[0])
+        assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+        assert _bodies(store, "B", 0) == [b"L00" * 10, b"L01" * 10]
+        (rec,) = store.damaged_records()
+        assert (rec.topic, rec.queue_offset, rec.found_by) == ("A", 2, "entry")
     finally:
         store.shutdown()

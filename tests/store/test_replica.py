@@ -324,3 +324,68 @@ def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pull of the slave runs after truncate_log cut the log and before it cut the queues:
+    it sees entries naming bytes past the log's new end. Reported as damaged entries, they
+    hid the master's records written there next."""
+    from ferrymq.store.consumequeue import ConsumeQueue
+
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        fill(master, 4)
+        copy_all(master, slave)
+        cut_at = slave.max_phy_offset
+        first = slave.get_max_offset("T", 0)
+        fill(slave, 20)  # the tail its master never had
+        truncate_phys = ConsumeQueue.truncate_phys
+        pulled = []
+
+        def pull_then_cut_queue(self: ConsumeQueue, pos: int) -> None:
+            if not pulled:  # a reader thread running now: the log is cut, the queues not yet
+                pulled.append(slave.get_messages("T", 0, first, 100))
+            truncate_phys(self, pos)
+
+        monkeypatch.setattr(ConsumeQueue, "truncate_phys", pull_then_cut_queue)
+        assert slave.truncate_log(cut_at) > 0
+        assert pulled and pulled[0].count == 0
+        fill(master, 9)
+        copy_all(master, slave)
+        _assert_slave_reads_as_master(master, slave)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_pull_while_a_span_is_dispatched_sees_no_entry_past_the_logs_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """append_replicated made the span's queue entries readable before it moved the log's end
+    to the span's end: a pull of the slave in between saw entries naming bytes past the end
+    and reported them as damaged; the master's messages were left out of the slave's reads.
+    The entries now become readable after the log's end moves, as on a master."""
+    master = open_store(tmp_path / "m")
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        fill(master, 4)
+        copy_all(master, slave)
+        first = slave.get_max_offset("T", 0)
+        fill(master, 3)
+        write_pending = slave._write_pending
+        pulled = []
+
+        def write_then_pull(*args: object, **kw: object) -> object:
+            written = write_pending(*args, **kw)  # type: ignore[arg-type]
+            if not pulled:  # a reader thread running now (readers take no lock)
+                pulled.append(slave.get_messages("T", 0, first, 100))
+            return written
+
+        monkeypatch.setattr(slave, "_write_pending", write_then_pull)
+        copy_all(master, slave)
+        assert pulled
+        _assert_slave_reads_as_master(master, slave)
+    finally:
+        master.shutdown()
+        slave.shutdown()

@@ -9,9 +9,11 @@ maintenance thread, never by a reader."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,10 +76,12 @@ class DamageRegistry:
         self._entries: dict[EntryKey, DamagedRecord] = {}
         self._skipped: dict[tuple[str, int], list[SkippedRange]] = {}
         self._dirty = False
-        # Where the log was cut (forget_from), in order. A report made from bytes read before
-        # a cut, of a position at or past it, describes bytes the cut removed: the master's
-        # records go there next, and the report would hide them. Such a report is dropped.
-        self._cuts: list[int] = []
+        # Counts the starts and ends of a slave's cuts of the log (odd while one is under
+        # way). A report made from bytes read before or during a cut may describe bytes the cut
+        # removed, or queue entries it had yet to remove: the master's records go there next
+        # and the report would hide them. Such a report is dropped (the next read finds real
+        # damage again).
+        self._epoch = 0
         # phys -> reason of the records reads must leave out; replaced, never mutated, so
         # readers look it up without the lock. A tail cut is not in it: new records go there.
         self.known: dict[int, str] = {}
@@ -122,17 +126,28 @@ class DamageRegistry:
     # --- reporting ---------------------------------------------------------------------------
     @property
     def generation(self) -> int:
-        """How many cuts there have been: taken before the bytes a report judges are read."""
-        return len(self._cuts)
+        """Taken before the bytes a report judges are read (see report)."""
+        return self._epoch
+
+    @contextlib.contextmanager
+    def cutting(self) -> Iterator[None]:
+        """A cut of the log (and its queues) under way: reads that overlap it report nothing."""
+        with self._lock:
+            self._epoch += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._epoch += 1
 
     def report(self, rec: DamagedRecord, read_at: int | None = None) -> bool:
         """Record `rec`; True (and one error log line) the first time its offset is seen (an
         entry's report: its queue, offset and size). `read_at`: the generation taken before
-        the bytes were read; a cut since at or below the record drops the report."""
+        the bytes were read; a cut during or since the read drops the report."""
         with self._lock:
-            if read_at is not None and any(cut <= rec.phys_offset for cut in self._cuts[read_at:]):
-                log.info("damage at %d not recorded: the log was cut at or below it after it "
-                         "was read", rec.phys_offset)
+            if read_at is not None and (read_at % 2 or read_at != self._epoch):
+                log.info("damage at %d not recorded: the log was being cut as it was read",
+                         rec.phys_offset)
                 return False
             known = self._records.get(rec.phys_offset)
             if rec.found_by == "entry":
@@ -184,7 +199,6 @@ class DamageRegistry:
         unregistered: reads verify them again. Raises OSError, changing nothing, when
         damage.json cannot be written (the caller must not cut then)."""
         with self._lock:
-            self._cuts.append(phys)  # first: even an unchanged registry outdates reads under way
             gone = [p for p in self._records if p >= phys] + [k for k in self._entries
                                                                if k[0] >= phys]
             if not gone:

@@ -16,8 +16,9 @@ from ..common.record import first_unsound, first_unsound_entries, record_info, r
 from .commitlog import CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
 
-# (topic, queue id, queue offset) -> (phys, size) of that queue's entry there, None if none.
-OwnerEntry = Callable[[str, int, int], tuple[int, int] | None]
+# (topic, queue id, the record's QUEUEOFFSET, phys) -> the size of that queue's entry naming
+# phys, None when it has none.
+OwnerEntry = Callable[[str, int, int, int], int | None]
 
 
 class ReadGuard:
@@ -38,7 +39,7 @@ class ReadGuard:
         self.scrubbed_to = 0  # raised by the scrub as it goes
         # (phys, size) of a queue's entry at an offset, to tell another queue's record from a
         # record whose own queue fields are damaged (see entry_is_damaged).
-        self.owner_entry: OwnerEntry = owner_entry or (lambda _t, _q, _o: None)
+        self.owner_entry: OwnerEntry = owner_entry or (lambda _t, _q, _o, _p: None)
 
     def reason(self, buf: bytes, o: int, phys: int, size: int, topic: str,
                queue_id: int) -> str | None:
@@ -78,10 +79,10 @@ class ReadGuard:
 def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> bool:
     """Whether an entry (phys, size) that failed the read's check is what is damaged, rather
     than the record at `phys`: a sound record starts there (read with its own TOTALSIZE) and
-    is of another size, or it is the record of the queue it names, whose entry at its queue
-    offset points at it (an entry of one queue landing on another queue's record). A record
-    that names a queue not pointing back at it has its own queue fields damaged (the body CRC
-    does not cover them)."""
+    is of another size, or it is the record of the queue it names, which has an entry naming
+    it (an entry of one queue landing on another queue's record). A record that names a queue
+    without such an entry has its own queue fields damaged (the body CRC does not cover
+    them)."""
     rec = log.read_record(phys)
     if rec is None or record_unsound(rec, 0, phys, len(rec)) is not None:
         return False
@@ -91,8 +92,7 @@ def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> 
     if isinstance(info, str):
         return False
     _pos, total, topic, queue_id, queue_offset = info[:5]
-    owner = guard.owner_entry(topic, queue_id, queue_offset)
-    return owner is not None and owner[0] == phys and owner[1] == total
+    return bool(guard.owner_entry(topic, queue_id, queue_offset, phys) == total)
 
 
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,

@@ -71,8 +71,8 @@ class ReplicaLog:
                   keys: bytearray) -> None:
         raise NotImplementedError
 
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
-                       keys: bytearray) -> None:
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]], keys: bytearray,
+                       commit: bool = True) -> list[ConsumeQueue]:
         raise NotImplementedError
 
     def _appended(self, arrivals: list[tuple[str, int, int]]) -> None:
@@ -155,8 +155,13 @@ class ReplicaLog:
             keys = bytearray()
             self._dispatch(infos, pending, keys)
             queues = list(pending)
-            self._write_pending(pending, keys)
+            written = self._write_pending(pending, keys, commit=False)
+            # The log's end first, then the entries readers see (as a master's append does):
+            # an entry visible before the bytes it names were in the log read as one naming
+            # bytes past the log's end, and was reported as damage.
             clog.write_pos = span.next_pos
+            for cq in written:
+                cq.commit()
             arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in queues]
         self._appended(arrivals)
 
@@ -179,14 +184,15 @@ class ReplicaLog:
             self._checkpoint_below(pos)
             # On disk before the cut: a kill after it left damage.json naming positions the
             # master's records are written to next, and reads after the restart hid them.
-            self._damage.forget_from(pos)
-            if self.preallocator is None:
-                clog.truncate(pos)
-            else:
-                with self.preallocator.cutting():
+            with self._damage.cutting():  # reads under way meanwhile report nothing
+                self._damage.forget_from(pos)
+                if self.preallocator is None:
                     clog.truncate(pos)
-            for cq in self._cqs.values():
-                cq.truncate_phys(pos)
+                else:
+                    with self.preallocator.cutting():
+                        clog.truncate(pos)
+                for cq in self._cqs.values():
+                    cq.truncate_phys(pos)
             self._index.cut(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
             self._visibility.advance(None)

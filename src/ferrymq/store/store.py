@@ -98,7 +98,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._cp_file = CheckpointFile(config.root / "checkpoint")
         self._last_cp: Checkpoint | None = None  # the last one this run wrote
         self._damage = DamageRegistry(root / "config" / "damage.json")
-        self._guard = ReadGuard(self._damage, config.on_corrupt_record, self._entry_at)
+        self._guard = ReadGuard(self._damage, config.on_corrupt_record, self._entry_size_at)
         self.scrubber: Scrubber | None = None
         self.preallocator: Preallocator | None = None
         self._disk_ratio_seen = 0.0
@@ -202,10 +202,19 @@ class MessageStore(Retention, ReplicaLog, Queries):
                     cq.load()
                     self._cqs[(tdir.name, int(qdir.name))] = cq
 
-    def _entry_at(self, topic: str, queue_id: int, offset: int) -> tuple[int, int] | None:
+    def _entry_size_at(self, topic: str, queue_id: int, queue_offset: int,
+                       phys: int) -> int | None:
+        """The size of the queue's entry naming `phys`, None when it has none: looked up at
+        `queue_offset` (the record's own QUEUEOFFSET), then by position (recovery may have put
+        the record at another offset of its queue; entries are in commit-log order)."""
         cq = self._cqs.get((topic, queue_id))
-        entry = cq.entry(offset) if cq is not None and offset >= 0 else None
-        return (entry[0], entry[1]) if entry is not None else None
+        if cq is None:
+            return None
+        for qo in (queue_offset, cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset)):
+            entry = cq.entry(qo) if qo >= 0 else None
+            if entry is not None and entry[0] == phys:
+                return int(entry[1])
+        return None
 
     def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
         cq = self._cqs.get(key)
@@ -321,19 +330,25 @@ class MessageStore(Retention, ReplicaLog, Queries):
             if (info.keys or info.uniq) and info.pos > index_end:
                 key_entries(keys, topic, info.keys, info.uniq, info.pos, info.store_ts)
 
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]],
-                       keys: bytearray) -> None:
+    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]], keys: bytearray,
+                       commit: bool = True) -> list[ConsumeQueue]:
+        """Write the queued entries and keys; returns the queues written. Without `commit`
+        readers do not see the entries until the caller commits those queues."""
+        written: list[ConsumeQueue] = []
         for key, entries in pending.items():
             if entries:
                 cq = self._cqs[key]
                 cq.append(b"".join(entries), self._dirty)
-                cq.commit()
+                if commit:
+                    cq.commit()
+                written.append(cq)
         pending.clear()
         if keys:
             _h, first_pos, first_ts = KEY_ENTRY.unpack_from(keys, 0)
             self._index.ensure_room(1, first_pos, first_ts)
             self._index.put_entries(keys, 0, 0)
             del keys[:]
+        return written
 
     # --- appends -------------------------------------------------------------------------------
     def add_arrival_listener(self, cb: ArrivalListener) -> None:
