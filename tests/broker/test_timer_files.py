@@ -265,3 +265,73 @@ def test_garbage_past_the_synced_end_of_the_log_is_cleared_not_decoded(
     after = TimerStore(_cfg(root), T0)
     assert (after.log.end, after.enqueue_offset, after.pending()) == (ENTRY.size, 1, 1)
     assert after.log.read(ENTRY.size) is None
+
+
+def test_a_wheel_page_of_a_later_lap_does_not_lose_the_slot_the_sync_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small wheel (16 slots) wraps between two syncs: A is synced at T0+500, the read time
+    passes it (A delivered, not yet synced), and B is linked one lap later at the same ring
+    position. The power loss keeps that wheel page (pointing past the synced log end), not
+    B's entry nor the newer checkpoint. Going back to the sync must give the position back
+    to A's slot; keyed by the page's time, the rebuild cleared it and A was lost."""
+    cfg = TimerStoreConfig(tmp_path / "store", precision_ms=100, slots=16, log_file_size=48 * 64)
+    disk = tmp_path / "disk"
+    _boot(monkeypatch, b"\xaa" * 16)
+    store = TimerStore(cfg, T0)
+    store.link(T0 + 500, 0, 100)  # A
+    store.enqueue_offset = 1
+    store.sync()
+    _disk_image(cfg.root, disk)
+    while store.read_time_ms <= T0 + 500:
+        store.advance()
+    store.save()
+    assert not store.link(T0 + 2_100, 100, 100)  # B: A's ring position, one lap later
+    store.enqueue_offset = 2
+    store.save()
+    store.close()
+    wheel_now = wheel_path(cfg.root).read_bytes()  # the page the kernel wrote back
+    _disk_image(disk, cfg.root)
+    wheel_path(cfg.root).write_bytes(wheel_now)
+    _boot(monkeypatch, b"\xbb" * 16)
+    after = TimerStore(cfg, T0)
+    assert (after.read_time_ms, after.enqueue_offset) == (T0, 1)
+    assert [e.phys_offset for e in after.slot_entries(T0 + 500)] == [0]
+    after.close()
+
+
+def test_bytes_that_are_no_entry_past_a_lost_page_do_not_stop_a_later_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The surviving checkpoint ends the log at 96; the entries at 48 and 96 were lost and the
+    one at 144 left as garbage. The next boot cuts back to 48 and links again up to 144; its
+    clean restart (same boot) then read the garbage as an entry and could not start."""
+    cfg = TimerStoreConfig(tmp_path / "store", precision_ms=100, slots=64, log_file_size=48 * 64)
+    _boot(monkeypatch, b"\xaa" * 16)
+    store = TimerStore(cfg, T0)
+    store.link(T0 + 1_000, 0, 100)
+    store.enqueue_offset = 1
+    store.sync()
+    store.link(T0 + 2_000, 100, 100)
+    store.enqueue_offset = 2
+    store.save()
+    surviving = checkpoint_path(cfg.root).read_bytes()  # log end 96, synced end 48
+    store.link(T0 + 3_000, 200, 100)
+    store.link(T0 + 4_000, 300, 100)
+    store.enqueue_offset = 4
+    store.save()
+    store.close()
+    seg = log_dir(cfg.root) / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[48:144] = bytes(96)
+    data[144:192] = b"\x5a" * ENTRY.size
+    seg.write_bytes(bytes(data))
+    checkpoint_path(cfg.root).write_bytes(surviving)
+    _boot(monkeypatch, b"\xbb" * 16)
+    boot2 = TimerStore(cfg, T0)
+    assert boot2.log.end == 48
+    boot2.link(T0 + 2_000, 100, 100)
+    boot2.link(T0 + 3_000, 200, 100)
+    boot2.enqueue_offset = 3
+    boot2.close()
+    again = TimerStore(cfg, T0)  # a clean restart in the same boot
+    assert again.pending() == 3
+    again.close()

@@ -6,13 +6,16 @@ the timer files of a later one."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
 
+from ferrymq.broker.timer import service as timer_service
 from ferrymq.broker.timer import state as timer_state
 from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
 from ferrymq.common.names import TIMER_TOPIC
@@ -257,3 +260,50 @@ async def test_a_stop_while_a_delivery_waits_for_its_flush_counts_it_before_clos
     node = await _node(nodes, store, clock, flush_disk_type="SYNC_FLUSH")
     await node.advance_to(T0 + 2_000)
     assert [m.msg_id for m in await node.pull("t")] == ["X"]
+
+
+async def test_a_failed_sync_does_not_stop_the_timer(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync error at the periodic sync ended the timer's task: nothing was delivered any
+    more, and the broker's stop raised it before closing the files."""
+    clock = Clock()
+    node = await _node(nodes, tmp_path / "store", clock, timer_flush_interval_ms=100)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    sync = timer_state.TimerStore.sync
+    failed: list[int] = []
+
+    def sync_failing_once(self: timer_state.TimerStore) -> None:
+        if not failed:
+            failed.append(1)
+            raise OSError(5, "Input/output error")
+        sync(self)
+
+    monkeypatch.setattr(timer_state.TimerStore, "sync", sync_failing_once)
+    await eventually(lambda: failed, what="a failed sync")
+    await node.send("t", b"x", _props("X", TIMER_DELIVER_MS=T0 + 1_000))
+    await node.advance_to(T0 + 1_000)
+    assert [m.msg_id for m in await node.pull("t")] == ["X"]
+
+
+async def test_a_stop_during_the_periodic_sync_does_not_wait_out_the_flush_interval(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop's wake-up came while the sync ran, and the loop cleared it after: the stop
+    waited the whole flush interval (10 min here) or the grace."""
+    clock = Clock()
+    node = await _node(nodes, tmp_path / "store", clock, **SLOW)
+    monkeypatch.setattr(timer_service, "STOP_GRACE_S", 600.0)
+    in_sync, release = threading.Event(), threading.Event()
+    sync = timer_state.TimerStore.sync
+
+    def held_sync(self: timer_state.TimerStore) -> None:
+        in_sync.set()
+        release.wait(30)
+        sync(self)
+
+    monkeypatch.setattr(timer_state.TimerStore, "sync", held_sync)
+    node.timer._last_flush = 0.0  # the next turn syncs
+    node.timer.poke()
+    await eventually(in_sync.is_set, what="the periodic sync running")
+    stopping = asyncio.ensure_future(node.timer.stop())
+    release.set()
+    await asyncio.wait_for(stopping, 30)

@@ -86,9 +86,14 @@ class TimerLog:
         return decode_entry(seg, off, pos)
 
     def written_after(self, pos: int) -> Iterator[LogEntry]:
-        """Entries written at or after `pos` (up to the first unwritten space)."""
+        """Entries written at or after `pos` (up to the first unwritten space, or the first
+        bytes that are no entry: what a power loss left past a lost page)."""
         while True:
-            entry = self.read(pos)
+            try:
+                entry = self.read(pos)
+            except TimerFileError as exc:
+                log.warning("timer log: %s; the log's written part ends there", exc)
+                return
             if entry is None:
                 return
             yield entry

@@ -101,6 +101,8 @@ class TimerService:
                 await task
             except asyncio.CancelledError:
                 pass
+            except Exception:  # the files are still closed below
+                log.exception("timer task failed")
         state, self.state = self.state, None
         if state is not None:
             state.close()
@@ -139,6 +141,9 @@ class TimerService:
         state = self.state
         assert state is not None
         while not self._stopping:
+            # Cleared before the work, not after it: a poke (a new timer message) or a stop
+            # arriving during the step or the sync then ends the wait below at once.
+            self._wake.clear()
             try:
                 progressed = await self._step(state)
             except asyncio.CancelledError:
@@ -151,12 +156,14 @@ class TimerService:
                 return  # close syncs
             if time.monotonic() - self._last_flush >= self.flush_interval_ms / 1000:
                 self._last_flush = time.monotonic()
-                await asyncio.to_thread(state.sync)
-                state.drop_expired()
-            if progressed:
+                try:
+                    await asyncio.to_thread(state.sync)
+                    state.drop_expired()
+                except OSError as exc:  # the next flush interval tries again
+                    log.error("timer files could not be synced: %s; retrying", exc)
+            if progressed or self._stopping:
                 await asyncio.sleep(0)
                 continue
-            self._wake.clear()
             delay = max(0, self._next_wake(state) - self.now_ms())
             delay = min(delay, self.flush_interval_ms)
             if delay > 0:

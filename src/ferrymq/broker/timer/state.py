@@ -164,30 +164,38 @@ class TimerStore:
                         cp.enqueue_offset, synced.read_time_ms, cp.read_time_ms, rebuilt, lost)
 
     def _rebuild_slots_past(self, end: int) -> int:
-        """Slots pointing at log positions at or past `end` (written back without their
-        entries, or with entries being cleared) rebuilt from the entries below it; returns how
-        many. A slot's entries are found by its time: the chain's own links may be lost."""
-        rebuilt: dict[int, Slot] = {s.time_ms: Slot(s.time_ms, -1, -1, 0)
-                                    for s in self.wheel.live_slots(0)
-                                    if s.last_pos >= end or s.first_pos >= end}
-        if not rebuilt:
-            return 0
+        """Ring positions pointing at log positions at or past `end` (written back without
+        their entries, or with entries being cleared) rebuilt as the entries below it left
+        them; returns how many. Replayed in log order by ring position, as linking wrote them:
+        the page may show a later lap's time at a position whose synced slot still holds
+        timers (the chain's own links and the slot's time may both be lost)."""
+        slots = self.wheel.slots
         precision = self.wheel.precision_ms
+        stale = {s.time_ms // precision % slots for s in self.wheel.live_slots(0)
+                 if s.last_pos >= end or s.first_pos >= end}
+        if not stale:
+            return 0
+        rebuilt: dict[int, Slot] = {}
         for pos in range(self.log.min_pos, end, ENTRY.size):
             entry = self.log.read(pos)
             if entry is None:
                 continue
             slot_ms = entry.link_ms - entry.link_ms % precision
-            slot = rebuilt.get(slot_ms)
+            ring = slot_ms // precision % slots
+            if ring not in stale:
+                continue
+            slot = rebuilt.get(ring)
+            if slot is None or slot.time_ms != slot_ms:  # a new lap's chain starts here
+                rebuilt[ring] = Slot(slot_ms, entry.pos, entry.pos, 1)
+            else:
+                rebuilt[ring] = Slot(slot_ms, slot.first_pos, entry.pos, slot.num + 1)
+        for ring in stale:
+            slot = rebuilt.get(ring)
             if slot is not None:
-                rebuilt[slot_ms] = Slot(slot_ms, entry.pos if slot.num == 0 else slot.first_pos,
-                                        entry.pos, slot.num + 1)
-        for slot in rebuilt.values():
-            if slot.num:
                 self.wheel.put(slot)
             else:
-                self.wheel.clear(slot.time_ms)
-        return len(rebuilt)
+                self.wheel.clear_ring(ring)
+        return len(stale)
 
     def _flag_lost_links(self, commit_end: int) -> int:
         """Flag the entries naming records past `commit_end`, newest first: entries are

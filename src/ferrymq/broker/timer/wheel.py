@@ -56,6 +56,10 @@ class TimerWheel:
     def clear(self, time_ms: int) -> None:
         SLOT.pack_into(self._map, self._offset(time_ms), 0, -1, -1, 0, 0)
 
+    def clear_ring(self, index: int) -> None:
+        """Empty the ring's position `index`, whatever time it holds."""
+        SLOT.pack_into(self._map, index * SLOT.size, 0, -1, -1, 0, 0)
+
     def live_slots(self, from_ms: int) -> Iterator[Slot]:
         """Every slot holding timers at or after `from_ms` (one pass over the file)."""
         start = self.slot_time(from_ms)
