@@ -335,3 +335,19 @@ def test_bytes_that_are_no_entry_past_a_lost_page_do_not_stop_a_later_start(
     again = TimerStore(cfg, T0)  # a clean restart in the same boot
     assert again.pending() == 3
     again.close()
+
+
+@pytest.mark.parametrize(("before", "after", "n"), [(48 * 1000, 48 * 10, 40), (48 * 10, 48 * 7, 15)])
+def test_a_changed_log_segment_size_keeps_the_segments_own(tmp_path: Path, before: int,
+                                                           after: int, n: int) -> None:
+    """mapped_file_size_timer_log changed over existing segments: a smaller size cut the
+    segment short (its pending timers lost), one that did not divide the segments' starts
+    stopped the start. The segments' own size wins while they exist, as the wheel's geometry
+    does."""
+    first = TimerStore(TimerStoreConfig(tmp_path, 100, 64, before), T0)
+    for i in range(n):
+        first.link(T0 + 1_000, 10_000 + 100 * i, 100)
+    first.close()
+    again = TimerStore(TimerStoreConfig(tmp_path, 100, 64, after), T0)
+    assert len(again.slot_entries(T0 + 1_000)) == n
+    again.close()

@@ -307,3 +307,54 @@ async def test_a_stop_during_the_periodic_sync_does_not_wait_out_the_flush_inter
     stopping = asyncio.ensure_future(node.timer.stop())
     release.set()
     await asyncio.wait_for(stopping, 30)
+
+
+async def test_a_failed_sync_at_close_does_not_abort_the_brokers_stop(
+        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer's close syncs its files; an fsync error there escaped the timer's stop and
+    ended the broker's stop half way (store never shut down, server still listening)."""
+    node = await _node(nodes, tmp_path / "store", Clock())
+    sync = timer_state.TimerStore._sync
+
+    def failing_at_close(self: timer_state.TimerStore) -> None:
+        if node.timer._stopping:
+            raise OSError(5, "Input/output error")
+        sync(self)
+
+    monkeypatch.setattr(timer_state.TimerStore, "_sync", failing_at_close)
+    assert node.broker is not None
+    await node.broker.stop()
+    assert node.broker.store is None or node.broker.store._state != "running"
+
+
+async def test_a_timer_held_behind_the_open_slot_does_not_spin_the_loop(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """M, due inside the slot being delivered, waits for that slot's next entry E. Once M
+    was due before E, the loop's next wake-up lay in the past: it went round without waiting
+    (hundreds of thousands of steps) until E was due, holding the broker's event loop."""
+    clock = Clock()
+    node = await _node(nodes, tmp_path / "store", clock)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"e", _props("E", TIMER_DELIVER_MS=T0 + 1_090))
+    await eventually(lambda: node.timer.pending() == 1, what="E linked")
+    clock.now = T0 + 1_010
+    node.timer.poke()
+    await eventually(lambda: node.timer._open is not None, what="E's slot open")
+    await node.send("t", b"m", _props("M", TIMER_DELIVER_MS=T0 + 1_020))
+    await eventually(lambda: node.timer._hold_until == T0 + 1_020, what="M held")
+    steps = 0
+    step = timer_service.TimerService._step
+
+    async def counting(self: timer_service.TimerService, state: timer_state.TimerStore) -> bool:
+        nonlocal steps
+        steps += 1
+        return await step(self, state)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timer_service.TimerService, "_step", counting)
+        clock.now = T0 + 1_030  # M due, E not yet
+        node.timer.poke()
+        await asyncio.sleep(0.2)  # the window the steps are counted in
+    assert steps < 50
+    await node.advance_to(T0 + 1_100)
+    assert sorted(m.msg_id for m in await node.pull("t")) == ["E", "M"]

@@ -3,13 +3,17 @@ contiguous reads, time search, key and unique-key lookups."""
 
 from __future__ import annotations
 
+import shutil
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_util import FakeClock, msg, open_store
+from store_util import FakeClock, crash_image, msg, open_store
 
 from ferrymq.common.names import java_string_hash
 from ferrymq.common.record import decode_records, locate
+from ferrymq.common.record.layout import POS_QUEUEOFFSET
 from ferrymq.store import GetStatus, MessageStore, PutStatus
 from ferrymq.store.reads import FILTER_SCAN_ENTRIES
 
@@ -185,3 +189,55 @@ def test_read_queue_entries_and_delete_queue(store: MessageStore, tmp_path: Path
     assert not (tmp_path / "s" / "consumequeue" / "D").exists()
     assert store.put_messages([msg("D", 1)]).messages[0].queue_offset == 0
     assert store.put_messages([msg("D", 1)]).status is PutStatus.PUT_OK
+
+
+def _flip_queue_offset_field(store_dir: Path, phys: int, value: int) -> None:
+    seg = sorted((store_dir / "commitlog").iterdir())[0]
+    with open(seg, "r+b") as f:
+        f.seek(phys + POS_QUEUEOFFSET)
+        f.write(struct.pack(">q", value))
+
+
+def test_a_filtered_pull_stops_at_the_entry_not_at_a_records_queueoffset_field(
+        tmp_path: Path) -> None:
+    """A record-filtered (SQL92) pull that filled its count took nextBeginOffset from the next
+    record's QUEUEOFFSET field, which no check compares and the CRC does not cover: damaged to
+    1000, the consumer skipped every record after it."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        phys = [store.put_messages([msg("T", 0, b"m%d" % i)]).messages[0].phys_offset
+                for i in range(10)]
+        _flip_queue_offset_field(tmp_path / "s", phys[3], 1000)
+        got = store.get_messages("T", 0, 0, 3, record_filter=lambda _b, _s, _e: True)
+        assert [m.body for m in decode_records(got.data)] == [b"m0", b"m1", b"m2"]
+        assert got.next_begin_offset == 3
+    finally:
+        store.shutdown()
+
+
+def test_a_filtered_pull_of_a_queue_recovery_rebuilt_skips_nothing(tmp_path: Path) -> None:
+    """No damage: B/0's queue files were lost and recovery rebuilt the queue, so its records
+    sit at queue offsets 0 and 1 while their QUEUEOFFSET fields say 4 and 5. The filtered pull
+    answered nextBeginOffset 5, past the queue's end, and L01 was never delivered."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, checkpoint_interval_ms=3_600_000)
+    try:
+        for i in range(4):
+            store.put_messages([msg("A", 0, b"A0%d" % i)])
+            store.put_messages([msg("B", 0, b"B0%d" % i)])
+        store.checkpoint(clean=True)
+        for i in range(2):
+            store.put_messages([msg("B", 0, b"L0%d" % i)])
+        image = crash_image(store, tmp_path / "img")
+    finally:
+        store.shutdown()
+    shutil.rmtree(image / "consumequeue" / "B")
+    store = open_store(image, scrub_bytes_per_s=0)
+    try:
+        keep_all: Callable[[bytes, int, int], bool] = lambda _b, _s, _e: True  # noqa: E731
+        first = store.get_messages("B", 0, 0, 1, record_filter=keep_all)
+        assert [m.body for m in decode_records(first.data)] == [b"L00"]
+        assert first.next_begin_offset == 1
+        second = store.get_messages("B", 0, 1, 1, record_filter=keep_all)
+        assert [m.body for m in decode_records(second.data)] == [b"L01"]
+    finally:
+        store.shutdown()

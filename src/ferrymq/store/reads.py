@@ -11,7 +11,7 @@ from ..common.record.layout import (
     HOST_V6_SIZE,
     I32,
     I64,
-    POS_QUEUEOFFSET,
+    POS_PHYSICALOFFSET,
     POS_STORETIMESTAMP_V4,
     POS_SYSFLAG,
     store_timestamp_position,
@@ -67,7 +67,12 @@ def _get_filtered(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
             while o < len(data):
                 (size,) = I32.unpack_from(data, o)
                 if count >= max_nums or (count and total + size > max_bytes):
-                    (stop,) = I64.unpack_from(data, o + POS_QUEUEOFFSET)
+                    # Where this record's entry lies in the queue: found by the record's
+                    # PHYSICALOFFSET (the read checked it against the entry), not taken from
+                    # its QUEUEOFFSET field, which recovery may not have kept equal to its
+                    # place (and the CRC does not cover).
+                    (phys,) = I64.unpack_from(data, o + POS_PHYSICALOFFSET)
+                    stop = cq.first_offset_at_or_above(phys, pos, res.next_begin_offset)
                     return _kept(parts, count, stop, res)
                 if keep(data, o, o + size):
                     parts.append(view[o : o + size])

@@ -292,8 +292,12 @@ class PopService:
                 changed = True
                 continue
             status, raw = store.read_queue_record_status(topic, qid, entry)
-            if status is GetStatus.MESSAGE_DAMAGED and store.skips_damaged:
-                state.ack(cand.offset)  # damaged (reported): passed over, as a pull passes it
+            if (status is GetStatus.MESSAGE_DAMAGED and store.skips_damaged) or (
+                    status is GetStatus.MESSAGE_WAS_REMOVING
+                    and entry.phys_offset < store.min_phy_offset):
+                # Damaged (reported), or naming bytes retention removed: passed over, as a
+                # pull passes them; held, the queue never moved again.
+                state.ack(cand.offset)
                 changed = True
                 continue
             if status is not GetStatus.FOUND:

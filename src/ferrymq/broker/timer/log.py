@@ -30,6 +30,16 @@ class TimerLog:
         # A segment created since the directory was last fsynced: until it is, a power loss
         # may take the file (and every timer linked into it) whatever flush() wrote into it.
         self._new_names = True
+        names = sorted(n for n in os.listdir(directory) if n.isdigit() and len(n) == 20)
+        if names:
+            # The segments' own size wins over a changed configuration while they exist, as
+            # the wheel's geometry does: mapped at another size, a segment was cut short
+            # (its timers lost) or did not start at a multiple of it (no start).
+            have = os.stat(directory / names[0]).st_size
+            if have != self.file_size and have > 0 and have % ENTRY.size == 0:
+                log.warning("timer log keeps its segment size %d over the configured %d: its "
+                            "segments hold pending timers", have, self.file_size)
+                self.file_size = have
         for name in sorted(os.listdir(directory)):
             if name.isdigit() and len(name) == 20:
                 start = int(name)

@@ -105,7 +105,10 @@ class TimerService:
                 log.exception("timer task failed")
         state, self.state = self.state, None
         if state is not None:
-            state.close()
+            try:
+                state.close()
+            except OSError as exc:  # the broker's stop goes on (the next start recovers)
+                log.error("timer files could not be closed cleanly: %s", exc)
 
     def poke(self) -> None:
         self._wake.set()
@@ -184,7 +187,10 @@ class TimerService:
             until = state.read_time_ms + LOOKAHEAD_SLOTS * state.precision_ms
             busy = state.wheel.next_busy(state.read_time_ms, until)
             due = busy if busy is not None else until
-        if self._hold_until:
+        if self._hold_until > now:
+            # Past it, the held timer waits for the open slot to finish (its next entry's
+            # time, above): woken now, the loop only held it again, a busy loop on the
+            # event loop's thread until then.
             due = min(due, self._hold_until)
         return due
 
