@@ -307,3 +307,32 @@ async def test_an_entry_pointing_at_another_topics_record_is_passed_over_not_pop
     assert (rec.topic, rec.queue_offset, rec.found_by) == (TOPIC, 2, "entry")
     assert [m.body for m in decode_records(store.get_messages(other, 0, 0, 32).data)] == [
         b"x0", b"x1", b"x2", b"x3"]
+
+
+async def test_an_entry_naming_bytes_retention_removed_is_passed_over_not_held(
+        tmp_path: Path) -> None:
+    """An entry whose offset is damaged to below the log's first segment (retention removed
+    what lies there): a pull passes over it; pop held its queue there for good."""
+    async for env in _env(tmp_path, max_reconsume_times=2, mapped_file_size_commitlog=64 * 1024,
+                          scrub_bytes_per_s=0):
+        for i in range(200):
+            resp = await env.wire.send(TOPIC, b"m%03d" % i + b"." * 700, queue_id=0)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        store = env.broker.store
+        assert store is not None and store._delete_segments(1)
+        first = store.get_min_offset(TOPIC, 0)
+        bad = first + 3
+        per_file = env.broker.config.mapped_file_size_consume_queue_entries
+        queue_dir = env.broker.config.store_dir / "consumequeue" / TOPIC / "0"
+        with open(queue_dir / f"{bad // per_file * per_file:020d}", "r+b") as f:
+            f.seek(bad % per_file * 20)
+            f.write((0).to_bytes(8, "big"))
+        c = await env.consumer()
+        got: list[str] = []
+        while len(got) < 200 - first - 1:
+            batch = await c.receive(32, invisible_duration=30)
+            assert batch, f"pop stopped after {len(got)} messages"
+            got += _bodies(batch)
+            for m in batch:
+                await c.ack(m)
+        assert f"m{bad:03d}" not in [b[:4] for b in got]
