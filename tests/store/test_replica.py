@@ -3,6 +3,7 @@ copies across segment roll-overs, dispatch into queues and index, truncation and
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -389,3 +390,46 @@ def test_a_pull_while_a_span_is_dispatched_sees_no_entry_past_the_logs_end(
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start's scrub is between two of the slave's own records when the slave cuts back
+    to its master and copies its master's records, of other sizes, there. Going on at its old
+    position (the middle of a master's record) it reported sound records as damage. A cut now
+    ends the scrub's pass."""
+    master = open_store(tmp_path / "m", scrub_bytes_per_s=0)
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    for i in range(2):
+        master.put_messages([msg("T", 0, b"shared-%d" % i)])
+    copy_all(master, slave)
+    cut_at = slave.max_phy_offset
+    own = [slave.put_messages([msg("T", 0, b"x" * 100)]).messages[0].phys_offset
+           for _ in range(8)]  # written as a master, never its new master's
+    slave.shutdown()
+    paused, go = threading.Event(), threading.Event()
+    advance = Scrubber._advance
+
+    def pausing_advance(self: Scrubber, frm: int, to: int) -> None:
+        advance(self, frm, to)
+        if to == own[5]:  # between records when the cut comes
+            paused.set()
+            go.wait(30)
+
+    monkeypatch.setattr(Scrubber, "_advance", pausing_advance)
+    slave = open_store(tmp_path / "s", scrub_bytes_per_s=64 * 1024 * 1024)
+    try:
+        assert paused.wait(30)
+        for i in range(8):  # other sizes: the old boundaries fall inside these records
+            master.put_messages([msg("T", 0, b"y" * (137 + 13 * i))])
+        slave.truncate_log(cut_at)
+        copy_all(master, slave)
+        go.set()
+        assert slave.scrubber is not None
+        wait_until(slave.scrubber.done.is_set, message="the scrub's pass ended")
+        assert slave.damaged_records() == []
+        assert slave.get_messages("T", 0, 0, 32).count == 10
+    finally:
+        go.set()
+        slave.shutdown()
+        master.shutdown()

@@ -76,6 +76,7 @@ class Scrubber:
         self.found = 0
         self._started = 0.0
         self._paced = 0
+        self._epoch = 0  # the damage registry's generation when the pass began
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-store-scrub",
@@ -104,6 +105,10 @@ class Scrubber:
         clog = self.log
         self._started = time.monotonic()
         self._paced = 0
+        # A slave's cut of the log ends the pass: past the cut lie its master's records, at
+        # positions the pass's record boundaries no longer match (checked from a boundary of
+        # the old records, a sound record's middle read as damage); this run wrote them.
+        self._epoch = self.damage.generation
         pos = max(pos, clog.min_offset)
         if self._guard is not None and self._guard.scrubbed_to < pos:
             self._guard.scrubbed_to = pos
@@ -130,6 +135,9 @@ class Scrubber:
             if self._stop.is_set() or size_o - o < END_FILE_MIN_BLANK:
                 return seg.end
             read_at = self.damage.generation  # before the bytes: a cut after them voids a report
+            if read_at != self._epoch:
+                log.info("scrub: the log was cut; this pass ends at %d", seg.start + o)
+                return end
             if seg.start + o >= self.log.write_pos:
                 # A slave's cut of the log since the scrub began: the zeros past it are where
                 # its master's records go next, not damage (reported, they hid those records
