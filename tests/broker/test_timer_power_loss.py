@@ -358,3 +358,28 @@ async def test_a_timer_held_behind_the_open_slot_does_not_spin_the_loop(
     assert steps < 50
     await node.advance_to(T0 + 1_100)
     assert sorted(m.msg_id for m in await node.pull("t")) == ["E", "M"]
+
+
+async def test_a_timer_message_damaged_at_rest_is_not_delivered_altered(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """A linked timer message's body is damaged at rest while the broker is down. Its
+    delivery read it unchecked and stored it in its real topic under a fresh CRC: the
+    consumer got the altered body, and no later check could tell."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock, scrub_bytes_per_s=0)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"precious-body", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
+    await node.stop()
+    nodes.remove(node)
+    segment = sorted((store / "commitlog").iterdir())[0]
+    at = segment.read_bytes().index(b"precious-body")
+    with open(segment, "r+b") as f:
+        f.seek(at + 2)
+        f.write(b"#")
+    node = await _node(nodes, store, clock, scrub_bytes_per_s=0)
+    await node.advance_to(T0 + 2_000)
+    assert [m.body for m in await node.pull("t")] == []
+    assert node.broker is not None and node.broker.store is not None
+    assert node.broker.store.damaged_records() != []

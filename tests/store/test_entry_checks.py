@@ -15,6 +15,7 @@ import pytest
 from store_util import crash_image, msg, open_store, wait_until
 
 from ferrymq.common.record import decode_records
+from ferrymq.common.record.layout import POS_BODY_V4
 from ferrymq.store import CorruptPolicy, MessageStore
 
 FULL_SCRUB = 64 * 1024 * 1024
@@ -221,5 +222,24 @@ def test_an_entry_landing_on_a_record_recovery_moved_in_its_queue_blames_the_ent
         assert _bodies(store, "B", 0) == [b"L00" * 10, b"L01" * 10]
         (rec,) = store.damaged_records()
         assert (rec.topic, rec.queue_offset, rec.found_by) == ("A", 2, "entry")
+    finally:
+        store.shutdown()
+
+
+def test_lookups_by_key_leave_out_a_record_damaged_at_rest(tmp_path: Path) -> None:
+    """A body damaged at rest: a pull leaves the record out and reports it; the lookups by
+    key and by unique id handed its altered bytes out."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    at = store.put_messages([msg("T", 0, b"payload-0", keys="K1", uniq="U1")]).messages[0].phys_offset
+    store.shutdown()
+    with open(sorted((tmp_path / "s" / "commitlog").iterdir())[0], "r+b") as f:
+        f.seek(at + POS_BODY_V4 + 2)
+        f.write(b"#")
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        assert store.find_by_key("T", "K1", 8) == []
+        assert store.find_by_uniq_key("T", "U1") == []
+        assert [r.phys_offset for r in store.damaged_records()] == [at]
+        assert store.get_messages("T", 0, 0, 8).count == 0
     finally:
         store.shutdown()

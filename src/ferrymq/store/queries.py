@@ -18,11 +18,12 @@ from ..common.record import (
     MIN_RECORD_SIZE,
     MessageDecodeError,
     decode_record,
+    record_unsound,
 )
 from ..common.record.layout import SIZE_AND_MAGIC
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
-from .damage import CorruptPolicy
+from .damage import CorruptPolicy, DamagedRecord
 from .index import Index
 from .integrity import ReadGuard, drop_damaged
 from .model import GetResult, GetStatus, QueueEntry
@@ -113,6 +114,21 @@ class Queries:
         """Whether reads pass over damaged records (on_corrupt_record SKIP) or stop at them."""
         return self._guard.policy is CorruptPolicy.SKIP
 
+    def read_sound_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
+        """read_record, and None unless the record is sound: its fields and body CRC (not
+        trusted: the callers store its bytes again under a new CRC, or hand them on), and not
+        known damaged. Damage found here is reported as a read's is."""
+        raw = self.read_record(phys_offset, size)
+        if raw is None or phys_offset in self._guard.damage.known:
+            return None
+        reason = record_unsound(raw, 0, phys_offset, len(raw))
+        if reason is None:
+            return raw
+        seg = self._log.segment_for(phys_offset)
+        self._guard.damage.report(DamagedRecord(phys_offset, len(raw), str(seg.path) if seg else "",
+                                                reason, "read"))
+        return None
+
     def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
         clog = self._log
         if phys_offset < clog.min_offset or phys_offset + MIN_RECORD_SIZE > clog.write_pos:
@@ -185,7 +201,7 @@ class Queries:
             if phys in seen:
                 continue
             seen.add(phys)
-            raw = self.read_record(phys)
+            raw = self.read_sound_record(phys)
             if raw is None:
                 continue
             try:
