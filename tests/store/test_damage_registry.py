@@ -131,7 +131,7 @@ def test_an_entry_report_of_an_older_damage_json_is_replaced_when_found_again(
     found = DamagedRecord(100, 50, "seg", "TOTALSIZE 90 differs", "entry", "T", 0, 3)
     assert reg.report(found) is False  # known already: no second error line
     assert reg.records() == [found]
-    assert reg.known_entries == {(100, 50, "T", 0): "TOTALSIZE 90 differs"}
+    assert reg.known_entries == {(100, 50, "T", 0, 3): "TOTALSIZE 90 differs"}
     reg.persist()
     again = DamageRegistry(path)
     again.load()

@@ -243,3 +243,24 @@ def test_lookups_by_key_leave_out_a_record_damaged_at_rest(tmp_path: Path) -> No
         assert store.get_messages("T", 0, 0, 8).count == 0
     finally:
         store.shutdown()
+
+
+def test_a_past_end_entrys_report_does_not_hide_the_record_written_there_later(
+        tmp_path: Path) -> None:
+    """T/0's entry 2 names where m7 is written later (same queue, same size). Its report was
+    keyed without its queue offset, so m7's own sound entry matched it and m7 was left out."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        first = [store.put_messages([msg("T", 0, b"m%d" % i)]).messages[0] for i in range(5)]
+        size = first[1].phys_offset - first[0].phys_offset
+        future = first[0].phys_offset + 7 * size
+        _rewrite_entry(_queue_file(tmp_path / "s", "T", 0), 2, phys=future)
+        got = store.get_messages("T", 0, 0, 32)
+        assert [m.body for m in decode_records(got.data)] == [b"m0", b"m1"]
+        assert store.get_messages("T", 0, got.next_begin_offset, 32).next_begin_offset == 3
+        later = [store.put_messages([msg("T", 0, b"m%d" % i)]).messages[0] for i in range(5, 10)]
+        assert later[2].phys_offset == future
+        got = store.get_messages("T", 0, 3, 32)
+        assert [m.body for m in decode_records(got.data)] == [b"m%d" % i for i in range(3, 10)]
+    finally:
+        store.shutdown()

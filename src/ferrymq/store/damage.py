@@ -55,12 +55,14 @@ class SkippedRange:
     to_offset: int  # exclusive
 
 
-# (phys, size, topic, queue id) of a damaged consume-queue entry: what a read looks it up by.
-EntryKey = tuple[int, int, str, int]
+# (phys, size, topic, queue id, queue offset) of a damaged consume-queue entry: what a read
+# looks it up by (the queue offset too: an entry of the same queue naming the same bytes
+# later, its own record written there, is sound).
+EntryKey = tuple[int, int, str, int, int]
 
 
 def entry_key(rec: DamagedRecord) -> EntryKey:
-    return (rec.phys_offset, rec.size, rec.topic, rec.queue_id)
+    return (rec.phys_offset, rec.size, rec.topic, rec.queue_id, rec.queue_offset)
 
 
 class DamageRegistry:
@@ -159,7 +161,7 @@ class DamageRegistry:
                     return False
                 # Reported before entries were known by their queue (damage.json without
                 # one): this is the same entry found again; it takes that report's place.
-                legacy = self._entries.pop((rec.phys_offset, rec.size, "", -1), None)
+                legacy = self._entries.pop((rec.phys_offset, rec.size, "", -1, -1), None)
                 self._entries[key] = rec
                 if legacy is not None:
                     self._dirty = True

@@ -41,7 +41,7 @@ class ReadGuard:
         # record whose own queue fields are damaged (see entry_is_damaged).
         self.owner_entry: OwnerEntry = owner_entry or (lambda _t, _q, _o, _p: None)
 
-    def reason(self, buf: bytes, o: int, phys: int, size: int, topic: str,
+    def reason(self, buf: bytes, o: int, qo: int, phys: int, size: int, topic: str,
                queue_id: int) -> str | None:
         if size <= 0:
             return "record cut short"  # the entry's size: no record has it, trusted or not
@@ -50,7 +50,7 @@ class ReadGuard:
             return known
         entries = self.damage.known_entries
         if entries:
-            known = entries.get((phys, size, topic, queue_id))
+            known = entries.get((phys, size, topic, queue_id, qo))
             if known is not None:
                 return known  # a damaged entry: left out whatever the scrub verified since
         return record_unsound(buf, o, phys, size, queue_id, topic.encode(),
@@ -70,8 +70,8 @@ class ReadGuard:
         records = picked()
         if known and any(phys in known for _qo, phys, _size in records):
             return True
-        if known_entries and any((phys, size, topic, queue_id) in known_entries
-                                 for _qo, phys, size in records):
+        if known_entries and any((phys, size, topic, queue_id, qo) in known_entries
+                                 for qo, phys, size in records):
             return True
         return first_unsound(buf, records, lo, hi, queue_id, topic.encode()) >= 0
 
@@ -111,7 +111,7 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
         # An entry naming bytes past the log's end has none in `data` (reads.py).
         past_end = size > 0 and phys + size > log_end
         reason = (f"the entry names bytes past the commit log's end ({log_end})" if past_end
-                  else guard.reason(data, o, phys, size, topic, queue_id))
+                  else guard.reason(data, o, qo, phys, size, topic, queue_id))
         if reason is None:
             parts.append(view[o : o + size])
         else:
