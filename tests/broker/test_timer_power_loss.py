@@ -26,6 +26,34 @@ __all__ = ["nodes"]  # the fixture, used by name
 SLOW = {"timer_flush_interval_ms": 600_000}  # no sync but at start and stop
 
 
+async def _link_and_stop(nodes: list[Node], store: Path, clock: Clock,
+                         timers: list[tuple[str, bytes, int]], pending: int, *,
+                         fresh: bool = False, **config: object) -> None:
+    """A broker on `store` links `timers` (message id, body, due time) until its wheel holds
+    `pending`, and stops cleanly. `fresh`: the topic is created first."""
+    node = await _node(nodes, store, clock, **config)
+    if fresh:
+        await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    for uniq, body, due in timers:
+        await node.send("t", body, _props(uniq, TIMER_DELIVER_MS=due))
+    await eventually(lambda: node.timer.pending() == pending, what=f"{pending} timers linked")
+    await node.stop()
+    nodes.remove(node)
+
+
+async def _lose_power(nodes: list[Node], node: Node, store: Path, synced: Path,
+                      monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Node:
+    """The power goes: what the kernel wrote back of `node`'s timer checkpoint stays, its
+    wheel and log are as the sync left them in `synced`; the broker starts in a new boot."""
+    written_back = checkpoint_path(store).read_bytes()
+    await node.stop()
+    nodes.remove(node)
+    _timer_files_onto(synced, store)
+    checkpoint_path(store).write_bytes(written_back)
+    _reboot(monkeypatch)
+    return await _node(nodes, store, clock)
+
+
 def _timer_files_onto(src: Path, dst: Path) -> None:
     """What the kernel wrote back of `src`'s timer files, over the store `dst`."""
     shutil.copy2(wheel_path(src), wheel_path(dst))
@@ -45,19 +73,10 @@ async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock,
     a timer sent after K0 that the power loss took from the commit log and the timer queue;
     the next start is in another boot."""
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"kept", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
-    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("K0", b"kept", T0 + 1_000)], 1, fresh=True)
     image = tmp_path / "image"
     shutil.copytree(store, image)
-    node = await _node(nodes, store, clock)
-    await node.send("t", b"lost", _props("L0", TIMER_DELIVER_MS=T0 + 1_500))
-    await eventually(lambda: node.timer.pending() == 2, what="L0 linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("L0", b"lost", T0 + 1_500)], 2)
     _timer_files_onto(store, image)
     _reboot(monkeypatch)
     return image
@@ -104,24 +123,14 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     last sync, and K1 is linked again from the timer queue."""
     clock = Clock()
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock, **SLOW)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
-    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("K0", b"zero", T0 + 1_000)], 1, fresh=True,
+                         **SLOW)
     synced = tmp_path / "synced"  # the timer's files as the last sync left them on disk
     shutil.copytree(store, synced)
     node = await _node(nodes, store, clock, **SLOW)
     await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
     await eventually(lambda: node.timer.pending() == 2, what="K1 linked")
-    written_back = checkpoint_path(store).read_bytes()  # what the kernel may write back
-    await node.stop()
-    nodes.remove(node)
-    _timer_files_onto(synced, store)
-    checkpoint_path(store).write_bytes(written_back)
-    _reboot(monkeypatch)
-    node = await _node(nodes, store, clock)
+    node = await _lose_power(nodes, node, store, synced, monkeypatch, clock)
     await node.advance_to(T0 + 2_000)
     await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
     assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]
@@ -133,13 +142,8 @@ async def test_in_the_same_boot_the_checkpoint_is_trusted_and_nothing_is_deliver
     boot is trusted as it is; K1's link, in the page cache, is not made twice."""
     clock = Clock()
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock, **SLOW)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"zero", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
-    await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
-    await eventually(lambda: node.timer.pending() == 2, what="both linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("K0", b"zero", T0 + 1_000),
+                                               ("K1", b"one", T0 + 1_500)], 2, fresh=True, **SLOW)
     node = await _node(nodes, store, clock)
     assert node.timer.pending() == 2
     await node.advance_to(T0 + 2_000)
@@ -155,11 +159,7 @@ async def test_a_lost_timers_link_stays_dropped_after_a_clean_restart(
     deliver the message a second time through it."""
     clock = Clock()
     image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
-    node = await _node(nodes, image, clock)
-    await node.send("t", b"lost", _props("L0", TIMER_DELIVER_MS=T0 + 1_500))
-    await eventually(lambda: node.timer.pending() == 3, what="L0 linked again (3 links)")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, image, clock, [("L0", b"lost", T0 + 1_500)], 3)
     node = await _node(nodes, image, clock)  # a clean restart, same boot
     await node.advance_to(T0 + 3_000)
     assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "L0"]
@@ -173,19 +173,10 @@ async def test_a_wheel_page_written_back_without_its_log_entry_keeps_the_synced_
     The slot is rebuilt from the log below the sync, and C linked again from the queue."""
     clock = Clock()
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock, **SLOW)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"a", _props("A", TIMER_DELIVER_MS=T0 + 1_050))
-    await eventually(lambda: node.timer.pending() == 1, what="A linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_050)], 1, fresh=True, **SLOW)
     synced = tmp_path / "synced"
     shutil.copytree(store, synced)
-    node = await _node(nodes, store, clock, **SLOW)
-    await node.send("t", b"c", _props("C", TIMER_DELIVER_MS=T0 + 1_020))
-    await eventually(lambda: node.timer.pending() == 2, what="C linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("C", b"c", T0 + 1_020)], 2, **SLOW)
     wheel = wheel_path(store).read_bytes()  # the page the kernel wrote back
     _timer_files_onto(synced, store)  # log and checkpoint as the sync left them
     wheel_path(store).write_bytes(wheel)
@@ -204,13 +195,8 @@ async def test_a_checkpoint_ahead_of_its_sync_goes_back_to_the_synced_read_time(
     come again (at least once), B comes."""
     clock = Clock()
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock, **SLOW)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"a", _props("A", TIMER_DELIVER_MS=T0 + 1_050))
-    await node.send("t", b"b", _props("B", TIMER_DELIVER_MS=T0 + 1_080))
-    await eventually(lambda: node.timer.pending() == 2, what="A and B linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_050), ("B", b"b", T0 + 1_080)],
+                         2, fresh=True, **SLOW)
     synced = tmp_path / "synced"
     shutil.copytree(store, synced)
     node = await _node(nodes, store, clock, **SLOW)
@@ -218,13 +204,7 @@ async def test_a_checkpoint_ahead_of_its_sync_goes_back_to_the_synced_read_time(
     await eventually(lambda: node.timer.pending() == 3, what="C linked")
     await node.advance_to(T0 + 1_060)
     await eventually(lambda: _count(node, "t", 2), what="C and A delivered")
-    written_back = checkpoint_path(store).read_bytes()
-    await node.stop()
-    nodes.remove(node)
-    _timer_files_onto(synced, store)
-    checkpoint_path(store).write_bytes(written_back)
-    _reboot(monkeypatch)
-    node = await _node(nodes, store, clock)
+    node = await _lose_power(nodes, node, store, synced, monkeypatch, clock)
     await node.advance_to(T0 + 2_000)
     got = [m.msg_id for m in await node.pull("t")]
     assert {"A", "B", "C"} <= set(got), got
@@ -367,12 +347,8 @@ async def test_a_timer_message_damaged_at_rest_is_not_delivered_altered(
     consumer got the altered body, and no later check could tell."""
     clock = Clock()
     store = tmp_path / "store"
-    node = await _node(nodes, store, clock, scrub_bytes_per_s=0)
-    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
-    await node.send("t", b"precious-body", _props("K0", TIMER_DELIVER_MS=T0 + 1_000))
-    await eventually(lambda: node.timer.pending() == 1, what="K0 linked")
-    await node.stop()
-    nodes.remove(node)
+    await _link_and_stop(nodes, store, clock, [("K0", b"precious-body", T0 + 1_000)], 1,
+                         fresh=True, scrub_bytes_per_s=0)
     segment = sorted((store / "commitlog").iterdir())[0]
     at = segment.read_bytes().index(b"precious-body")
     with open(segment, "r+b") as f:

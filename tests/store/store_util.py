@@ -101,3 +101,23 @@ def queue_bodies(store: MessageStore, topic: str = "T", qid: int = 0) -> list[by
             return out
         out += [m.body for m in decode_records(r.data)]
         offset = r.next_begin_offset
+
+
+def queue_rebuilt_by_recovery(tmp_path: Path, late: int) -> tuple[Path, list[int]]:
+    """A store image whose queue B/0 was lost after a crash: A/0 and B/0 hold A0%d / B0%d
+    (4 each) up to a checkpoint, then B/0 L0%d (`late` of them, their positions returned);
+    recovery rebuilds B/0 from the checkpoint, so its records sit at offsets 0.. while their
+    QUEUEOFFSET fields say 4.."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, checkpoint_interval_ms=3_600_000)
+    try:
+        for i in range(4):
+            store.put_messages([msg("A", 0, b"A0%d" % i * 10)])
+            store.put_messages([msg("B", 0, b"B0%d" % i * 10)])
+        store.checkpoint(clean=True)
+        at = [store.put_messages([msg("B", 0, b"L0%d" % i * 10)]).messages[0].phys_offset
+              for i in range(late)]
+        image = crash_image(store, tmp_path / "img")
+    finally:
+        store.shutdown()
+    shutil.rmtree(image / "consumequeue" / "B")
+    return image, at

@@ -7,12 +7,11 @@ message, or bytes cut to a wrong size, reached the consumer."""
 
 from __future__ import annotations
 
-import shutil
 import struct
 from pathlib import Path
 
 import pytest
-from store_util import crash_image, msg, open_store, wait_until
+from store_util import msg, open_store, queue_rebuilt_by_recovery, wait_until
 
 from ferrymq.common.record import decode_records
 from ferrymq.common.record.layout import POS_BODY_V4
@@ -202,18 +201,7 @@ def test_an_entry_landing_on_a_record_recovery_moved_in_its_queue_blames_the_ent
     A/0's entry 2 damaged onto B's record L0 (same size) is the entry's damage: the owner is
     found by position when the record's QUEUEOFFSET names no entry of it, else the sound
     record was reported and left out of its own queue for good."""
-    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, checkpoint_interval_ms=3_600_000)
-    try:
-        for i in range(4):
-            store.put_messages([msg("A", 0, b"A0%d" % i * 10)])
-            store.put_messages([msg("B", 0, b"B0%d" % i * 10)])
-        store.checkpoint(clean=True)
-        late = [store.put_messages([msg("B", 0, b"L0%d" % i * 10)]).messages[0].phys_offset
-                for i in range(2)]
-        image = crash_image(store, tmp_path / "img")
-    finally:
-        store.shutdown()
-    shutil.rmtree(image / "consumequeue" / "B")
+    image, late = queue_rebuilt_by_recovery(tmp_path, 2)
     store = open_store(image, scrub_bytes_per_s=0)
     try:
         assert _bodies(store, "B", 0) == [b"L00" * 10, b"L01" * 10]

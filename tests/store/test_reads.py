@@ -3,13 +3,12 @@ contiguous reads, time search, key and unique-key lookups."""
 
 from __future__ import annotations
 
-import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from store_util import FakeClock, crash_image, msg, open_store
+from store_util import FakeClock, msg, open_store, queue_rebuilt_by_recovery
 
 from ferrymq.common.names import java_string_hash
 from ferrymq.common.record import decode_records, locate
@@ -219,25 +218,14 @@ def test_a_filtered_pull_of_a_queue_recovery_rebuilt_skips_nothing(tmp_path: Pat
     """No damage: B/0's queue files were lost and recovery rebuilt the queue, so its records
     sit at queue offsets 0 and 1 while their QUEUEOFFSET fields say 4 and 5. The filtered pull
     answered nextBeginOffset 5, past the queue's end, and L01 was never delivered."""
-    store = open_store(tmp_path / "s", scrub_bytes_per_s=0, checkpoint_interval_ms=3_600_000)
-    try:
-        for i in range(4):
-            store.put_messages([msg("A", 0, b"A0%d" % i)])
-            store.put_messages([msg("B", 0, b"B0%d" % i)])
-        store.checkpoint(clean=True)
-        for i in range(2):
-            store.put_messages([msg("B", 0, b"L0%d" % i)])
-        image = crash_image(store, tmp_path / "img")
-    finally:
-        store.shutdown()
-    shutil.rmtree(image / "consumequeue" / "B")
+    image, _late = queue_rebuilt_by_recovery(tmp_path, 2)
     store = open_store(image, scrub_bytes_per_s=0)
     try:
         keep_all: Callable[[bytes, int, int], bool] = lambda _b, _s, _e: True  # noqa: E731
         first = store.get_messages("B", 0, 0, 1, record_filter=keep_all)
-        assert [m.body for m in decode_records(first.data)] == [b"L00"]
+        assert [m.body for m in decode_records(first.data)] == [b"L00" * 10]
         assert first.next_begin_offset == 1
         second = store.get_messages("B", 0, 1, 1, record_filter=keep_all)
-        assert [m.body for m in decode_records(second.data)] == [b"L01"]
+        assert [m.body for m in decode_records(second.data)] == [b"L01" * 10]
     finally:
         store.shutdown()

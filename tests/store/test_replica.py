@@ -3,7 +3,10 @@ copies across segment roll-overs, dispatch into queues and index, truncation and
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -218,30 +221,26 @@ def test_a_kill_right_after_truncate_cuts_the_log_recovers_at_the_cut(
         master.shutdown()
 
 
-def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cut(
-        tmp_path: Path) -> None:
-    """The start's scrub checks the log up to where it ended then; a cut meanwhile zeroes the
-    rest, where the master's records go next: the scrub must not call those zeros damage
-    (reads leave out every record at a position the registry names)."""
+@dataclass
+class Diverged:
+    master: MessageStore
+    slave: MessageStore
+    cut_at: int  # where the slave's own tail begins: its cut back to its master
+    first: int  # T/0's end at the cut
+
+
+@contextlib.contextmanager
+def diverged(tmp_path: Path) -> Iterator[Diverged]:
+    """A master whose records its slave copied, and a tail the slave wrote on its own (its
+    master never had it); both stores are shut down at the end."""
     master = open_store(tmp_path / "m")
     slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
     try:
         fill(master, 4)
         copy_all(master, slave)
-        cut_at = slave.max_phy_offset
-        fill(slave, 20)  # the tail its master never had
-        end = slave.max_phy_offset
-        assert slave.truncate_log(cut_at) > 0
-        # The scrub of the start, still under way at the cut: it was to check up to `end`.
-        scrub = Scrubber(slave._log, slave._damage, 1 << 30, lambda: end, slave._guard)
-        scrub.scrub(slave.min_phy_offset, end)
-        fill(master, 9)
-        copy_all(master, slave)
-        assert slave.damaged_records() == []
-        for qid in range(3):
-            got = slave.get_messages("T", qid, 0, 100)
-            want = master.get_messages("T", qid, 0, 100)
-            assert (got.status, got.count, got.data) == (want.status, want.count, want.data), qid
+        d = Diverged(master, slave, slave.max_phy_offset, slave.get_max_offset("T", 0))
+        fill(slave, 20)
+        yield d
     finally:
         master.shutdown()
         slave.shutdown()
@@ -255,6 +254,28 @@ def _assert_slave_reads_as_master(master: MessageStore, slave: MessageStore) -> 
         assert (got.status, got.count, got.data) == (want.status, want.count, want.data), qid
 
 
+def _master_writes_on(d: Diverged) -> None:
+    """The master's next records reach the slave, where its own tail was: the slave must read
+    them all, with nothing reported."""
+    fill(d.master, 9)
+    copy_all(d.master, d.slave)
+    _assert_slave_reads_as_master(d.master, d.slave)
+
+
+def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cut(
+        tmp_path: Path) -> None:
+    """The start's scrub checks the log up to where it ended then; a cut meanwhile zeroes the
+    rest, where the master's records go next: the scrub must not call those zeros damage
+    (reads leave out every record at a position the registry names)."""
+    with diverged(tmp_path) as d:
+        end = d.slave.max_phy_offset
+        assert d.slave.truncate_log(d.cut_at) > 0
+        # The scrub of the start, still under way at the cut: it was to check up to `end`.
+        scrub = Scrubber(d.slave._log, d.slave._damage, 1 << 30, lambda: end, d.slave._guard)
+        scrub.scrub(d.slave.min_phy_offset, end)
+        _master_writes_on(d)
+
+
 def test_damage_the_scrub_found_before_a_cut_and_reports_after_it_is_not_recorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scrub checks a record of the slave's tail and finds it damaged; the cut comes
@@ -262,34 +283,23 @@ def test_damage_the_scrub_found_before_a_cut_and_reports_after_it_is_not_recorde
     position next, from every read."""
     import ferrymq.store.scrub as scrub_module
 
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
-    try:
-        fill(master, 4)
-        copy_all(master, slave)
-        cut_at = slave.max_phy_offset
-        fill(slave, 20)  # the tail its master never had
-        end = slave.max_phy_offset
+    with diverged(tmp_path) as d:
+        end = d.slave.max_phy_offset
         checked = scrub_module.check_record
 
         def check_then_cut(mm: object, o: int, pos: int, *rest: object) -> object:
             got = checked(mm, o, pos, *rest)  # type: ignore[arg-type]
-            if pos < cut_at:
+            if pos < d.cut_at:
                 return got
-            assert slave.truncate_log(cut_at) > 0  # the cut, between the check and the report
+            assert d.slave.truncate_log(d.cut_at) > 0  # between the check and the report
             monkeypatch.setattr(scrub_module, "check_record", checked)
             return "body CRC mismatch"  # what the check of the tail found
 
         monkeypatch.setattr(scrub_module, "check_record", check_then_cut)
-        scrub = Scrubber(slave._log, slave._damage, 1 << 30, lambda: end, slave._guard)
-        scrub.scrub(slave.min_phy_offset, end)
-        assert slave.max_phy_offset == cut_at
-        fill(master, 9)
-        copy_all(master, slave)
-        _assert_slave_reads_as_master(master, slave)
-    finally:
-        master.shutdown()
-        slave.shutdown()
+        scrub = Scrubber(d.slave._log, d.slave._damage, 1 << 30, lambda: end, d.slave._guard)
+        scrub.scrub(d.slave.min_phy_offset, end)
+        assert d.slave.max_phy_offset == d.cut_at
+        _master_writes_on(d)
 
 
 def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
@@ -299,32 +309,20 @@ def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
     records written there next."""
     import ferrymq.store.reads as reads_module
 
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
-    try:
-        fill(master, 4)
-        copy_all(master, slave)
-        cut_at = slave.max_phy_offset
-        first = {qid: slave.get_max_offset("T", qid) for qid in range(3)}
-        fill(slave, 20)
+    with diverged(tmp_path) as d:
         read_runs = reads_module._read_runs
 
         def read_under_a_cut(log: object, runs: list[list[int]], total: int) -> bytes | None:
             monkeypatch.setattr(reads_module, "_read_runs", read_runs)
             data = read_runs(log, runs, total)  # type: ignore[arg-type]
             assert data is not None
-            assert slave.truncate_log(cut_at) > 0  # while the pread ran: it read the zeros
+            assert d.slave.truncate_log(d.cut_at) > 0  # while the pread ran: it read zeros
             return bytes(len(data))
 
         monkeypatch.setattr(reads_module, "_read_runs", read_under_a_cut)
-        got = slave.get_messages("T", 0, first[0], 100)
+        got = d.slave.get_messages("T", 0, d.first, 100)
         assert got.count == 0, got.status
-        fill(master, 9)
-        copy_all(master, slave)
-        _assert_slave_reads_as_master(master, slave)
-    finally:
-        master.shutdown()
-        slave.shutdown()
+        _master_writes_on(d)
 
 
 def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
@@ -334,31 +332,19 @@ def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
     hid the master's records written there next."""
     from ferrymq.store.consumequeue import ConsumeQueue
 
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
-    try:
-        fill(master, 4)
-        copy_all(master, slave)
-        cut_at = slave.max_phy_offset
-        first = slave.get_max_offset("T", 0)
-        fill(slave, 20)  # the tail its master never had
+    with diverged(tmp_path) as d:
         truncate_phys = ConsumeQueue.truncate_phys
         pulled = []
 
         def pull_then_cut_queue(self: ConsumeQueue, pos: int) -> None:
             if not pulled:  # a reader thread running now: the log is cut, the queues not yet
-                pulled.append(slave.get_messages("T", 0, first, 100))
+                pulled.append(d.slave.get_messages("T", 0, d.first, 100))
             truncate_phys(self, pos)
 
         monkeypatch.setattr(ConsumeQueue, "truncate_phys", pull_then_cut_queue)
-        assert slave.truncate_log(cut_at) > 0
+        assert d.slave.truncate_log(d.cut_at) > 0
         assert pulled and pulled[0].count == 0
-        fill(master, 9)
-        copy_all(master, slave)
-        _assert_slave_reads_as_master(master, slave)
-    finally:
-        master.shutdown()
-        slave.shutdown()
+        _master_writes_on(d)
 
 
 def test_a_pull_while_a_span_is_dispatched_sees_no_entry_past_the_logs_end(
