@@ -257,3 +257,62 @@ async def test_a_demoted_master_never_confirms_the_sends_still_waiting(group: Gr
     resp = await pending
     assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
     assert "stopped being" in (resp.remark or "")
+
+
+async def test_a_stopped_replication_loop_never_connects_again_when_its_cancel_is_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11's asyncio.wait_for can lose a cancel that arrives as the awaited connection
+    attempt ends. A promoted master's replication loop then ran on, connected to its old
+    master back up as a slave, and cut the new master's acknowledged records to that log's
+    end (seen in the controller chaos run: an acknowledged message lost)."""
+    import types
+
+    from ferrymq.ha import slave as slave_module
+    from ferrymq.store import MessageStore, StoreConfig
+
+    store = MessageStore(StoreConfig(tmp_path / "s"))
+    store.start()
+    asked: list[int] = []
+
+    def master_ha() -> str:
+        asked.append(1)
+        return "127.0.0.1:1"
+
+    async def never_connects(*_a: object, **_k: object) -> object:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def losing_the_cancel(aw: Any, timeout: float) -> Any:
+        try:
+            return await asyncio.wait_for(aw, timeout)
+        except asyncio.CancelledError:
+            raise ConnectionRefusedError("refused") from None  # the cancel, lost
+
+    shim = types.ModuleType("asyncio")
+    shim.__dict__.update(asyncio.__dict__)
+    shim.__dict__.update(open_connection=never_connects, wait_for=losing_the_cancel)
+    monkeypatch.setattr(slave_module, "asyncio", shim)
+    ha = slave_module.HaSlave(store, slave_module.HaSlaveConfig("b", 2, "127.0.0.1:0",
+                                                                retry_interval_ms=10), master_ha)
+    async def attempted() -> bool:
+        return bool(asked)
+
+    try:
+        ha.start()
+        await eventually(attempted, what="a connection attempt")
+        stopping = asyncio.ensure_future(ha.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=10)
+        assert done, "the replication loop ran on after stop"
+        attempts = len(asked)
+        await asyncio.sleep(0.1)  # the window in which a loop left running would try again
+        assert len(asked) == attempts
+    finally:
+        monkeypatch.setattr(slave_module, "asyncio", asyncio)  # cancels are kept again
+        for _ in range(500):  # a loop the test could not stop is cancelled until it ends
+            left = [t for t in asyncio.all_tasks() if t.get_name() == "ferrymq-ha-slave"]
+            if not left:
+                break
+            for task in left:
+                task.cancel()
+            await asyncio.sleep(0.01)
+        store.shutdown()

@@ -58,6 +58,11 @@ class HaSlave:
         self.last_beat_ms = 0
         self.truncated_bytes = 0
         self.connected_event = asyncio.Event()
+        # Set by stop, checked before every connection and every cut: the task's cancellation
+        # can be lost (asyncio.wait_for in Python 3.11 swallows a cancel that arrives as the
+        # awaited connection ends), and a replication loop left running on a promoted master
+        # connected to its old master back up as a slave and cut acknowledged records.
+        self._stopped = False
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ssl: ssl.SSLContext | None = client_context(config.tls) if config.tls.enabled else None
@@ -71,6 +76,7 @@ class HaSlave:
             self._task = asyncio.create_task(self._run(), name="ferrymq-ha-slave")
 
     async def stop(self) -> None:
+        self._stopped = True
         task, self._task = self._task, None
         if self._writer is not None:
             self._writer.close()
@@ -87,7 +93,7 @@ class HaSlave:
 
     async def _run(self) -> None:
         retry = self.config.retry_interval_ms / 1000
-        while True:
+        while not self._stopped:
             addr = self._master_ha_addr()
             if addr:
                 try:
@@ -114,6 +120,9 @@ class HaSlave:
             if not tls:
                 raise
             raise ConnectionError(describe_client_tls_error(exc)) from None
+        if self._stopped:
+            writer.close()
+            raise ConnectionError("replication stopped")
         self._writer = writer
         store = self.store
         try:
@@ -134,6 +143,8 @@ class HaSlave:
                     elif not welcomed:
                         raise HaProtocolError("the first frame must be WELCOME")
                     elif isinstance(frame, Data):
+                        if self._stopped:
+                            raise ConnectionError("replication stopped")
                         store.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
                     elif isinstance(frame, Meta):
                         if self._on_metadata is not None:
@@ -151,6 +162,8 @@ class HaSlave:
             writer.close()
 
     async def _welcome(self, w: Welcome, addr: str) -> None:
+        if self._stopped:  # never cut this log for a loop that should have ended
+            raise ConnectionError("replication stopped")
         store = self.store
         if w.truncate_to < store.max_phy_offset:
             self.truncated_bytes += await asyncio.to_thread(store.truncate_log, w.truncate_to)
