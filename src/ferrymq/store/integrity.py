@@ -95,6 +95,15 @@ def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> 
     return bool(guard.owner_entry(topic, queue_id, queue_offset, phys) == total)
 
 
+def report_damage(damage: DamageRegistry, log: CommitLog, phys: int, size: int, reason: str,
+                  found_by: str, read_at: int | None, topic: str = "", queue_id: int = -1,
+                  queue_offset: int = -1) -> bool:
+    """Report damage at `phys`, naming the segment that holds it (DamageRegistry.report)."""
+    seg = log.segment_for(phys)
+    return damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason, found_by,
+                                       topic, queue_id, queue_offset), read_at)
+
+
 def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, data: bytes,
                  picked: list[tuple[int, int, int]], read_at: int) -> tuple[bytes, int, int]:
     """Report the damaged records among `picked` and keep the sound ones. Returns (data,
@@ -115,7 +124,6 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
         if reason is None:
             parts.append(view[o : o + size])
         else:
-            seg = log.segment_for(phys)
             # The entry is what is damaged (entry_is_damaged: its size, or an offset landing on
             # another queue's record): reported as such, so that the record stays in the reads
             # of the entry that does point at it. An entry without a positive size, or naming
@@ -124,8 +132,8 @@ def drop_damaged(guard: ReadGuard, log: CommitLog, topic: str, queue_id: int, da
             found_by = ("entry" if size <= 0 or past_end or (
                 phys not in guard.damage.known and entry_is_damaged(guard, log, phys, size))
                         else "read")
-            guard.damage.report(DamagedRecord(phys, size, str(seg.path) if seg else "", reason,
-                                              found_by, topic, queue_id, qo), read_at)
+            report_damage(guard.damage, log, phys, size, reason, found_by, read_at, topic,
+                          queue_id, qo)
             if guard.policy is CorruptPolicy.STOP:
                 stop = qo
                 break

@@ -23,9 +23,9 @@ from ..common.record import (
 from ..common.record.layout import SIZE_AND_MAGIC
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
-from .damage import CorruptPolicy, DamagedRecord
+from .damage import CorruptPolicy
 from .index import Index
-from .integrity import ReadGuard, drop_damaged
+from .integrity import ReadGuard, drop_damaged, report_damage
 from .model import GetResult, GetStatus, QueueEntry
 from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 
@@ -124,9 +124,7 @@ class Queries:
         reason = record_unsound(raw, 0, phys_offset, len(raw))
         if reason is None:
             return raw
-        seg = self._log.segment_for(phys_offset)
-        self._guard.damage.report(DamagedRecord(phys_offset, len(raw), str(seg.path) if seg else "",
-                                                reason, "read"))
+        report_damage(self._guard.damage, self._log, phys_offset, len(raw), reason, "read", None)
         return None
 
     def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:

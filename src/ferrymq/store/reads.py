@@ -125,7 +125,7 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     log_end = log.write_pos
     if tag_filter is None:
         run = scan_run(raw, max_nums, max_bytes, min_phys)  # compiled: one call per pull
-        if run is not None and run[2][-1][1] <= log_end and all(b <= log_end for _a, b in run[2]):
+        if run is not None and all(b <= log_end for _a, b in run[2]):
             taken, size, spans = run
             return _read_picked(cq, log, offset, offset + taken, spans, size, taken,
                                 lambda: _taken(offset, raw, taken), mn, mx, guard, read_at, raw)

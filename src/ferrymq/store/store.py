@@ -210,11 +210,10 @@ class MessageStore(Retention, ReplicaLog, Queries):
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return None
-        for qo in (queue_offset, cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset)):
-            entry = cq.entry(qo) if qo >= 0 else None
-            if entry is not None and entry[0] == phys:
-                return int(entry[1])
-        return None
+        entry = cq.entry(queue_offset) if queue_offset >= 0 else None
+        if entry is None or entry[0] != phys:  # the search only when the field does not say
+            entry = cq.entry(cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset))
+        return int(entry[1]) if entry is not None and entry[0] == phys else None
 
     def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
         cq = self._cqs.get(key)
