@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import jsonx
-from ..store import atomic_write
+from ..common.durable import atomic_write
 
 STATE_FILE = "controller.json"
 _FORMAT_VERSION = 1

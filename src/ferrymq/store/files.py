@@ -1,4 +1,4 @@
-"""The store's only door to the file system for data writes, plus atomic JSON files.
+"""The store's only door to the file system for data writes.
 
 `FileIO` is a seam: every write, truncate, preallocation and fsync of store data goes through
 one instance, so tests inject failures (ENOSPC, EIO) into the real store without mocking it."""
@@ -10,9 +10,12 @@ import errno
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
-from ..common import jsonx
+# Small files replaced whole live in common (the name server writes them too); the store's
+# modules and the broker take them from here.
+from ..common.durable import atomic_write as atomic_write
+from ..common.durable import fsync_dir as fsync_dir
+from ..common.durable import read_json_file as read_json_file
 
 log = logging.getLogger("ferrymq.store")
 
@@ -40,6 +43,11 @@ class FileIO:
 
     def fsync(self, fd: int) -> None:
         os.fdatasync(fd)
+
+    def free_bytes(self, path: Path) -> int:
+        """Bytes an unprivileged writer may still allocate on the file system of `path`."""
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
 
     def write_fully(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         """pwrite until done. A short write followed by an error raises OSError with
@@ -86,58 +94,3 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path | str, data: bytes) -> None:
-    """Replace `path` so that a crash leaves either the old or the new content, never a mix.
-    The previous version is kept as `<path>.bak` for read_json_file to fall back on."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if path.exists():
-        # A hard link keeps the old version under .bak without a window where neither exists.
-        bak = path.with_name(path.name + ".bak")
-        with contextlib.suppress(FileNotFoundError):
-            bak.unlink()
-        try:
-            os.link(path, bak)
-        except OSError as exc:
-            log.debug("could not keep %s: %s", bak, exc)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def read_json_file(path: Path | str, default: Any) -> Any:
-    """The JSON in `path` (RocketMQ's fastjson dialect accepted); its .bak when the file is
-    corrupt; `default` when the file does not exist or neither version parses."""
-    path = Path(path)
-    bak = path.with_name(path.name + ".bak")
-    if not path.exists():
-        return default
-    for candidate in (path, bak):
-        try:
-            raw = candidate.read_bytes()
-        except FileNotFoundError:
-            continue
-        try:
-            return jsonx.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            log.error("%s is corrupt (%s); trying the previous version", candidate, exc)
-    return default
