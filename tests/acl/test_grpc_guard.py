@@ -10,8 +10,8 @@ import hmac
 import pytest
 
 from ferrymq.acl import Perm
-from ferrymq.acl.grpc_guard import grpc_signature, needs_of_message, parse_authorization, peer_host
 from ferrymq.acl.resources import ResourceParseError
+from ferrymq.grpc.acl_guard import grpc_signature, needs_of_message, parse_authorization, peer_host
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
 

@@ -105,7 +105,7 @@ class GrpcServer:
 
 def _acl_interceptor(acl: object) -> grpc.aio.ServerInterceptor:
     from ..acl import AclFile
-    from ..acl.grpc_guard import GrpcAclInterceptor
+    from .acl_guard import GrpcAclInterceptor
 
     assert isinstance(acl, AclFile)
     return GrpcAclInterceptor(acl)

@@ -15,16 +15,16 @@ from typing import Any
 
 import grpc
 
+from ..acl.address import host_of
+from ..acl.check import Denial, decide
+from ..acl.guard import RefusalLog
+from ..acl.permission import Perm
+from ..acl.resources import Needs, ResourceParseError
+from ..acl.rules import Account
+from ..acl.watch import AclFile
 from ..common.names import retry_topic
-from ..grpc.pb import definition_pb2 as pb
-from ..grpc.pb import service_pb2 as spb
-from .address import host_of
-from .check import Denial, decide
-from .guard import RefusalLog
-from .permission import Perm
-from .resources import Needs, ResourceParseError
-from .rules import Account
-from .watch import AclFile
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
 
 _CONSUMERS = (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER)
 
