@@ -22,8 +22,8 @@ from pathlib import Path
 
 from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MIN_RECORD_SIZE
 from ..common.record.layout import SIZE_AND_MAGIC
-from .errors import StoreLayoutError
-from .files import FileIO, fsync_dir, release_fd
+from .errors import StoreLayoutError, StoreSpaceError
+from .files import FileIO, fsync_dir, is_disk_full, release_fd
 
 END_FILE_MIN_BLANK = 8
 BLANK_RECORD = SIZE_AND_MAGIC
@@ -160,7 +160,13 @@ class CommitLog:
         if n + END_FILE_MIN_BLANK <= remaining:
             return pos
         nxt = self.segment_for(seg.end) or self.create(seg.end)
-        self.io.write_fully(seg.fd, BLANK_RECORD.pack(remaining, BLANK_MAGIC_CODE), pos - seg.start)
+        blank = BLANK_RECORD.pack(remaining, BLANK_MAGIC_CODE)
+        try:
+            self.io.write_fully(seg.fd, blank, pos - seg.start)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StoreSpaceError(seg.path, len(blank), "commit-log segment", exc) from exc
+            raise
         self.write_pos = nxt.start
         return nxt.start
 
@@ -176,6 +182,8 @@ class CommitLog:
             if written:
                 with contextlib.suppress(OSError):
                     os.pwrite(seg.fd, bytes(written), pos - seg.start)
+            if is_disk_full(exc):
+                raise StoreSpaceError(seg.path, len(data), "commit-log segment", exc) from exc
             raise
 
     def unwrite(self, pos: int, n: int) -> None:

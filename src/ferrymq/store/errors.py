@@ -41,3 +41,17 @@ class StoreStateError(StoreError):
         super().__init__(f"cannot {operation}: store is {state}")
         self.operation = operation
         self.state = state
+
+
+class StoreSpaceError(OSError):
+    """A store file could not get the space it needed (ENOSPC or EDQUOT, kept as errno): names
+    the file and the bytes it asked for, so a refusal points at what took the disk."""
+
+    def __init__(self, path: Path, needed: int, what: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror, str(path))
+        self.path = path
+        self.needed = needed
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.strerror}: the {self.what} {self.path} needs {self.needed} bytes"

@@ -10,7 +10,9 @@ one file.
 Differences from RocketMQ, on purpose: the key hash is CRC32 of "topic#key" (Java's
 String.hashCode costs a Python loop per character), the time field is milliseconds (files
 roll before it overflows), and files are named by the 20-digit commit-log offset of their
-first entry. Files are preallocated so writes through the mapping cannot hit a full disk.
+first entry. Files are preallocated so writes through the mapping cannot hit a full disk; on a
+short disk a new file is made smaller (`Index.geometry`), each file's own header and length
+giving its slots and entries.
 
 Hash collisions and entries left behind by crash recovery are harmless: the store checks every
 candidate against the record it points at. A put cut short by a kill (its header, written
@@ -37,7 +39,8 @@ from typing import TYPE_CHECKING
 
 from ..common.speedups import choose, interface
 from . import _index_py
-from .files import FileIO, fsync_dir
+from .errors import StoreSpaceError
+from .files import FileIO, fsync_dir, is_disk_full
 from .index_layout import (
     ENTRY,
     ENTRY_SIZE,
@@ -63,6 +66,8 @@ else:
 
 _NAME = re.compile(r"^\d{20}(-\d+)?$")
 RETIRE_GRACE_S = 30.0
+FREE_SHARE = 8  # a new file takes at most 1/FREE_SHARE of the free space (see geometry)
+MIN_FILE_BYTES = 256 * 1024
 
 
 class IndexFile:
@@ -177,23 +182,45 @@ class Index:
                             "count; the chains they cut are restored", path)
             self.files.append(f)
 
+    def geometry(self) -> tuple[int, int]:
+        """(slots, entries) of the next file. The configured size (42 MB by default) while
+        it takes at most an eighth of the free space; on a short disk, both scaled down (in
+        the configured ratio) to that eighth, so the data keeps the rest: a file of the full
+        size refused every keyed put while half a small disk was free. A file that fills rolls
+        to the next, sized again to what is free then. Never below MIN_FILE_BYTES: smaller
+        files would roll every few keys, each holding a descriptor and a mapping."""
+        full = IndexFile.size_for(self.slots, self.max_entries)
+        share = self.io.free_bytes(self.dir) // FREE_SHARE
+        if full <= share:
+            return self.slots, self.max_entries
+        scale = (max(share, MIN_FILE_BYTES) - HEADER_SIZE) / (full - HEADER_SIZE)
+        if scale >= 1:
+            return self.slots, self.max_entries
+        return max(1, int(self.slots * scale)), max(2, int(self.max_entries * scale))
+
     def _create(self, first_phys: int) -> IndexFile:
         path = self.dir / f"{first_phys:020d}"
         n = 1
         while path.exists():
             path = self.dir / f"{first_phys:020d}-{n}"
             n += 1
-        size = IndexFile.size_for(self.slots, self.max_entries)
+        slots, max_entries = self.geometry()
+        size = IndexFile.size_for(slots, max_entries)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self.io.fallocate(fd, 0, size)
-        except OSError:
+        except OSError as exc:
             os.close(fd)
             path.unlink()
+            if is_disk_full(exc):
+                raise StoreSpaceError(path, size, "key-index file", exc) from exc
             raise
         mm = mmap.mmap(fd, size)
-        HEADER.pack_into(mm, 0, 0, 0, 0, 0, self.slots, 1)
-        f = IndexFile(path, fd, mm, self.slots, self.max_entries)
+        HEADER.pack_into(mm, 0, 0, 0, 0, 0, slots, 1)
+        f = IndexFile(path, fd, mm, slots, max_entries)
+        if max_entries < self.max_entries:
+            log.warning("index file %s holds %d keys, not %d: the disk of %s is short of space",
+                        path, max_entries - 1, self.max_entries - 1, self.dir)
         f.named = False
         self.files = [*self.files, f]
         return f

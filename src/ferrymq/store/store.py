@@ -29,7 +29,7 @@ from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
 from .damage import DamagedRecord, DamageRegistry, SkippedRange
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
-from .errors import StoreCorruptionError, StoreStateError
+from .errors import StoreCorruptionError, StoreSpaceError, StoreStateError
 from .files import FileIO, fsync_dir, is_disk_full
 from .flush import FlushService
 from .groupcommit import PutCoalescer
@@ -453,6 +453,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
 
     def _io_failure(self, exc: OSError, what: str) -> PutResult:
         if is_disk_full(exc):
+            if isinstance(exc, StoreSpaceError):
+                what = f"{exc.what} {exc.path}, which needed {exc.needed} bytes"
             reason = (f"no space left on the device of {self._root} while writing the {what} "
                       f"({exc.strerror}); nothing of this batch was stored, writes resume "
                       "when space is freed")
