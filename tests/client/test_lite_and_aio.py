@@ -95,6 +95,40 @@ def test_lite_pull_subscribe_auto_commits_what_was_polled(standalone: Any) -> No
     admin.close()
 
 
+def _poll_exactly(consumer: LitePullConsumer, n: int) -> list[MessageExt]:
+    got: list[MessageExt] = []
+    wait_for(lambda: got.extend(consumer.poll(0.2, n - len(got))) or len(got) >= n, what=f"{n} polled")
+    return got
+
+
+def test_lite_pull_committed_reads_without_moving_the_consumer_back(standalone: Any) -> None:
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("lite-look", 1)
+    _fill(standalone.namesrv, "lite-look", 90, 1)
+    (mq,) = admin.message_queues("lite-look")
+    # The commit loop and the periodic persist never run during the test: the broker holds
+    # only what commit() sent, so its offset and the consumer's can differ, as when a commit
+    # is still on its way.
+    consumer = LitePullConsumer(
+        "g-lite-look",
+        standalone.namesrv,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **{**FAST_CONSUMER, "persist_interval": 3600.0, "commit_delay": 3600.0},
+    )
+    consumer.assign([mq])
+    with consumer:
+        assert [m.queue_offset for m in _poll_exactly(consumer, 30)] == list(range(30))
+        consumer.commit()
+        assert admin.query_consumer_offset("g-lite-look", mq) == 30
+        assert [m.queue_offset for m in _poll_exactly(consumer, 60)] == list(range(30, 90))
+        assert consumer.poll(0.05) == []  # auto-commit: all 90 acknowledged, on this side only
+        assert consumer.committed(mq) == 30
+        consumer.commit()
+        assert admin.query_consumer_offset("g-lite-look", mq) == 90
+        assert consumer.committed(mq) == 90
+    admin.close()
+
+
 def test_asyncio_api_with_an_async_listener(standalone: Any) -> None:
     async def scenario() -> list[bytes]:
         async with aio.AdminClient(standalone.namesrv) as admin:

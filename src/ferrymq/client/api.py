@@ -16,6 +16,7 @@ from ..common.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
+    SET_ZERO_IF_NOT_FOUND,
     fields,
     send_header_to_v2,
 )
@@ -189,6 +190,7 @@ class MQClientAPI:
             {
                 **fields(consumerGroup=group, topic=topic, queueId=queue_id),
                 WITH_ACK_RANGES: "true",
+                SET_ZERO_IF_NOT_FOUND: "false",
             },
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
@@ -202,7 +204,7 @@ class MQClientAPI:
         resp = await self.invoke_ok(
             addr,
             RequestCode.QUERY_CONSUMER_OFFSET,
-            fields(consumerGroup=group, topic=topic, queueId=queue_id),
+            {**fields(consumerGroup=group, topic=topic, queueId=queue_id), SET_ZERO_IF_NOT_FOUND: "false"},
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:

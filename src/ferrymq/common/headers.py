@@ -92,6 +92,10 @@ def send_header_to_v2(ext: Mapping[str, str]) -> dict[str, str]:
     return {SEND_V1_NAMES.get(k, k): v for k, v in ext.items()}
 
 
+# QUERY_CONSUMER_OFFSET field (RocketMQ 5): "false" asks for the stored offset only, never the
+# broker's start for a new group on a young queue (broker/init_offset.py).
+SET_ZERO_IF_NOT_FOUND = "setZeroIfNotFound"
+
 # PULL_MESSAGE sysFlag bits (PullSysFlag)
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2

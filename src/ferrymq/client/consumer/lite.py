@@ -143,9 +143,10 @@ class AsyncLitePullConsumer(ConsumerBase):
         await self.persist_all()
 
     async def committed(self, mq: MessageQueue) -> int:
-        """The offset stored for the group (-1: none)."""
+        """The offset stored for the group (-1: none). A look only: what was polled and not yet
+        committed stays where it is."""
         try:
-            return await self.offset_store.read_store(mq)
+            return await self.offset_store.query_store(mq)
         except FerryMQError:
             return self.offset_store.read_memory(mq)
 

@@ -61,6 +61,10 @@ class OffsetStore(Protocol):
         """`taking`: this member takes the queue over (rebalance); only then may the broker
         hold the answer for the previous owner's release."""
 
+    async def query_store(self, mq: MessageQueue) -> int:
+        """The offset stored for the group (-1: none), read only: the local table is left as
+        it is (a look, such as LitePullConsumer.committed, must not move the consumer)."""
+
     def loaded_ranges(self, mq: MessageQueue) -> Ranges: ...
 
     def take_dirty(self) -> set[MessageQueue]: ...
@@ -188,6 +192,10 @@ class RemoteOffsetStore(_MemoryTable):
                     log.warning("%s: ack ranges of %s ignored: %s", self.group, mq, exc)
         return offset
 
+    async def query_store(self, mq: MessageQueue) -> int:
+        api = self.inst.api
+        return await api.query_consumer_offset(await self._addr(mq), self.group, mq.topic, mq.queue_id)
+
     async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
         failed = await self._persist_once(mqs, release)
         # A broker that is gone makes its queues' route be fetched again; where that names
@@ -289,6 +297,9 @@ class LocalOffsetStore(_MemoryTable):
             self.update(mq, offset, increase_only=False)
             self.dirty.discard(mq)
         return offset
+
+    async def query_store(self, mq: MessageQueue) -> int:
+        return self._stored.get(mq, -1)
 
     async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
         for mq in mqs:
