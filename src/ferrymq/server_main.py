@@ -16,6 +16,7 @@ from pathlib import Path
 from .acl import AclConfigError, load_rules
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
+from .common.dirlock import DirectoryLockedError
 from .common.heap import freeze_startup_heap
 from .metrics import MetricsServer, metrics_server
 from .namesrv import NameServer, NamesrvConfig
@@ -166,10 +167,11 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:
     try:
         asyncio.run(_serve_until_signal(start, stop))
-    except (OSError, StoreError, ControllerStateError, AclConfigError) as exc:
+    except (OSError, StoreError, ControllerStateError, AclConfigError,
+            DirectoryLockedError) as exc:
         # A port in use, a store that recovery refuses (corruption in the middle of the log
-        # names its file and offset) or an unreadable controller state: one clear line, no
-        # traceback.
+        # names its file and offset), a directory another server holds or an unreadable
+        # controller state: one clear line, no traceback.
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

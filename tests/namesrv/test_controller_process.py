@@ -132,3 +132,14 @@ def test_unreadable_state_file_stops_the_start(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and "namesrv=" not in proc.stdout
     assert "cannot start: controller state" in proc.stderr and "not valid JSON" in proc.stderr
+
+
+def test_a_second_controller_on_one_state_directory_is_refused(tmp_path: Path) -> None:
+    with namesrv(tmp_path) as (first, _addr):
+        second = subprocess.run(
+            [sys.executable, "-m", "ferrymq", "namesrv", "--port", "0", "--enable-controller",
+             "--controller-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert f"controller directory {tmp_path} is in use by process {first.pid}" in second.stderr
+        assert first.poll() is None

@@ -288,14 +288,20 @@ class Broker:
             self.waiters.wake_all()
         self.handover.close()
         self.notifier.close()
+        store = self.store
         with contextlib.suppress(Exception):
             await self._registrar.idle()
-        with contextlib.suppress(Exception):
-            await self._unregister()
+        if store is not None:  # one that never started never registered, and its name is another's
+            with contextlib.suppress(Exception):
+                await self._unregister()
         if self.grpc is not None:
             await self.grpc.stop()
         await self.server.stop()
         await self.namesrv_client.close()
+        if store is None:
+            # The store never started (its directory is another broker's, say): the tables
+            # were never loaded, and writing them would overwrite the owner's.
+            return
         _persist_at_stop("consumer offsets", self.offsets.persist)
         self.offsets.close()
         _persist_at_stop("delay offsets", self.delay_offsets.persist)
@@ -303,11 +309,10 @@ class Broker:
         with contextlib.suppress(Exception):
             await self._topics_writer.idle()
         _persist_at_stop("topics", self.topics.persist)
-        if self.trace is not None and self.store is not None:
+        if self.trace is not None:
             with contextlib.suppress(Exception):
                 await self.trace.flush()  # the last few milliseconds of changes
-        if self.store is not None:
-            await asyncio.to_thread(self.store.shutdown)
+        await asyncio.to_thread(store.shutdown)
 
     # --- writes: every message enters the store here ---------------------------------------
     async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:

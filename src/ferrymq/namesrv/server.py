@@ -11,6 +11,7 @@ from pathlib import Path
 from ..acl import AclFile, AclGuard, GuardScope
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
+from ..common.dirlock import DirectoryLock
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
 from ..remoting.tls import TlsServerSettings
@@ -57,6 +58,7 @@ class NameServer:
         self._injected_controller = controller
         self.controller: ControllerApi | None = None
         self.address = ""
+        self._dir_lock: DirectoryLock | None = None
         self.acl: AclFile | None = None
         self._acl_task: asyncio.Task[None] | None = None
         if config.acl_file is not None:
@@ -75,8 +77,16 @@ class NameServer:
     async def start(self) -> str:
         controller = self._injected_controller
         if controller is None and self.config.enable_controller:
-            # Loaded before the port opens: a state file that cannot be read stops the start.
-            controller = ReplicaController(self.config.controller_dir, lease_ms=self.config.controller_lease_ms)
+            # Loaded before the port opens: a state file that cannot be read, or that another
+            # name server holds, stops the start.
+            self._dir_lock = DirectoryLock(self.config.controller_dir, "controller")
+            self._dir_lock.acquire()
+            try:
+                controller = ReplicaController(self.config.controller_dir,
+                                               lease_ms=self.config.controller_lease_ms)
+            except BaseException:
+                self._dir_lock.release()
+                raise
         if controller is not None:
             self.controller = ControllerApi(controller, self.registry)
             self.controller.install(self.server)
@@ -97,6 +107,8 @@ class NameServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.server.stop()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     async def _controller_loop(self, api: ControllerApi) -> None:
         while True:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.dirlock import DirectoryLock
 from ..common.histogram import Histogram
 from ..common.names import SCHEDULE_TOPIC
 from ..common.record import KEY_ENTRY, key_entries
@@ -70,6 +71,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._io = file_io or FileIO()
         root = config.root
         self._root = root
+        self._dir_lock = DirectoryLock(root, "store")
         self._log = CommitLog(root / "commitlog", config.commitlog_segment_size, self._io)
         self._cq_root = root / "consumequeue"
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
@@ -109,8 +111,15 @@ class MessageStore(Retention, ReplicaLog, Queries):
     def start(self) -> None:
         if self._state != "new":
             raise StoreStateError("start", self._state)
+        self._dir_lock.acquire()  # before anything in the directory is read
+        try:
+            self._start()
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _start(self) -> None:
         root = self._root
-        root.mkdir(parents=True, exist_ok=True)
         abort = root / "abort"
         unclean = abort.exists()
         cp = self._cp_file.read()
@@ -182,6 +191,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         if clean:
             remove_abort(self._root / "abort")
         self._state = "stopped"
+        self._dir_lock.release()
 
     def _plausible_end(self, pos: int) -> bool:
         segs = self._log.segments
