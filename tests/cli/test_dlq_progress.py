@@ -3,7 +3,7 @@ handled run that starts at it; what was sent beyond a gap is kept as acknowledge
 
 from __future__ import annotations
 
-from ferrymq.cli.dlq_cmds import QueueProgress, advance
+from ferrymq.client.dlq import QueueProgress, advance
 
 
 def test_sent_out_of_order_is_kept_as_ranges_above_the_offset() -> None:

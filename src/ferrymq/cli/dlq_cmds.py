@@ -1,111 +1,23 @@
 """`ferrymq dlq list|resend`: inspect a group's dead-letter queue and send its messages back
-through the group's retry path.
-
-Progress of the re-drive is the tools group's offset on %DLQ%<group>, with the acknowledged
-ranges above it (a ferrymq broker keeps them) for messages re-driven out of order: `list`
-shows what lies beyond the offset and outside the ranges, `resend` records what it sent, so
-nothing is re-driven twice."""
+through the group's retry path (the bookkeeping is client/dlq.py's): `list` shows what was not
+re-driven yet, `resend` records what it sent, so nothing is re-driven twice."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from typing import Any
 
 from ..client.admin import AdminClient
-from ..client.errors import NoRouteError
+from ..client.dlq import pending, record_redriven, redrive_message
+from ..client.message_json import preview
 from ..client.producer import Producer
-from ..client.results import PullStatus
-from ..common import props as P
-from ..common.message import Message, MessageExt, MessageQueue
-from ..common.names import TOOLS_CONSUMER_GROUP, dlq_topic, retry_topic
-from ..common.progress import Ranges, normalize_ranges
+from ..common.message import MessageQueue
+from ..common.names import dlq_topic, retry_topic
 from .auth import credentials
 from .failures import CommandFailed
-from .render import fmt_time, preview, print_json, print_table, progress, stdout
+from .render import fmt_time, print_json, print_table, progress, stdout
 
 CLI_PRODUCER_GROUP = "ferrymq-cli-dlq"
-# Properties the broker sets on the way to the DLQ; a re-driven message starts clean.
-_BROKER_PROPERTIES = frozenset(
-    {
-        P.PROPERTY_CLUSTER,
-        P.PROPERTY_REAL_TOPIC,
-        P.PROPERTY_REAL_QUEUE_ID,
-        P.PROPERTY_DELAY_TIME_LEVEL,
-        P.PROPERTY_CONSUME_START_TIMESTAMP,
-        P.PROPERTY_MSG_REGION,
-        P.PROPERTY_TRACE_SWITCH,
-        P.PROPERTY_WAIT_STORE_MSG_OK,
-        P.PROPERTY_MAX_RECONSUME_TIMES,
-        P.PROPERTY_MIN_OFFSET,
-        P.PROPERTY_MAX_OFFSET,
-    }
-)
-
-
-@dataclass(slots=True)
-class DlqEntry:
-    mq: MessageQueue
-    msg: MessageExt
-
-    @property
-    def original_msg_id(self) -> str:
-        return self.msg.properties.get(P.PROPERTY_ORIGIN_MESSAGE_ID) or self.msg.msg_id
-
-    @property
-    def original_topic(self) -> str:
-        return self.msg.properties.get(P.PROPERTY_RETRY_TOPIC, "")
-
-    def matches(self, ids: set[str]) -> bool:
-        return bool(ids & {self.msg.msg_id, self.msg.offset_msg_id, self.original_msg_id})
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "msg_id": self.msg.msg_id,
-            "original_msg_id": self.original_msg_id,
-            "original_topic": self.original_topic,
-            "reconsume_times": self.msg.reconsume_times,
-            "store_timestamp": self.msg.store_timestamp,
-            "body_preview": preview(self.msg.body),
-        }
-
-
-@dataclass(slots=True)
-class QueueProgress:
-    """Where the re-drive stands on one DLQ queue: the tools offset (everything below it was
-    handled) and the [start, end) ranges above it already re-driven."""
-
-    offset: int
-    acked: Ranges
-
-    def handled(self, offset: int) -> bool:
-        return offset < self.offset or any(a <= offset < b for a, b in self.acked)
-
-
-def pending(admin: AdminClient, group: str) -> tuple[list[DlqEntry], dict[MessageQueue, QueueProgress]]:
-    """DLQ messages not re-driven yet, and the progress of each DLQ queue."""
-    try:
-        mqs = admin.message_queues(dlq_topic(group))
-    except NoRouteError:
-        return [], {}
-    entries: list[DlqEntry] = []
-    progress: dict[MessageQueue, QueueProgress] = {}
-    for mq in mqs:
-        offset, acked = admin.acknowledged(TOOLS_CONSUMER_GROUP, mq)
-        if offset < 0:
-            offset = admin.min_offset(mq)
-        progress[mq] = state = QueueProgress(offset, acked)
-        end = admin.max_offset(mq)
-        while offset < end:
-            result = admin.pull(mq, offset, 32)
-            if result.status is PullStatus.FOUND:
-                entries += [
-                    DlqEntry(mq, m) for m in result.messages if not state.handled(m.queue_offset)
-                ]
-            if result.next_begin_offset <= offset:
-                break
-            offset = result.next_begin_offset
-    return entries, progress
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -133,15 +45,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         right=["reconsumed"],
     )
     return 0
-
-
-def redrive_message(group: str, entry: DlqEntry) -> Message:
-    """The DLQ message as a fresh retry of its group: original topic and id kept, reconsume
-    count back to zero, no delay."""
-    props = {k: v for k, v in entry.msg.properties.items() if k not in _BROKER_PROPERTIES}
-    props[P.PROPERTY_RECONSUME_TIME] = "0"
-    props.setdefault(P.PROPERTY_ORIGIN_MESSAGE_ID, entry.original_msg_id)
-    return Message(retry_topic(group), entry.msg.body, properties=props, flag=entry.msg.flag)
 
 
 def cmd_resend(args: argparse.Namespace) -> int:
@@ -174,7 +77,7 @@ def cmd_resend(args: argparse.Namespace) -> int:
                     }
                 )
                 bar.update(task, advance=1)
-        skipped = _record(admin, states, done)
+        skipped = record_redriven(admin, states, done)
     if args.json:
         print_json({"group": args.group, "resent": sent, "held_back": skipped})
     else:
@@ -187,35 +90,6 @@ def cmd_resend(args: argparse.Namespace) -> int:
                 markup=False,
             )
     return 0
-
-
-def advance(state: QueueProgress, done: set[int]) -> tuple[int, Ranges]:
-    """The new tools offset and the ranges above it once the offsets `done` are handled too:
-    the offset moves over every handled run that starts at it."""
-    ranges = normalize_ranges(state.acked + [(o, o + 1) for o in done], state.offset - 1)
-    offset = state.offset
-    while ranges and ranges[0][0] <= offset:
-        offset = max(offset, ranges.pop(0)[1])
-    return offset, ranges
-
-
-def _record(
-    admin: AdminClient,
-    progress: dict[MessageQueue, QueueProgress],
-    done: set[tuple[MessageQueue, int]],
-) -> int:
-    """Store what was re-driven. Returns how many re-driven messages stay listed because the
-    broker keeps no acknowledged ranges (Apache RocketMQ) and they lie beyond an unsent one."""
-    held_back = 0
-    for mq, state in progress.items():
-        sent = {off for q, off in done if q == mq}
-        if not sent:
-            continue
-        offset, ranges = advance(state, sent)
-        if not admin.acknowledge(TOOLS_CONSUMER_GROUP, mq, offset, ranges):
-            admin.update_consumer_offset(TOOLS_CONSUMER_GROUP, mq, offset)
-            held_back += sum(1 for off in sent if off >= offset)
-    return held_back
 
 
 def add(

@@ -12,6 +12,7 @@ from ..client.admin_results import MessageTrace
 from ..client.consumer.types import ConsumeFromWhere
 from ..client.consumers import LitePullConsumer
 from ..client.errors import NoRouteError
+from ..client.message_json import message_detail, message_json, preview
 from ..client.producer import Producer
 from ..client.results import PullStatus
 from ..common.errors import FerryMQError
@@ -19,16 +20,7 @@ from ..common.ids import is_offset_msg_id, is_uniq_id
 from ..common.message import Message, MessageExt, MessageQueue
 from .auth import credentials
 from .failures import CommandFailed
-from .render import (
-    fmt_time,
-    message_detail,
-    message_json,
-    preview,
-    print_json,
-    print_table,
-    progress,
-    stdout,
-)
+from .render import fmt_time, print_json, print_table, progress, stdout
 
 CLI_PRODUCER_GROUP = "ferrymq-cli"
 

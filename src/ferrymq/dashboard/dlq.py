@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cli.dlq_cmds import DlqEntry, QueueProgress, advance, redrive_message
 from ..client.admin_async import AsyncAdminClient
+from ..client.dlq import DlqEntry, QueueProgress, advance, redrive_message
 from ..client.errors import NoRouteError
 from ..client.producer_async import AsyncProducer
 from ..client.results import PullStatus

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..cli.render import message_detail
 from ..client.admin_async import AsyncAdminClient
 from ..client.admin_results import MessageTrace
 from ..client.errors import MessageNotFoundError, NoRouteError
+from ..client.message_json import message_detail
 from ..client.results import PullStatus, QueueStatus
 from ..common import props as P
 from ..common.errors import FerryMQError
