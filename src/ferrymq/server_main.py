@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .acl import AclConfigError, load_rules
 from .broker.config import BrokerConfig
@@ -24,6 +25,9 @@ from .namesrv.controller import ControllerStateError
 from .remoting.loop import install_uvloop
 from .remoting.tls import TlsMode, TlsServerSettings, server_context
 from .store import StoreError
+
+if TYPE_CHECKING:
+    from .grpc.server import GrpcServer
 
 log = logging.getLogger("ferrymq")
 
@@ -44,8 +48,32 @@ async def _serve_until_signal(start: Callable[[], Awaitable[str]], stop: Callabl
         await stop()
 
 
-def _grpc_field(broker: Broker) -> str:
-    return f" grpc={broker.grpc_addr}" if broker.grpc_addr else ""
+class _GrpcFront:
+    """The gRPC endpoint (apache.rocketmq.v2) over a started broker, on its grpc_port (-1: off).
+    The server builds it, not the broker: the broker is the RocketMQ core the front serves."""
+
+    def __init__(self) -> None:
+        self.server: GrpcServer | None = None
+
+    async def start(self, broker: Broker) -> str:
+        """Start it; returns the ready line's field ("" when it is off)."""
+        port = broker.config.grpc_port
+        if port < 0:
+            return ""
+        try:
+            from .grpc.server import GrpcServer
+        except ImportError as exc:
+            # An install without grpcio or without the generated protocol modules (they are
+            # built by the install from proto/) still serves the 4.x protocol; the ready line
+            # then has no grpc= field.
+            log.error("gRPC endpoint off: %s (reinstall the package to generate it)", exc)
+            return ""
+        self.server = GrpcServer(broker)
+        return f" grpc={await self.server.start(port)}"
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
 
 
 class _Metrics:
@@ -102,6 +130,7 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     holder: dict[str, Broker] = {}
+    grpc = _GrpcFront()
     metrics = _Metrics(metrics_port, broker_config.host, broker_config.tls_server())
 
     async def start() -> str:
@@ -109,13 +138,15 @@ def run_standalone(broker_config: BrokerConfig, namesrv_port: int, metrics_port:
         broker = Broker(broker_config.replace(namesrv_addr=ns_addr))
         holder["broker"] = broker
         broker_addr = await broker.start()
+        grpc_field = await grpc.start(broker)
         # Ready means routable: the first registration has reached the name server.
         await broker.register_once()
-        return (f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+        return (f"namesrv={ns_addr} broker={broker_addr} ha={broker.replication.ha_addr}" + grpc_field
                 + await metrics.start(broker, namesrv))
 
     async def stop() -> None:
         await metrics.stop()
+        await grpc.stop()
         if "broker" in holder:
             await holder["broker"].stop()
         await namesrv.stop()
@@ -149,16 +180,19 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
     except AclConfigError as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
+    grpc = _GrpcFront()
     metrics = _Metrics(metrics_port, config.host, config.tls_server())
 
     async def start() -> str:
         addr = await broker.start()
+        grpc_field = await grpc.start(broker)
         await broker.register_once()
-        line = f"broker={addr} ha={broker.replication.ha_addr}" + _grpc_field(broker)
+        line = f"broker={addr} ha={broker.replication.ha_addr}" + grpc_field
         return line + await metrics.start(broker, None)
 
     async def stop() -> None:
         await metrics.stop()
+        await grpc.stop()
         await broker.stop()
 
     return _run(start, stop)

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..acl import AclFile, AclGuard, GuardScope, sign
 from ..acl.signing import credentials_from
@@ -44,9 +44,6 @@ from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_t
 from .topics import TopicManager
 from .trace import TRACED_EVENTS, TraceRecorder
 from .transaction import TransactionService
-
-if TYPE_CHECKING:
-    from ..grpc.server import GrpcServer
 
 log = logging.getLogger("ferrymq.broker")
 
@@ -118,7 +115,6 @@ class Broker:
         self.replication = Replication(self)
         self._master_services = False
         self.transactions = TransactionService(self)
-        self.grpc: GrpcServer | None = None
         register_all(self, self.server)
 
     def _sign(self, req: RemotingCommand) -> None:
@@ -195,8 +191,6 @@ class Broker:
             self.timer.follow(self.replication.master_timer_position)
             self.timer.start()
         await self.replication.start()
-        if cfg.grpc_port >= 0:
-            await self._start_grpc(cfg.grpc_port)
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="ferrymq-register"),
             asyncio.create_task(self._persist_loop(), name="ferrymq-persist"),
@@ -212,18 +206,6 @@ class Broker:
         log.info("broker %s listening on %s (store %s, replication on %s)", cfg.broker_name,
                  self.addr, cfg.store_dir, self.replication.ha_addr)
         return self.addr
-
-    async def _start_grpc(self, port: int) -> None:
-        try:
-            from ..grpc.server import GrpcServer
-        except ImportError as exc:
-            # An install without grpcio or without the generated protocol modules (they are
-            # built by the install from proto/) still serves the 4.x protocol; the ready line
-            # then has no grpc= field.
-            log.error("gRPC endpoint off: %s (reinstall the package to generate it)", exc)
-            return
-        self.grpc = GrpcServer(self)
-        await self.grpc.start(port)
 
     def start_master_services(self) -> None:
         """What only a master runs: delayed and timer delivery and the transaction check (they
@@ -249,11 +231,6 @@ class Broker:
         if self.config.controller_addr:
             return 0 if self.replication.role == MASTER else self.config.broker_id
         return self.config.broker_id
-
-    @property
-    def grpc_addr(self) -> str:
-        """The gRPC endpoint's address, "" when it is off."""
-        return self.grpc.addr if self.grpc is not None else ""
 
     def ha_table(self) -> dict[str, str]:
         return self.replication.runtime_table()
@@ -294,8 +271,6 @@ class Broker:
         if store is not None:  # one that never started never registered, and its name is another's
             with contextlib.suppress(Exception):
                 await self._unregister()
-        if self.grpc is not None:
-            await self.grpc.stop()
         await self.server.stop()
         await self.namesrv_client.close()
         if store is None:
