@@ -36,7 +36,7 @@ from .handover import Handover
 from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
-from .processors import register_all
+from .processors.registry import register_all
 from .replication import MASTER, Replication
 from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats

@@ -1,18 +1,12 @@
-"""Request processors, one module per area. register_all wires them into the broker's server."""
+"""Request processors, one module per area, and what they share; registry.register_all wires them
+into the broker's server."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
-from ...common.codes import ResponseCode
-from ...common.headers import HeaderError
-from ...common.histogram import Histogram
-from ...common.names import InvalidNameError
-from ...remoting import Connection, RemotingCommand, RemotingServer
-from ..clients import SubscriptionParseError, UnsupportedFilterError
+from ...remoting import Connection, RemotingCommand
 from ..context import BrokerContext
 
 log = logging.getLogger("ferrymq.broker")
@@ -23,44 +17,3 @@ Handler = Callable[[BrokerContext, Connection, RemotingCommand], Awaitable[Remot
 def reply(req: RemotingCommand, code: int, remark: str | None = None, *,
           ext_fields: dict[str, str] | None = None, body: bytes | None = None) -> RemotingCommand:
     return RemotingCommand.make_response_to(req, code, remark=remark, ext_fields=ext_fields, body=body)
-
-
-Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
-
-
-def _guard(broker: BrokerContext, handler: Handler, latency: Histogram | None = None) -> Served:
-    """`handler` with request errors answered; with `latency`, its handling time (arrival at
-    the handler to the answer) observed there."""
-    perf_counter = time.perf_counter
-
-    @functools.wraps(handler)
-    async def run(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
-        if broker.store is None:
-            return reply(req, ResponseCode.SYSTEM_BUSY, "broker is starting")
-        started = perf_counter() if latency is not None else 0.0
-        try:
-            return await handler(broker, conn, req)
-        except HeaderError as exc:
-            return reply(req, ResponseCode.SYSTEM_ERROR, f"bad request header: {exc}")
-        except InvalidNameError as exc:
-            return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        except UnsupportedFilterError as exc:
-            return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
-        except SubscriptionParseError as exc:
-            return reply(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
-        finally:
-            if latency is not None:
-                latency.observe(perf_counter() - started)
-
-    return run
-
-
-def register_all(broker: BrokerContext, server: RemotingServer) -> None:
-    from ..pop import processors as pop
-    from ..trace import processor as trace
-    from . import admin, consumer, pull, send, store_admin, transaction
-
-    for module in (send, pull, consumer, admin, store_admin, pop, transaction, trace):
-        for code, handler in module.HANDLERS.items():
-            latency = broker.stats.send_latency if code in send.TIMED else None
-            server.register(code, _guard(broker, handler, latency))
