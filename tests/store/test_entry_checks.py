@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from store_util import msg, open_store, queue_rebuilt_by_recovery, wait_until
+from store_util import SMALL_SEGMENT, msg, open_store, queue_rebuilt_by_recovery, wait_until
 
 from ferrymq.common.record import decode_records
 from ferrymq.common.record.layout import POS_BODY_V4
@@ -250,5 +250,52 @@ def test_a_past_end_entrys_report_does_not_hide_the_record_written_there_later(
         assert later[2].phys_offset == future
         got = store.get_messages("T", 0, 3, 32)
         assert [m.body for m in decode_records(got.data)] == [b"m%d" % i for i in range(3, 10)]
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("where", ["inside another queue's record", "inside its own record",
+                                   "in the blank closing a segment"])
+def test_an_entry_whose_offset_lands_where_no_record_starts_is_the_entrys_damage(
+        tmp_path: Path, where: str) -> None:
+    """A/0's entry 2 has its offset damaged: it lands inside a record, or inside the blank
+    that closes a segment. It was reported as a damaged record at that offset, where no record
+    starts (found_by "read", no queue of its own): now as the entry's damage, naming its
+    queue and queue offset."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        phys = _fill(store)
+        if where == "inside another queue's record":
+            target = phys[("B", 0)][1] + 7
+        elif where == "inside its own record":
+            target = phys[("A", 0)][2] + 3
+        else:
+            filler = [store.put_messages([msg("C", 0, b"f" * 3000)]).messages[0]
+                      for _ in range(30)]
+            rolled = next(i for i, m in enumerate(filler) if m.phys_offset % SMALL_SEGMENT == 0)
+            blank = filler[rolled - 1].phys_offset + filler[rolled - 1].size
+            assert blank % SMALL_SEGMENT < SMALL_SEGMENT - 16
+            target = blank + 5
+        _rewrite_entry(_queue_file(tmp_path / "s", "A", 0), 2, phys=target)
+        _assert_entry_2_of_a0_left_out(store)
+        (rec,) = store.damaged_records()
+        assert rec.phys_offset == target
+    finally:
+        store.shutdown()
+
+
+def test_a_record_whose_head_is_damaged_is_still_the_records_damage(tmp_path: Path) -> None:
+    """Where a record does start (the record before it ends there), a damaged magic code is
+    the record's damage, not its entry's."""
+    store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
+    try:
+        phys = _fill(store)
+        at = phys[("A", 0)][2]
+        with open(sorted((tmp_path / "s" / "commitlog").iterdir())[0], "r+b") as f:
+            f.seek(at + 4)  # MAGICCODE
+            f.write(b"\x00")
+        assert _bodies(store, "A", 0) == _expected("A", 0, left_out=2)
+        (rec,) = store.damaged_records()
+        assert (rec.phys_offset, rec.queue_offset, rec.found_by) == (at, 2, "read")
     finally:
         store.shutdown()

@@ -3,6 +3,7 @@ skip; the damage registry survives a restart."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import struct
 import tempfile
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from store_util import msg, open_store, segment_files, wait_until
 
 from ferrymq.common.record import decode_records
+from ferrymq.common.record.layout import POS_BODY_V4, POS_BODYLEN_V4, POS_QUEUEID
 from ferrymq.store import CorruptPolicy, GetStatus, MessageStore
 from ferrymq.store.scrub import Scrubber
 
@@ -389,5 +391,45 @@ def test_an_entry_without_a_size_does_not_hide_the_record_written_later_at_its_o
         assert store.put_messages([msg("B", 0, b"b1" * 30)]).messages[0].phys_offset == end
         got = store.get_messages("B", 0, 0, 32)
         assert [m.body for m in decode_records(got.data)] == [b"b0" * 30, b"b1" * 30]
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["body", "body length", "queue id and body",
+                                    "queue entry lost"])
+def test_the_scrubs_report_names_the_topic_and_queue(tmp_path: Path, damage: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """The scrub reported damage with no topic: its log line said "queue /3 offset 5". Now it
+    names the queue whose entry points at the record (found by position when the record's own
+    QUEUEID is damaged), or, no entry naming it, the topic the record's fields still give."""
+    store_dir = tmp_path / "s"
+    store = open_store(store_dir, scrub_bytes_per_s=0)
+    try:
+        phys = [store.put_messages([msg("Orders", 3, b"cold-%05d-" % i * 40)]).messages[0]
+                .phys_offset for i in range(8)]
+    finally:
+        store.shutdown()
+    seg = segment_files(store_dir)[0]
+    if damage != "body length":
+        _flip(seg, phys[5] + POS_BODY_V4 + 3)
+    if damage == "body length":
+        _flip(seg, phys[5] + POS_BODYLEN_V4 + 2)
+    elif damage == "queue id and body":
+        _flip(seg, phys[5] + POS_QUEUEID + 3)
+    elif damage == "queue entry lost":
+        queue_file = store_dir / "consumequeue" / "Orders" / "3" / f"{0:020d}"
+        entries = bytearray(queue_file.read_bytes())
+        struct.pack_into(">q", entries, 5 * 20, phys[6])  # entry 5 names record 6 instead
+        queue_file.write_bytes(bytes(entries))
+    caplog.set_level(logging.ERROR, logger="ferrymq.store")
+    store = open_store(store_dir, scrub_bytes_per_s=64 * 1024 * 1024)
+    try:
+        assert store.scrubber is not None
+        wait_until(store.scrubber.done.is_set, message="scrub done")
+        rec = next(r for r in store.damaged_records() if r.found_by == "scrub")
+        assert (rec.phys_offset, rec.topic, rec.queue_id) == (phys[5], "Orders", 3)
+        assert rec.queue_offset == 5
+        assert any("damaged commit-log record" in r.getMessage()
+                   and "(queue Orders/3 offset 5)" in r.getMessage() for r in caplog.records)
     finally:
         store.shutdown()

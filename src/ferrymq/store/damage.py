@@ -146,10 +146,12 @@ class DamageRegistry:
         """Record `rec`; True (and one error log line) the first time its offset is seen (an
         entry's report: its queue, offset and size). `read_at`: the generation taken before
         the bytes were read; a cut during or since the read drops the report."""
+        where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
+                 if rec.queue_offset >= 0 else "")
         with self._lock:
             if read_at is not None and (read_at % 2 or read_at != self._epoch):
-                log.info("damage at %d not recorded: the log was being cut as it was read",
-                         rec.phys_offset)
+                log.info("damage at %d%s not recorded: the log was being cut as it was read",
+                         rec.phys_offset, where)
                 return False
             known = self._records.get(rec.phys_offset)
             if rec.found_by == "entry":
@@ -176,8 +178,6 @@ class DamageRegistry:
                 self._records[rec.phys_offset] = rec
             self._dirty = True
             self._refresh_known()
-        where = (f" (queue {rec.topic}/{rec.queue_id} offset {rec.queue_offset})"
-                 if rec.queue_offset >= 0 else "")
         if rec.found_by == "entry":
             log.error("damaged consume-queue entry%s: it points at commit-log offset %d in %s "
                       "with %d bytes (%s); the entry is left out, the record is not", where,

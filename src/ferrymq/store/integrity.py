@@ -12,9 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..common.record import first_unsound, first_unsound_entries, record_info, record_unsound
-from .commitlog import CommitLog
+from ..common.record import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    first_unsound,
+    first_unsound_entries,
+    record_info,
+    record_unsound,
+)
+from ..common.record.layout import I32, SIZE_AND_MAGIC
+from .commitlog import END_FILE_MIN_BLANK, CommitLog
 from .damage import CorruptPolicy, DamagedRecord, DamageRegistry
+from .recovery import check_record
+
+_MAGIC = I32.pack(MESSAGE_MAGIC_CODE)
+# How far back no_record_starts_at looks for the record holding an offset: past the largest
+# record (4 MiB messages by default).
+_SEARCH_BACK = 8 << 20
 
 # (topic, queue id, the record's QUEUEOFFSET, phys) -> the size of that queue's entry naming
 # phys, None when it has none.
@@ -78,14 +92,14 @@ class ReadGuard:
 
 def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> bool:
     """Whether an entry (phys, size) that failed the read's check is what is damaged, rather
-    than the record at `phys`: a sound record starts there (read with its own TOTALSIZE) and
-    is of another size, or it is the record of the queue it names, which has an entry naming
-    it (an entry of one queue landing on another queue's record). A record that names a queue
-    without such an entry has its own queue fields damaged (the body CRC does not cover
-    them)."""
+    than the record at `phys`: no record starts there (its offset landed inside a record), or
+    a sound record starts there (read with its own TOTALSIZE) and is of another size, or it
+    is the record of the queue it names, which has an entry naming it (an entry of one queue
+    landing on another queue's record). A record that names a queue without such an entry has
+    its own queue fields damaged (the body CRC does not cover them)."""
     rec = log.read_record(phys)
     if rec is None or record_unsound(rec, 0, phys, len(rec)) is not None:
-        return False
+        return no_record_starts_at(log, phys)
     if len(rec) != size:
         return True
     info = record_info(rec, 0, phys, len(rec), tuple)
@@ -93,6 +107,42 @@ def entry_is_damaged(guard: ReadGuard, log: CommitLog, phys: int, size: int) -> 
         return False
     _pos, total, topic, queue_id, queue_offset = info[:5]
     return bool(guard.owner_entry(topic, queue_id, queue_offset, phys) == total)
+
+
+def no_record_starts_at(log: CommitLog, phys: int) -> bool:
+    """Whether `phys` is no record's start, as the log around it tells: it lies inside the
+    nearest sound record before it, or in the blank closing its segment (an entry's offset
+    damaged). False when that cannot be told (the nearest sound record ends before `phys`,
+    damage between): the record there is what is reported. Searches back for a record's magic
+    at most _SEARCH_BACK bytes, on damage only."""
+    seg = log.segment_for(phys)
+    if seg is None:
+        return False
+    try:
+        mm = log.map_segment(seg)
+    except (OSError, ValueError):  # deleted by retention meanwhile
+        return False
+    try:
+        o = phys - seg.start
+        lo = max(0, o - _SEARCH_BACK)
+        end = o + 7  # the magic of a record starting before `o` ends by o + 7
+        while True:
+            hit = mm.rfind(_MAGIC, lo + 4, end)
+            if hit < 0:
+                return False
+            checked = check_record(mm, hit - 4, seg.start + hit - 4, log.segment_size, False)
+            if not isinstance(checked, str):
+                after = hit - 4 + checked[0]
+                break
+            end = hit + 3
+        if after > o:
+            return True
+        if log.segment_size - after < END_FILE_MIN_BLANK:
+            return True
+        total, magic = SIZE_AND_MAGIC.unpack_from(mm, after)
+        return bool(magic == BLANK_MAGIC_CODE and after + total == log.segment_size)
+    finally:
+        mm.close()
 
 
 def report_damage(damage: DamageRegistry, log: CommitLog, phys: int, size: int, reason: str,

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..common.record import BLANK_MAGIC_CODE
+from ..common.record import BLANK_MAGIC_CODE, MessageDecodeError, locate
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 from .consumequeue import ConsumeQueue
 from .damage import DamagedRecord, DamageRegistry
@@ -61,10 +61,44 @@ def last_record_before(queues: Iterable[ConsumeQueue], pos: int) -> int | None:
     return best
 
 
+def queue_naming(queues: Iterable[ConsumeQueue], phys: int, queue_id: int,
+                 queue_offset: int) -> tuple[str, int, int] | None:
+    """(topic, queue id, queue offset) of the consume-queue entry naming the record at
+    `phys`: looked up at the record's own QUEUEID and QUEUEOFFSET, then, those fields perhaps
+    damaged, by position in every queue (entries are in commit-log order). None when no
+    entry names it."""
+    qs = list(queues)
+    for cq in qs:
+        if cq.queue_id == queue_id and queue_offset >= 0:
+            entry = cq.entry(queue_offset)
+            if entry is not None and entry[0] == phys:
+                return cq.topic, cq.queue_id, queue_offset
+    for cq in qs:
+        if cq.max_offset <= cq.min_offset:
+            continue
+        at = cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset)
+        entry = cq.entry(at)
+        if entry is not None and entry[0] == phys:
+            return cq.topic, cq.queue_id, at
+    return None
+
+
+def record_topic(mm: mmap.mmap, o: int, limit: int) -> str:
+    """The topic the record at `o` names, "" when its fields no longer say where it is."""
+    try:
+        _t, _s, _b, _bl, topic_at, props_at = locate(mm, o, limit)
+    except (MessageDecodeError, ValueError):
+        return ""
+    return bytes(mm[topic_at : props_at - 2]).decode("utf-8", "replace")
+
+
 class Scrubber:
     def __init__(self, clog: CommitLog, damage: DamageRegistry, bytes_per_s: int,
-                 limit: Callable[[], int], guard: ReadGuard | None = None) -> None:
+                 limit: Callable[[], int], guard: ReadGuard | None = None,
+                 queues: Callable[[], Iterable[ConsumeQueue]] = tuple) -> None:
         self.log = clog
+        # Which queue a damaged record is in, for its report (and log line) to name it.
+        self._queues = queues
         self._guard = guard  # told how far records are verified, so reads need not
         self.damage = damage
         self.bytes_per_s = bytes_per_s
@@ -174,11 +208,16 @@ class Scrubber:
     def _report(self, mm: mmap.mmap, o: int, phys: int, segment: str, reason: str,
                 nxt: int | None, read_at: int) -> None:
         size = (nxt - phys) if nxt is not None else END_FILE_MIN_BLANK
-        qid = qo = -1
+        topic, qid, qo = "", -1, -1
         if self.log.segment_size - o >= _LOCATE.size:
             _t, _m, _c, q, _f, off = _LOCATE.unpack_from(mm, o)
             if 0 <= q < 1 << 16 and off >= 0:
                 qid, qo = q, off
-        if self.damage.report(DamagedRecord(phys, size, segment, reason, "scrub", "", qid, qo),
-                              read_at):
+        owner = queue_naming(self._queues(), phys, qid, qo)
+        if owner is not None:
+            topic, qid, qo = owner
+        elif qid >= 0:  # no entry names it: the record's own fields, if they still parse
+            topic = record_topic(mm, o, self.log.segment_size - END_FILE_MIN_BLANK)
+        if self.damage.report(DamagedRecord(phys, size, segment, reason, "scrub", topic, qid,
+                                            qo), read_at):
             self.found += 1

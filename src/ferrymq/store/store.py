@@ -158,7 +158,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
         if self.config.scrub_bytes_per_s > 0:
             cold = self._log.write_pos  # what this run has not written
             self.scrubber = Scrubber(self._log, self._damage, self.config.scrub_bytes_per_s,
-                                     lambda: cold, self._guard)
+                                     lambda: cold, self._guard,
+                                     lambda: list(self._cqs.values()))
             self.scrubber.start()
 
     def shutdown(self) -> None:
