@@ -22,6 +22,7 @@ from ferrymq import (
 )
 from ferrymq.client.errors import NoRouteError
 from ferrymq.client.producer_async import hash_queue_index
+from ferrymq.common import props as P
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import dlq_topic, retry_topic
 
@@ -166,4 +167,45 @@ def test_orderly_failure_suspends_only_its_queue_then_dead_letters(standalone: A
     dlq = MessageQueue(dlq_topic("g-ofail"), "broker-a", 0)
     (dead,) = admin.pull(dlq, 0, 8).messages
     assert dead.body == f"{bad_key}:0".encode()
+    admin.close()
+
+
+def test_orderly_dead_letter_copy_counts_the_attempts_the_listener_saw(standalone: Any) -> None:
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("ordered-dead", 1)
+    seen: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeOrderlyStatus:
+        seen.extend(m.reconsume_times for m in msgs)
+        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+    consumer = PushConsumer(
+        "g-odead",
+        standalone.namesrv,
+        max_reconsume_times=2,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **{**FAST_CONSUMER, "suspend_current_queue_time": 0.1},
+    )
+    consumer.subscribe("ordered-dead")
+    consumer.register_listener(listener, orderly=True)
+    with Producer("p", standalone.namesrv, **FAST_PRODUCER) as producer:
+        sent = producer.send(Message("ordered-dead", b"poison", keys="poison-key"))
+    dlq = MessageQueue(dlq_topic("g-odead"), "broker-a", 0)
+
+    def dead_lettered() -> list[MessageExt]:
+        try:
+            return admin.pull(dlq, 0, 8).messages
+        except NoRouteError:  # the DLQ topic exists once the first message goes there
+            return []
+
+    with consumer:
+        (dead,) = wait_for(dead_lettered, what="the message in the dead-letter queue")
+    # Three attempts (0, 1, 2), then the DLQ: its copy names the last attempt, as the
+    # listener saw it and as RocketMQ's orderly consumer stores it.
+    assert seen == [0, 1, 2]
+    assert dead.reconsume_times == 2
+    assert dead.body == b"poison"
+    assert dead.properties[P.PROPERTY_RETRY_TOPIC] == "ordered-dead"
+    assert dead.properties[P.PROPERTY_ORIGIN_MESSAGE_ID] == sent.msg_id
+    assert dead.keys == "poison-key"
     admin.close()

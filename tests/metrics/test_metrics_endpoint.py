@@ -15,6 +15,7 @@ from conftest import start_standalone, wait_until
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
+    ConsumeOrderlyStatus,
     ConsumeStatus,
     LitePullConsumer,
     Message,
@@ -175,6 +176,33 @@ def test_retry_and_dead_letter_counts(server: Any) -> None:
     assert value(samples, "rocketmq_topic_dlq_offset", group="g-fail") == 1
     assert value(samples, "rocketmq_topic_retry_offset", topic="%RETRY%g-fail") == 2
     assert value(samples, "rocketmq_messages_in_total", topic="%DLQ%g-fail") == 1
+
+
+def test_an_orderly_consumers_dead_letter_is_counted(server: Any) -> None:
+    # An orderly consumer retries locally and dead-letters by a send into %RETRY%<group>
+    # (RocketMQ's way), not by CONSUMER_SEND_MSG_BACK: the count must not depend on the route.
+    admin = AdminClient(server.namesrv)
+    admin.create_topic("mt-ofail", 1)
+    consumer = PushConsumer("g-ofail", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            max_reconsume_times=1,
+                            **{**FAST_CONSUMER, "suspend_current_queue_time": 0.1})
+    consumer.subscribe("mt-ofail")
+    consumer.register_listener(lambda msgs, ctx: ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT,
+                               orderly=True)
+    consumer.start()
+    try:
+        with Producer("p-ofail", server.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("mt-ofail", b"always fails"))
+
+        def dead_lettered() -> Samples | None:
+            s = scrape(server.metrics)
+            return s if value(s, "rocketmq_topic_dlq_offset", group="g-ofail") >= 1 else None
+
+        samples = wait_until(dead_lettered, timeout=30, message="the message in the dead-letter queue")
+    finally:
+        consumer.shutdown()
+    assert value(samples, "rocketmq_send_to_dlq_messages_total", topic="mt-ofail", consumer_group="g-ofail") == 1
+    admin.close()
 
 
 def test_pop_deliveries_count_per_group(server: Any) -> None:

@@ -5,6 +5,7 @@ state beyond which name server answered last."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..common.headers import (
 from ..common.javaprops import format_properties, parse_properties
 from ..common.jsonx import FrozenKey
 from ..common.message import MessageQueue
+from ..common.names import AUTO_CREATE_TOPIC_KEY_TOPIC, CLIENT_INNER_PRODUCER_GROUP, retry_topic
 from ..common.progress import WITH_ACK_RANGES, Ranges, decode_ranges
 from ..remoting import RemotingClient, RemotingCommand, RemotingError
 from .errors import broker_error
@@ -306,6 +308,48 @@ class MQClientAPI:
                 maxReconsumeTimes=max_reconsume_times,
             ),
             timeout=timeout,
+        )
+
+    async def send_to_retry_topic(
+        self,
+        addr: str,
+        *,
+        group: str,
+        body: bytes,
+        flag: int,
+        properties: str,
+        reconsume_times: int,
+        max_reconsume_times: int,
+        timeout: float | None = None,
+    ) -> None:
+        """SEND_MESSAGE_V2 into %RETRY%<group> with the counters in the header (RocketMQ's
+        inner-producer send, CLIENT_INNER_PRODUCER): the broker stores the message in
+        %DLQ%<group> when reconsume_times has reached max_reconsume_times, carrying the count
+        the client gave, not the stored copy's. A stored answer that only missed its flush or
+        slave is a success, as it is for a producer."""
+        header = {
+            "producerGroup": CLIENT_INNER_PRODUCER_GROUP,
+            "topic": retry_topic(group),
+            "defaultTopic": AUTO_CREATE_TOPIC_KEY_TOPIC,
+            "defaultTopicQueueNums": "4",
+            "queueId": "0",
+            "sysFlag": "0",
+            "bornTimestamp": str(int(time.time() * 1000)),
+            "flag": str(flag),
+            "properties": properties,
+            "reconsumeTimes": str(reconsume_times),
+            "unitMode": "false",
+            "batch": "false",
+            "maxReconsumeTimes": str(max_reconsume_times),
+        }
+        await self.invoke_ok(
+            addr,
+            RequestCode.SEND_MESSAGE_V2,
+            send_header_to_v2(header),
+            body,
+            timeout=timeout,
+            ok=(ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE),
         )
 
     async def view_message(self, addr: str, commit_log_offset: int) -> bytes:

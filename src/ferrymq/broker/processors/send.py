@@ -148,6 +148,7 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     reconsume = opt_int(ext, "reconsumeTimes", 0)
     cluster = broker.config.broker_cluster_name
     batch = req.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(ext, "batch")
+    dead_from: str | None = None  # a message sent into %RETRY% that went to the DLQ: its topic
     timer = True  # a single message is looked at by the put
     # The properties a producer sent are stored as they came, with CLUSTER added; they are
     # parsed into a map only where something must be taken out of them (a retry topic's).
@@ -183,6 +184,8 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             props = P.string_to_properties(text)
             props[P.PROPERTY_CLUSTER] = cluster
             dlq = _retry_to_dlq(broker, topic, ext, reconsume, props)
+            if dlq:
+                dead_from = props.get(P.PROPERTY_RETRY_TOPIC, topic)
         else:
             props = with_property(text.encode(), P.PROPERTY_CLUSTER, cluster)
         target_topic, target_qid = dlq if dlq else (topic, queue_id)
@@ -203,6 +206,10 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         # A consumer waits for these messages in a held pull: its answer goes out before this
         # one, which only tells the producer what it already expects.
         await asyncio.sleep(0)
+    if dead_from is not None and result.status.stored:
+        # Counted as CONSUMER_SEND_MSG_BACK counts its dead letters: an orderly consumer
+        # dead-letters this way (RocketMQ's ConsumeMessageOrderlyService.sendMessageBack).
+        broker.stats.count_send_back(dead_from, topic[len("%RETRY%"):], True)
     return _response(req, result, queue_id, broker)
 
 

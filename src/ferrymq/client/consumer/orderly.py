@@ -17,8 +17,6 @@ from .types import ConsumeOrderlyContext, ConsumeOrderlyStatus
 
 log = logging.getLogger("ferrymq.client.consume")
 
-DLQ_DELAY_LEVEL = -1  # CONSUMER_SEND_MSG_BACK with delayLevel -1 goes straight to %DLQ%
-
 
 def orderly_succeeded(result: object) -> bool:
     return result in (
@@ -98,7 +96,7 @@ class OrderlyService:
                 m.reconsume_times += 1
             elif not self.c.clustering:
                 log.warning("%s: BROADCASTING, %s failed %d times; dropped", self.c.group, m, limit)
-            elif await self.c.send_back(m, DLQ_DELAY_LEVEL):
+            elif await self.c.dead_letter(m):
                 log.warning(
                     "%s: %s failed %d times; moved to the dead-letter queue",
                     self.c.group,

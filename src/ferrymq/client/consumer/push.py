@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from ...common import props as P
 from ...common.errors import FerryMQError
 from ...common.message import MessageExt, MessageQueue
 from ..errors import ClientError, ClientStateError
@@ -106,6 +107,36 @@ class AsyncPushConsumer(ConsumerBase):
             return True
         except FerryMQError as exc:
             log.warning("%s: sending %s back failed: %s", self.group, msg.msg_id, exc)
+            return False
+
+    async def dead_letter(self, msg: MessageExt) -> bool:
+        """Orderly consumption gives up on a message (RocketMQ's ConsumeMessageOrderlyService
+        .sendMessageBack): it is sent to %RETRY%<group> with its reconsume times, which count
+        attempts made here, not sends back, and the broker stores it in %DLQ%<group> with
+        that count. CONSUMER_SEND_MSG_BACK would store the broker's copy's count + 1."""
+        props = dict(msg.properties)
+        props.setdefault(P.PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
+        props[P.PROPERTY_RETRY_TOPIC] = msg.topic
+        props[P.PROPERTY_DELAY_TIME_LEVEL] = str(3 + msg.reconsume_times)
+        for name in (P.PROPERTY_TRANSACTION_PREPARED, P.PROPERTY_RECONSUME_TIME,
+                     P.PROPERTY_MAX_RECONSUME_TIMES):
+            props.pop(name, None)
+        try:
+            addr = await self.inst.find_broker_addr(msg.broker, msg.topic)
+            if addr is None:
+                raise ClientError(f"broker {msg.broker} has no known address")
+            await self.inst.api.send_to_retry_topic(
+                addr,
+                group=self.group,
+                body=msg.body,
+                flag=msg.flag,
+                properties=P.properties_to_string(props),
+                reconsume_times=msg.reconsume_times,
+                max_reconsume_times=self.options.max_reconsume_times,
+            )
+            return True
+        except FerryMQError as exc:
+            log.warning("%s: dead-lettering %s failed: %s", self.group, msg.msg_id, exc)
             return False
 
     async def _clean_loop(self) -> None:
