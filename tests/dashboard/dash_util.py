@@ -3,7 +3,9 @@ a real headless Chromium (Debian's `chromium`) loading its page: DOM dumps and s
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -14,6 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from conftest import Standalone, start_standalone
 from ferrymq.embedded.process import ServerProcess
 
 CHROMIUM_FLAGS = (
@@ -37,6 +40,104 @@ def start_dashboard(namesrv: str, base: Path, *extra: str) -> ServerProcess:
     return proc
 
 
+# Accounts of the ACL tests: the dashboard's own, and its users.
+ADMIN = {"access_key": "dashAdmin1", "secret_key": "dashAdminSecret1"}  # the dashboard's own
+OPS = {"access_key": "opsAdmin01", "secret_key": "opsAdminSecret01"}  # a user, admin
+VIEWER = {"access_key": "viewer0001", "secret_key": "viewerSecret01"}  # a user, not admin
+
+ACCOUNTS = """
+accounts:
+  - accessKey: dashAdmin1
+    secretKey: dashAdminSecret1
+    admin: true
+  - accessKey: opsAdmin01
+    secretKey: opsAdminSecret01
+    admin: true
+  - accessKey: viewer0001
+    secretKey: viewerSecret01
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+    topicPerms: [dash-secret=DENY]
+"""
+
+
+def acl_args(acl: Path) -> list[str]:
+    """`ferrymq dashboard` options for a login with the accounts of `acl`."""
+    return ["--acl-file", str(acl), "--access-key", ADMIN["access_key"], "--secret-key", ADMIN["secret_key"],
+            "--lag-interval", "0.5"]
+
+
+def write_rules(path: Path, text: str) -> None:
+    """Replace an ACL file in one step, with a new mtime even within the file system's
+    timestamp granularity (the watchers compare it)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    old = path.stat().st_mtime_ns if path.exists() else 0
+    os.replace(tmp, path)
+    if path.stat().st_mtime_ns <= old:
+        os.utime(path, ns=(old + 1_000_000, old + 1_000_000))
+
+
+def start_acl_server(home: Path, rules: str) -> tuple[Standalone, Path]:
+    """A standalone server checking the ACL file `rules` (reloaded within 50 ms of a change)."""
+    acl = home / "plain_acl.yml"
+    write_rules(acl, rules)
+    config = home / "broker.toml"
+    config.write_text("acl_reload_interval_ms = 50\n")
+    return start_standalone(home / "store", "--config", str(config), "--acl-file", str(acl)), acl
+
+
+class DashClient:
+    """One browser's worth of requests to a dashboard: its session cookie and CSRF token kept,
+    every header set as the test says (Origin, Host, ...), redirects not followed."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.cookie: str | None = None
+        self.csrf = ""
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str | None] | None = None,
+                ) -> tuple[int, dict[str, str], Any]:
+        """Status, headers (lower-cased names) and the body (JSON decoded when it is JSON); a
+        header given as None is not sent."""
+        host, port = self.addr.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        sent: dict[str, str | None] = {"Host": self.addr}
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            sent.update({"Content-Type": "application/json", "Origin": f"http://{self.addr}"})
+            if self.csrf:
+                sent["X-CSRF-Token"] = self.csrf
+        if self.cookie:
+            sent["Cookie"] = self.cookie
+        sent.update(headers or {})
+        try:
+            conn.request(method, path, body=data, headers={k: v for k, v in sent.items() if v is not None})
+            resp = conn.getresponse()
+            raw = resp.read()
+            got = {k.lower(): v for k, v in resp.getheaders()}
+        finally:
+            conn.close()
+        decoded: Any = json.loads(raw) if got.get("content-type", "").startswith("application/json") else raw
+        return resp.status, got, decoded
+
+    def get(self, path: str, headers: dict[str, str | None] | None = None) -> tuple[int, Any]:
+        status, _, body = self.request("GET", path, headers=headers)
+        return status, body
+
+    def post(self, path: str, body: Any, headers: dict[str, str | None] | None = None) -> tuple[int, Any]:
+        status, _, data = self.request("POST", path, body, headers)
+        return status, data
+
+    def login(self, access_key: str, secret_key: str) -> tuple[int, dict[str, str], Any]:
+        status, headers, data = self.request("POST", "/api/login", {"access_key": access_key, "secret_key": secret_key})
+        if status == 200:
+            self.cookie = headers["set-cookie"].split(";")[0]
+            self.csrf = data["csrf"]
+        return status, headers, data
+
+
 def cli_json(namesrv: str, *args: str) -> Any:
     """`ferrymq ARGS --json` as a user runs it, parsed."""
     proc = subprocess.run([sys.executable, "-m", "ferrymq", *args, "--namesrv", namesrv, "--json"],
@@ -51,9 +152,16 @@ def get_json(addr: str, path: str) -> Any:
         return json.loads(resp.read())
 
 
+def csrf_token(addr: str) -> str:
+    """The token a dashboard without login wants on every POST (what its page gets)."""
+    token: str = get_json(addr, "/api/session")["csrf"]
+    return token
+
+
 def post_json(addr: str, path: str, body: Any) -> Any:
     req = urllib.request.Request(f"http://{addr}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+                                 headers={"Content-Type": "application/json", "X-CSRF-Token": csrf_token(addr)},
+                                 method="POST")
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read())
 
@@ -62,7 +170,10 @@ def http_error(addr: str, path: str, body: Any | None = None,
                content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
     """The status and error object of a request expected to fail."""
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    req = urllib.request.Request(f"http://{addr}{path}", data=data, headers={"Content-Type": content_type},
+    headers = {"Content-Type": content_type}
+    if data is not None:
+        headers["X-CSRF-Token"] = csrf_token(addr)
+    req = urllib.request.Request(f"http://{addr}{path}", data=data, headers=headers,
                                  method="GET" if data is None else "POST")
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:

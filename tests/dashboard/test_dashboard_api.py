@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dash_util import cli_json, get_json, http_error, post_json, start_dashboard
+from dash_util import DashClient, cli_json, get_json, http_error, post_json, start_dashboard
 
 from conftest import Standalone, start_standalone, wait_until
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
@@ -117,6 +117,40 @@ def test_bad_requests_get_a_status_and_an_error_object(dash: str) -> None:
     assert status == 400 and "not a message id" in err["message"]
     status, err = http_error(dash, "/api/dlq/resend", {"group": "g"})
     assert status == 400
+
+
+def test_without_login_writes_still_need_the_page_token_and_its_origin(server: Standalone, dash: str) -> None:
+    client = DashClient(dash)
+    status, session = client.get("/api/session")
+    assert status == 200 and session["login"] is False and session["user"] is None
+    create = {"name": "dash-open-csrf", "queues": 1}
+    status, body = client.post("/api/topics", create)  # no token
+    assert (status, body["error"]["type"]) == (403, "CsrfTokenRefused")
+    client.csrf = session["csrf"]
+    for headers in ({"Origin": "http://evil.example"}, {"Origin": None, "Sec-Fetch-Site": "cross-site"},
+                    {"Origin": None, "Referer": "http://evil.example/"}):
+        status, body = client.post("/api/topics", create, headers)
+        assert (status, body["error"]["type"]) == (403, "CrossSiteRefused"), headers
+    with AdminClient(server.namesrv) as admin:
+        assert "dash-open-csrf" not in admin.topic_list()
+    status, body = client.post("/api/topics", create)
+    assert status == 200 and body["topic"] == "dash-open-csrf"
+    # No login to be had, nor a login page.
+    status, body = client.post("/api/login", {"access_key": "someone", "secret_key": "something"})
+    assert (status, body["error"]["type"]) == (404, "NoLogin")
+    assert client.request("GET", "/login")[0] == 303
+
+
+def test_a_host_name_pointed_at_loopback_by_another_site_is_refused(dash: str) -> None:
+    """DNS rebinding: a site whose name resolves to 127.0.0.1 would be the page's own origin."""
+    port = dash.rsplit(":", 1)[1]
+    client = DashClient(dash)
+    for host in (f"evil.example:{port}", "evil.example"):
+        status, body = client.get("/api/topics?stats=0", {"Host": host})
+        assert (status, body["error"]["type"]) == (403, "HostRefused"), host
+        assert client.get("/", {"Host": host})[0] == 403
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", dash):
+        assert client.get("/api/topics?stats=0", {"Host": host})[0] == 200, host
 
 
 def test_group_lag_is_sampled_into_a_history_the_chart_reads(server: Standalone, dash: str) -> None:

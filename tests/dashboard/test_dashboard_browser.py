@@ -23,6 +23,7 @@ pytestmark = pytest.mark.browser
 
 HEADER_RGB = bytes((0x1D, 0x23, 0x30))  # the page's header bar
 LAG_LINE_RGB = bytes((0x24, 0x63, 0xEB))  # the lag chart's line
+BANNER_RGB = bytes((0xFE, 0xF3, 0xC7))  # the open dashboard's banner
 MANY_TOPICS = 1000
 
 
@@ -73,6 +74,16 @@ def test_cluster_page_shows_the_broker_its_role_and_address(server: Standalone, 
     assert re.search(rf"broker-a 0 ASYNC_MASTER {re.escape(server.broker)}", text), text
     png = screenshot(f"http://{dash}/#/cluster", tmp_path, "cluster.png")
     assert_rendered(png, (1280, 900), HEADER_RGB)
+
+
+def test_without_login_the_page_says_that_anyone_can_act(dash: str, tmp_path: Path) -> None:
+    dom = dump_dom(f"http://{dash}/#/cluster", tmp_path)
+    banner = re.search(r'<div id="open-banner"([^>]*)>(.*?)</div>', dom, re.S)
+    assert banner, dom[:2000]
+    assert "hidden" not in banner.group(1)
+    assert "anyone who can reach its port can create topics and re-drive dead letters" in banner.group(2)
+    png = screenshot(f"http://{dash}/#/cluster", tmp_path, "open.png")
+    assert_rendered(png, (1280, 900), HEADER_RGB, BANNER_RGB)
 
 
 def test_topics_page_stays_usable_with_a_thousand_topics(server: Standalone, dash: str, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from ..common import jsonx
@@ -17,6 +16,7 @@ from ..common.names import SCHEDULE_TOPIC
 from ..ha import HaMaster, HaMasterConfig, HaSlave, HaSlaveConfig, ReplicaAck
 from ..remoting import RemotingCommand, RemotingError
 from ..store import PutResult, PutStatus
+from .init_offset import in_memory_window
 from .offsets import TOPIC_GROUP_SEPARATOR, parse_table_json
 from .topics import TopicConfig
 
@@ -29,13 +29,6 @@ log = logging.getLogger("ferrymq.broker.ha")
 MASTER = "master"
 SLAVE = "slave"
 UNDECIDED = "undecided"  # controller mode, before the controller has answered
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 1 << 33
 
 
 class Replication:
@@ -217,7 +210,7 @@ class Replication:
         if not entries:
             return 0
         behind = store.max_phy_offset - entries[0].phys_offset
-        if behind > _physical_memory() * cfg.access_message_in_memory_max_ratio // 100:
+        if behind > in_memory_window(cfg.access_message_in_memory_max_ratio):
             return min(m.in_sync)
         return 0
 

@@ -5,13 +5,22 @@ from __future__ import annotations
 import argparse
 
 from .auth import credentials
+from .failures import EXIT_USAGE, CommandFailed
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.server import DashboardConfig, run_dashboard
+    from ..dashboard.sessions import SessionPolicy
 
     if args.lag_interval <= 0 or args.lag_history <= 0:
         raise ValueError("--lag-interval and --lag-history must be positive")
+    if args.session_idle <= 0:
+        raise ValueError("--session-idle must be positive")
+    if args.access_key and not args.acl_file:
+        # Signed with an account, the dashboard would act with it for anyone who reaches its port.
+        raise CommandFailed("the dashboard signs with --access-key but has no --acl-file to log its "
+                            "users in with: give the cluster's plain_acl.yml", kind="UsageError",
+                            exit_code=EXIT_USAGE)
     return run_dashboard(DashboardConfig(
         namesrv=args.namesrv,
         host=args.host,
@@ -20,6 +29,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         lag_history=args.lag_history,
         https_cert=args.https_cert or "",
         https_key=args.https_key or "",
+        acl_file=args.acl_file or "",
+        allow_hosts=tuple(args.allow_host or ()),
+        sessions=SessionPolicy(idle=args.session_idle),
         **credentials(args),
     ))
 
@@ -40,4 +52,11 @@ def add(
     p.add_argument("--https-cert", help="serve the page over HTTPS with this PEM certificate chain "
                                         "(the cluster itself is reached with --tls/--tls-ca)")
     p.add_argument("--https-key", help="the PEM private key of --https-cert")
+    p.add_argument("--acl-file", help="the cluster's plain_acl.yml: every page and call then needs a "
+                                      "login with one of its accounts (required with --access-key)")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="a host name the page may be reached by, besides IP addresses and "
+                        "localhost (repeatable; e.g. a reverse proxy's name)")
+    p.add_argument("--session-idle", type=float, default=3600.0,
+                   help="seconds without a request after which a login ends (default 3600)")
     p.set_defaults(func=cmd_dashboard)

@@ -1,19 +1,21 @@
-"""The dashboard's JSON endpoints: every answer comes from the cluster through the admin
-client (and the lag sampler's history), never from broker internals."""
+"""The dashboard's JSON endpoints: every answer comes from the cluster through an admin client
+signed with the caller's account (and the lag sampler's history), never from broker internals."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..client.admin_async import AsyncAdminClient
-from ..client.errors import NoRouteError
-from ..client.producer_async import AsyncProducer
+from ..client.errors import NoPermissionError, NoRouteError
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
 from ..common.names import dlq_topic, is_dlq_topic, is_reserved_topic, is_retry_topic, retry_topic
 from . import dlq, messages
+from .clients import AccountClients
+from .gate import Actor
 from .httpd import HttpError, Request, Response
 from .lag import LagSampler
 
@@ -22,8 +24,23 @@ MAX_PAGE = 200
 MAX_LATEST = 32
 # How many topics' queue tables are asked at once for one page of the topic list.
 STATUS_FANOUT = 16
+# What only an admin account may do: the brokers refuse a topic create to any other account,
+# and a re-drive writes the tools group's offsets on every DLQ. Refused here too, so an address
+# the ACL file white-lists does not let any login do them.
+ADMIN_ONLY = frozenset({("POST", "/api/topics"), ("POST", "/api/dlq/resend")})
 
-Endpoint = Callable[[Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request acts for (None: the dashboard has no login) and the admin client signed
+    with that account."""
+
+    actor: Actor | None
+    admin: AsyncAdminClient
+
+
+Endpoint = Callable[[Request, Caller], Awaitable[Any]]
 
 
 def page_of(items: list[Any], offset: int, limit: int) -> tuple[list[Any], int, int]:
@@ -44,14 +61,10 @@ def topic_kind(topic: str, reserved_names: frozenset[str]) -> str:
 
 
 class DashboardApi:
-    def __init__(self, admin: AsyncAdminClient, sampler: LagSampler, namesrv: str,
-                 credentials: tuple[str | None, str | None] = (None, None)) -> None:
-        self.admin = admin
-        self.credentials = credentials
+    def __init__(self, clients: AccountClients, sampler: LagSampler, namesrv: str) -> None:
+        self.clients = clients
         self.sampler = sampler
         self.namesrv = namesrv
-        self._producer: AsyncProducer | None = None
-        self._producer_lock = asyncio.Lock()
         self.routes: dict[tuple[str, str], Endpoint] = {
             ("GET", "/api/overview"): self.overview,
             ("GET", "/api/cluster"): self.cluster,
@@ -67,20 +80,20 @@ class DashboardApi:
             ("POST", "/api/dlq/resend"): self.dlq_resend,
         }
 
-    async def close(self) -> None:
-        if self._producer is not None:
-            await self._producer.shutdown()
-            self._producer = None
-
-    async def handle(self, request: Request) -> Response:
+    async def handle(self, request: Request, actor: Actor | None = None) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
         endpoint = self.routes.get((method, request.path))
         if endpoint is None:
             if any(path == request.path for _, path in self.routes):
                 raise HttpError(405, f"{request.method} is not allowed on {request.path}")
             raise HttpError(404, f"no endpoint {request.path}")
+        if actor is not None and not actor.admin and (method, request.path) in ADMIN_ONLY:
+            raise HttpError(403, f"{request.method} {request.path} needs an admin account; "
+                                 f"{actor.access_key} is not one", "AccessDenied")
         try:
-            return Response.json(await endpoint(request))
+            return Response.json(await endpoint(request, Caller(actor, self.clients.admin(actor))))
+        except NoPermissionError as exc:  # the broker's ACL refused the caller's account
+            return Response.error(403, str(exc), type(exc).__name__)
         except NoRouteError as exc:
             return Response.error(404, str(exc), type(exc).__name__)
         except (ValueError, KeyError) as exc:  # bad input: names, ids, numbers
@@ -89,25 +102,25 @@ class DashboardApi:
             return Response.error(502, str(exc) or type(exc).__name__, type(exc).__name__)
 
     # --- cluster -----------------------------------------------------------------------------
-    async def overview(self, request: Request) -> dict[str, Any]:
+    async def overview(self, request: Request, caller: Caller) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "sampler": self.sampler.status()}
 
-    async def cluster(self, request: Request) -> dict[str, Any]:
-        brokers = await self.admin.cluster_list()
+    async def cluster(self, request: Request, caller: Caller) -> dict[str, Any]:
+        brokers = await caller.admin.cluster_list()
         return {"namesrv": self.namesrv, "brokers": [b.to_json() for b in brokers]}
 
     # --- topics ------------------------------------------------------------------------------
-    async def _reserved_names(self) -> frozenset[str]:
+    async def _reserved_names(self, admin: AsyncAdminClient) -> frozenset[str]:
         """Broker and cluster names: the name server lists them as topics."""
-        info = await self.admin.api.cluster_info()
+        info = await admin.api.cluster_info()
         return frozenset(str(n) for n in (info.get("brokerAddrTable") or {})) | frozenset(
             str(c) for c in (info.get("clusterAddrTable") or {})
         )
 
-    async def topics(self, request: Request) -> dict[str, Any]:
+    async def topics(self, request: Request, caller: Caller) -> dict[str, Any]:
         """One page of the topic list, filtered by substring and kind, each topic with its
         queue count and message totals when `stats` is not 0."""
-        names, reserved = await asyncio.gather(self.admin.topic_list(), self._reserved_names())
+        names, reserved = await asyncio.gather(caller.admin.topic_list(), self._reserved_names(caller.admin))
         query = request.query.get("q", "").strip().lower()
         kind = request.query.get("kind", "normal")
         rows = [{"name": t, "kind": topic_kind(t, reserved)} for t in names]
@@ -117,16 +130,16 @@ class DashboardApi:
         rows = [r for r in rows if (kind == "all" or r["kind"] == kind) and query in r["name"].lower()]
         page, offset, limit = page_of(rows, request.int_arg("offset", 0), request.int_arg("limit", 50))
         if request.query.get("stats", "1") != "0":
-            await self._add_stats(page)
+            await self._add_stats(caller.admin, page)
         return {"total": len(rows), "offset": offset, "limit": limit, "kinds": counts, "topics": page}
 
-    async def _add_stats(self, rows: list[dict[str, Any]]) -> None:
+    async def _add_stats(self, admin: AsyncAdminClient, rows: list[dict[str, Any]]) -> None:
         limit = asyncio.Semaphore(STATUS_FANOUT)
 
         async def one(row: dict[str, Any]) -> None:
             async with limit:
                 try:
-                    queues = await self.admin.topic_status(row["name"])
+                    queues = await admin.topic_status(row["name"])
                 except (FerryMQError, OSError, TimeoutError) as exc:
                     row["error"] = str(exc)
                     return
@@ -138,11 +151,11 @@ class DashboardApi:
 
         await asyncio.gather(*(one(r) for r in rows))
 
-    async def topic(self, request: Request) -> dict[str, Any]:
+    async def topic(self, request: Request, caller: Caller) -> dict[str, Any]:
         name = request.arg("name")
-        route = await self.admin.topic_route(name, refresh=True)
-        queues = await self.admin.topic_status(name)
-        lists = await asyncio.gather(*(self.admin.api.topic_consumed_by(a, name) for a in route.brokers.values()))
+        route = await caller.admin.topic_route(name, refresh=True)
+        queues = await caller.admin.topic_status(name)
+        lists = await asyncio.gather(*(caller.admin.api.topic_consumed_by(a, name) for a in route.brokers.values()))
         return {
             "name": name,
             "brokers": dict(route.brokers),
@@ -155,13 +168,13 @@ class DashboardApi:
             "groups": sorted({g for names in lists for g in names}),
         }
 
-    async def topic_messages(self, request: Request) -> dict[str, Any]:
+    async def topic_messages(self, request: Request, caller: Caller) -> dict[str, Any]:
         name = request.arg("name")
         limit = max(1, min(request.int_arg("limit", 20), MAX_LATEST))
-        found = await messages.latest(self.admin, name, limit)
+        found = await messages.latest(caller.admin, name, limit)
         return {"topic": name, "messages": [messages.detail_json(m) for m in found]}
 
-    async def create_topic(self, request: Request) -> dict[str, Any]:
+    async def create_topic(self, request: Request, caller: Caller) -> dict[str, Any]:
         body = request.json()
         name = str(body.get("name") or "").strip()
         if not name:
@@ -173,14 +186,14 @@ class DashboardApi:
         if body.get("perm") is not None:
             perm = int(body["perm"])
         cluster = str(body["cluster"]) if body.get("cluster") else None
-        brokers = await self.admin.create_topic(name, queues, perm=perm, order=bool(body.get("order")),
+        brokers = await caller.admin.create_topic(name, queues, perm=perm, order=bool(body.get("order")),
                                                 cluster=cluster)
         return {"topic": name, "queues": queues, "brokers": brokers}
 
     # --- groups ------------------------------------------------------------------------------
-    async def groups(self, request: Request) -> dict[str, Any]:
+    async def groups(self, request: Request, caller: Caller) -> dict[str, Any]:
         """Consumer groups with their latest sampled lag; the list itself is read live."""
-        names = await self.admin.consumer_groups()
+        names = await caller.admin.consumer_groups()
         query = request.query.get("q", "").strip().lower()
         names = [g for g in names if query in g.lower()]
         page, offset, limit = page_of(names, request.int_arg("offset", 0), request.int_arg("limit", 100))
@@ -193,10 +206,10 @@ class DashboardApi:
         return {"total": len(names), "offset": offset, "limit": limit, "groups": rows,
                 "sampler": self.sampler.status()}
 
-    async def group(self, request: Request) -> dict[str, Any]:
+    async def group(self, request: Request, caller: Caller) -> dict[str, Any]:
         name = request.arg("name")
-        progress, conns = await asyncio.gather(self.admin.group_progress(name),
-                                               self.admin.consumer_connections(name))
+        progress, conns = await asyncio.gather(caller.admin.group_progress(name),
+                                               caller.admin.consumer_connections(name))
         return {
             "name": name,
             "lag": sum(r.lag for r in progress),
@@ -208,26 +221,26 @@ class DashboardApi:
         }
 
     # --- messages ----------------------------------------------------------------------------
-    async def message(self, request: Request) -> dict[str, Any]:
+    async def message(self, request: Request, caller: Caller) -> dict[str, Any]:
         msg_id = request.arg("id").strip()
-        msg = await messages.lookup(self.admin, msg_id, request.query.get("topic") or None)
-        return {"message": messages.detail_json(msg), "trace": await messages.trace(self.admin, msg)}
+        msg = await messages.lookup(caller.admin, msg_id, request.query.get("topic") or None)
+        return {"message": messages.detail_json(msg), "trace": await messages.trace(caller.admin, msg)}
 
-    async def messages_by_key(self, request: Request) -> dict[str, Any]:
+    async def messages_by_key(self, request: Request, caller: Caller) -> dict[str, Any]:
         topic, key = request.arg("topic").strip(), request.arg("key").strip()
         limit = max(1, min(request.int_arg("limit", 32), 64))
-        found = await self.admin.query_message(topic, key, max_num=limit)
+        found = await caller.admin.query_message(topic, key, max_num=limit)
         return {"topic": topic, "key": key, "messages": [messages.detail_json(m) for m in found]}
 
     # --- dead letters ------------------------------------------------------------------------
-    async def dlq_list(self, request: Request) -> dict[str, Any]:
+    async def dlq_list(self, request: Request, caller: Caller) -> dict[str, Any]:
         group = request.arg("group").strip()
         limit = max(1, min(request.int_arg("limit", 500), 5000))
-        entries, _ = await dlq.pending(self.admin, group, limit=limit + 1)
+        entries, _ = await dlq.pending(caller.admin, group, limit=limit + 1)
         return {"group": group, "topic": dlq_topic(group), "truncated": len(entries) > limit,
                 "messages": [dlq.entry_json(e) for e in entries[:limit]]}
 
-    async def dlq_resend(self, request: Request) -> dict[str, Any]:
+    async def dlq_resend(self, request: Request, caller: Caller) -> dict[str, Any]:
         body = request.json()
         group = str(body.get("group") or "").strip()
         if not group:
@@ -239,14 +252,4 @@ class DashboardApi:
             wanted = {str(i) for i in ids}
         else:
             raise ValueError("give msg_ids (a non-empty list) or all: true")
-        return await dlq.resend(self.admin, await self._dlq_producer(), group, wanted)
-
-    async def _dlq_producer(self) -> AsyncProducer:
-        async with self._producer_lock:
-            if self._producer is None:
-                access_key, secret_key = self.credentials
-                producer = AsyncProducer(dlq.DASHBOARD_PRODUCER_GROUP, self.namesrv,
-                                         access_key=access_key, secret_key=secret_key)
-                await producer.start()
-                self._producer = producer
-            return self._producer
+        return await dlq.resend(caller.admin, await self.clients.producer(caller.actor), group, wanted)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -26,19 +26,27 @@ MAX_BODY_BYTES = 1024 * 1024
 IDLE_TIMEOUT = 30.0
 
 REASONS = {
-    200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request", 404: "Not Found",
-    405: "Method Not Allowed", 413: "Payload Too Large", 415: "Unsupported Media Type",
+    200: "OK", 201: "Created", 204: "No Content", 303: "See Other", 400: "Bad Request",
+    401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+    413: "Payload Too Large", 415: "Unsupported Media Type", 429: "Too Many Requests",
     500: "Internal Server Error", 502: "Bad Gateway",
 }
 
 
 class HttpError(Exception):
-    """A request the server refuses; the status and message go back to the client as JSON."""
+    """A request the server refuses; the status, kind and message go back to the client as
+    JSON (`{"error": {"type": kind, "message"}}`), with `headers` added to the answer."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, kind: str = "HttpError",
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.kind = kind
+        self.headers = dict(headers or {})
+
+    def response(self) -> Response:
+        return Response.error(self.status, self.message, self.kind, self.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,8 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes = b""
+    # The client's address as the socket sees it (a reverse proxy's, behind one).
+    peer: str = ""
 
     def arg(self, name: str, default: str | None = None) -> str:
         value = self.query.get(name, default)
@@ -91,8 +101,10 @@ class Response:
         return cls(status, jsonx.dumps_bytes(value), "application/json; charset=utf-8")
 
     @classmethod
-    def error(cls, status: int, message: str, kind: str = "HttpError") -> Response:
-        return cls.json({"error": {"type": kind, "message": message}}, status)
+    def error(cls, status: int, message: str, kind: str = "HttpError",
+              headers: Mapping[str, str] | None = None) -> Response:
+        body = jsonx.dumps_bytes({"error": {"type": kind, "message": message}})
+        return cls(status, body, "application/json; charset=utf-8", dict(headers or {}))
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -122,7 +134,8 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str], dict[str, str]]:
     return method.upper(), unquote(url.path), query, headers
 
 
-def encode_response(resp: Response, *, keep_alive: bool, head_only: bool = False) -> bytes:
+def encode_response(resp: Response, *, keep_alive: bool, head_only: bool = False,
+                    extra: Mapping[str, str] | None = None) -> bytes:
     lines = [
         f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'Status')}",
         f"Content-Type: {resp.content_type}",
@@ -131,6 +144,7 @@ def encode_response(resp: Response, *, keep_alive: bool, head_only: bool = False
         "X-Content-Type-Options: nosniff",
         f"Connection: {'keep-alive' if keep_alive else 'close'}",
     ]
+    lines += [f"{k}: {v}" for k, v in (extra or {}).items() if k not in resp.headers]
     lines += [f"{k}: {v}" for k, v in resp.headers.items()]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if head_only else head + resp.body
@@ -140,9 +154,12 @@ class HttpServer:
     """Serves `handler` on host:port (0: a free port, see `address` once started)."""
 
     def __init__(self, handler: Handler, host: str = "127.0.0.1", port: int = 0,
-                 tls: ssl.SSLContext | None = None, idle_timeout: float = IDLE_TIMEOUT) -> None:
-        """With `tls`, HTTPS only."""
+                 tls: ssl.SSLContext | None = None, idle_timeout: float = IDLE_TIMEOUT,
+                 headers: Mapping[str, str] | None = None) -> None:
+        """With `tls`, HTTPS only. `headers` go on every answer, refusals included (a
+        response's own headers of the same name win)."""
         self.handler = handler
+        self.headers = dict(headers or {})
         self.tls = tls
         self.idle_timeout = idle_timeout
         self.host = host
@@ -194,7 +211,8 @@ class HttpServer:
                 raise
             return False  # the client closed between requests
         except asyncio.LimitOverrunError:
-            writer.write(encode_response(Response.error(413, "request head too large"), keep_alive=False))
+            writer.write(encode_response(Response.error(413, "request head too large"), keep_alive=False,
+                                         extra=self.headers))
             await writer.drain()
             return False
         try:
@@ -205,19 +223,21 @@ class HttpServer:
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 raise HttpError(400, "chunked request bodies are not accepted")
         except HttpError as exc:
-            writer.write(encode_response(Response.error(exc.status, exc.message), keep_alive=False))
+            writer.write(encode_response(exc.response(), keep_alive=False, extra=self.headers))
             await writer.drain()
             return False
         body = await asyncio.wait_for(reader.readexactly(length), self.idle_timeout) if length else b""
-        request = Request(method, path, query, headers, body)
+        peer = writer.get_extra_info("peername")
+        request = Request(method, path, query, headers, body, peer[0] if isinstance(peer, tuple) else "")
         try:
             response = await self.handler(request)
         except HttpError as exc:
-            response = Response.error(exc.status, exc.message)
+            response = exc.response()
         except Exception:
             log.exception("%s %s failed", method, path)
             response = Response.error(500, "internal error (see the dashboard's log)", "InternalError")
         keep_alive = headers.get("connection", "").lower() != "close"
-        writer.write(encode_response(response, keep_alive=keep_alive, head_only=method == "HEAD"))
+        writer.write(encode_response(response, keep_alive=keep_alive, head_only=method == "HEAD",
+                                     extra=self.headers))
         await writer.drain()
         return keep_alive

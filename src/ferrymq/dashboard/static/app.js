@@ -7,6 +7,8 @@ const REFRESH_MS = 5000;
 const main = document.getElementById("main");
 let refreshTimer = null;
 let renderSeq = 0;
+// GET /api/session: whether users log in, who this one is, and the CSRF token every POST carries.
+let session = {login: false, user: null, csrf: ""};
 
 // --- helpers ----------------------------------------------------------------------------------
 function h(tag, attrs, ...children) {
@@ -40,11 +42,16 @@ class ApiError extends Error {
 
 async function api(path, body) {
   const init = body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
+    method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": session.csrf},
+    body: JSON.stringify(body),
   };
   const resp = await fetch(path, init);
   let data = null;
   try { data = await resp.json(); } catch (e) { data = null; }
+  if (resp.status === 401) {
+    // The session ended (idle, logged out elsewhere, account changed): log in again.
+    location.assign("/login");
+  }
   if (!resp.ok) {
     const err = (data && data.error) || {};
     throw new ApiError(resp.status, err.type || "HttpError", err.message || resp.statusText);
@@ -203,9 +210,18 @@ async function viewTopics(seq, params) {
   if (document.activeElement === document.body && q) { search.focus(); search.setSelectionRange(q.length, q.length); }
 }
 
+// Whether this user may use the write actions (topic create, re-drive); the server refuses
+// them to other accounts anyway.
+function mayWrite() { return !session.login || (session.user && session.user.admin); }
+
+function readOnlyNote(what) {
+  return h("p", {class: "muted read-only"}, `${what} needs an admin account; ${session.user.access_key} is not one.`);
+}
+
 function createTopicForm() {
+  if (!mayWrite()) return readOnlyNote("Creating a topic");
   const name = h("input", {type: "text", id: "new-topic-name", placeholder: "new topic name", required: true});
-  const queues = h("input", {type: "number", id: "new-topic-queues", min: 1, max: 1024, value: 4, style: "width:80px"});
+  const queues = h("input", {type: "number", id: "new-topic-queues", min: 1, max: 1024, value: 4, class: "narrow"});
   const order = h("input", {type: "checkbox", id: "new-topic-order"});
   const out = h("div", {id: "create-topic-result"});
   const form = h("form", {class: "inline card", id: "create-topic"},
@@ -461,12 +477,13 @@ async function viewDlq(seq, params) {
   };
   fill(result, 
     h("p", null, `${data.messages.length}${data.truncated ? "+" : ""} message(s) waiting in ${data.topic}`),
+    mayWrite() ? null : readOnlyNote("Re-driving"),
     h("div", {class: "toolbar"},
-      h("button", {id: "resend-selected", disabled: !data.messages.length, onclick: () => {
+      h("button", {id: "resend-selected", disabled: !data.messages.length || !mayWrite(), onclick: () => {
         const ids = [...checks].filter(([, c]) => c.checked).map(([id]) => id);
         if (ids.length) resend({group, msg_ids: ids});
       }}, "Re-drive selected"),
-      h("button", {id: "resend-all", class: "secondary", disabled: !data.messages.length,
+      h("button", {id: "resend-all", class: "secondary", disabled: !data.messages.length || !mayWrite(),
         onclick: () => resend({group, all: true})}, "Re-drive all")),
     out,
     table([
@@ -512,6 +529,33 @@ async function render() {
   }
 }
 
-window.addEventListener("hashchange", render);
-api("/api/overview").then(o => { document.getElementById("namesrv").textContent = `name server ${o.namesrv}`; }).catch(() => {});
-render();
+function showSession() {
+  const user = document.getElementById("user");
+  const banner = document.getElementById("open-banner");
+  if (!session.login) {
+    banner.textContent = "Open dashboard: it has no login, so anyone who can reach its port can " +
+      "create topics and re-drive dead letters. Start it with --acl-file to require one.";
+    banner.hidden = false;
+    return;
+  }
+  const logout = h("button", {id: "logout", class: "secondary", type: "button", onclick: async () => {
+    try { await api("/api/logout", {}); } finally { location.assign("/login"); }
+  }}, "Log out");
+  fill(user, h("span", {id: "user-name"}, `${session.user.access_key}${session.user.admin ? " (admin)" : " (read only)"}`),
+    logout);
+}
+
+async function start() {
+  try {
+    session = await api("/api/session");
+  } catch (err) {
+    main.prepend(errorBox(err));
+    return;
+  }
+  showSession();
+  window.addEventListener("hashchange", render);
+  api("/api/overview").then(o => { document.getElementById("namesrv").textContent = `name server ${o.namesrv}`; }).catch(() => {});
+  render();
+}
+
+start();
