@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,54 @@ class TopicConfig:
             topic_sys_flag=int(data.get("topicSysFlag", 0)),
             order=bool(data.get("order", False)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedQueue:
+    """A read queue a change would remove, and how many of its messages some group of the
+    topic has not consumed yet."""
+
+    queue_id: int
+    messages: int
+
+
+class ReadShrinkRefused(Exception):
+    """Lowering the topic's read queues would leave unconsumed messages where no consumer
+    reads any more; refused unless forced."""
+
+    def __init__(self, topic: str, read_queue_nums: int, new_read_queue_nums: int,
+                 stranded: tuple[StrandedQueue, ...]) -> None:
+        self.topic = topic
+        self.read_queue_nums = read_queue_nums
+        self.new_read_queue_nums = new_read_queue_nums
+        self.stranded = stranded
+        total = sum(s.messages for s in stranded)
+        where = ", ".join(f"queue {s.queue_id}: {s.messages}" for s in stranded)
+        super().__init__(
+            f"lowering topic {topic}'s read queues from {read_queue_nums} to {new_read_queue_nums} "
+            f"would strand {total} unconsumed message(s) ({where}). Lower the write queues first, "
+            f"let every group consume queues {new_read_queue_nums}-{read_queue_nums - 1}, then "
+            f"lower the read queues; or force it")
+
+
+def check_read_shrink(topic: str, old_read: int, new_read: int,
+                      bounds: Callable[[int], tuple[int, int]],
+                      committed: Callable[[int], Iterable[int]]) -> None:
+    """Raise ReadShrinkRefused when queues new_read..old_read-1 hold messages some group has
+    not consumed: above the least advanced group's committed offset (bounds(q) = the queue's
+    (min, max) offset; committed(q) = each group's committed offset on it, -1 where it has
+    none). With no group at all every message counts: a group starting later from the first
+    offset would not see them either."""
+    stranded = []
+    for q in range(new_read, old_read):
+        low, high = bounds(q)
+        if high <= low:
+            continue
+        start = min((max(o, low) for o in committed(q)), default=low)
+        if high > start:
+            stranded.append(StrandedQueue(q, high - start))
+    if stranded:
+        raise ReadShrinkRefused(topic, old_read, new_read, tuple(stranded))
 
 
 class TopicManager:

@@ -7,18 +7,29 @@ import argparse
 from ..client.admin import AdminClient
 from ..common.headers import PERM_READ, PERM_WRITE
 from .auth import credentials
+from .failures import CommandFailed
 from .render import fmt_time, print_json, print_table, stdout
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    write = args.write_queues or args.queues
+    read = args.read_queues or args.queues
+    if read < write and not args.force:
+        raise CommandFailed(
+            f"{read} read queue(s) for {write} write queue(s): what producers send to queues "
+            f"{read}-{write - 1} would never be consumed (lower --write-queues too, or --force)"
+        )
     with AdminClient(args.namesrv, **credentials(args)) as admin:
-        brokers = admin.create_topic(args.topic, args.queues, order=args.order)
+        brokers = admin.create_topic(
+            args.topic, write, read_queue_nums=read, order=args.order, force=args.force
+        )
     if args.json:
-        print_json({"topic": args.topic, "queues": args.queues, "brokers": brokers})
+        print_json({"topic": args.topic, "queues": write, "read_queues": read,
+                    "write_queues": write, "brokers": brokers})
     else:
+        counts = f"{write} queue(s)" if read == write else f"{read} read / {write} write queue(s)"
         stdout.print(
-            f"topic {args.topic} created with {args.queues} queue(s) on {', '.join(brokers)}",
-            markup=False,
+            f"topic {args.topic} created with {counts} on {', '.join(brokers)}", markup=False
         )
     return 0
 
@@ -105,6 +116,14 @@ def add(
     c = tsub.add_parser("create", parents=[common], help="create or update a topic on every broker")
     c.add_argument("topic")
     c.add_argument("--queues", type=int, default=4, help="read/write queues per broker (default 4)")
+    c.add_argument("--read-queues", type=int, help="read queues per broker (default: --queues)")
+    c.add_argument("--write-queues", type=int, help="write queues per broker (default: --queues)")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="lower the read queues even where messages are still unconsumed (they become "
+        "unreadable), or give fewer read than write queues",
+    )
     c.add_argument("--order", action="store_true", help="mark the topic as ordered")
     c.set_defaults(func=cmd_create)
     c = tsub.add_parser("list", parents=[common], help="every topic the name server knows")

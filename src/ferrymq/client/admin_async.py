@@ -313,8 +313,13 @@ class AsyncAdminClient:
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
         cluster: str | None = None,
+        force: bool = False,
     ) -> list[str]:
-        """Create or update the topic on every broker of the cluster; returns the broker names."""
+        """Create or update the topic on every broker of the cluster; returns the broker names.
+        queue_nums is the write queue count, and the read count unless read_queue_nums is
+        given. A ferrymq broker refuses to lower the read queues where that would leave
+        messages some group has not consumed, unless forced (BrokerError naming them); the
+        other brokers still apply the change."""
         validate_topic(topic)
         brokers = await self.cluster_brokers(cluster)
         if not brokers:
@@ -327,6 +332,7 @@ class AsyncAdminClient:
                 write_queue_nums=queue_nums,
                 perm=perm,
                 order=order,
+                force=force,
             )
             for addr in brokers.values()
         )

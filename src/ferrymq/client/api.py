@@ -437,7 +437,10 @@ class MQClientAPI:
         perm: int = PERM_READ | PERM_WRITE,
         order: bool = False,
         topic_sys_flag: int = 0,
+        force: bool = False,
     ) -> None:
+        """force: a ferrymq broker lowers the read queues even where that leaves messages no
+        group has consumed (without it, it refuses)."""
         await self.invoke_ok(
             addr,
             RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -450,6 +453,7 @@ class MQClientAPI:
                 topicFilterType="SINGLE_TAG",
                 topicSysFlag=topic_sys_flag,
                 order=order,
+                force=True if force else None,
             ),
         )
 

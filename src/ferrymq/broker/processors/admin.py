@@ -19,7 +19,7 @@ from ...remoting import Connection, RemotingCommand
 from ..config import ConfigError
 from ..context import BrokerContext
 from ..runtime_config import apply_runtime_update, config_properties
-from ..topics import TopicConfig
+from ..topics import ReadShrinkRefused, TopicConfig, check_read_shrink
 from . import log, reply
 
 
@@ -112,6 +112,13 @@ async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
     write = opt_int(ext, "writeQueueNums", 4)
     if not (1 <= read <= 1024 and 1 <= write <= 1024):
         return reply(req, ResponseCode.SYSTEM_ERROR, "queue numbers must be between 1 and 1024")
+    existing = broker.topics.get(topic)
+    if existing is not None and read < existing.read_queue_nums and not opt_bool(ext, "force"):
+        try:
+            _check_read_shrink(broker, topic, existing.read_queue_nums, read)
+        except ReadShrinkRefused as exc:
+            # Not SYSTEM_ERROR, which clients retry: the same request is refused again.
+            return reply(req, ResponseCode.INVALID_PARAMETER, str(exc))
     broker.topics.upsert(TopicConfig(topic, read, write, opt_int(ext, "perm", PERM_READ | PERM_WRITE),
                                      opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order")))
     # As RocketMQ does: the topic is on disk and the name server knows it before the creator
@@ -119,6 +126,20 @@ async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
     await broker.persist_topics()
     await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
+
+
+def _check_read_shrink(broker: BrokerContext, topic: str, old_read: int, new_read: int) -> None:
+    """Queues past the new read count are not read by any consumer any more (RocketMQ's
+    rebalance allocates read queues only): what some group of the topic has not consumed
+    there is refused. The groups are those with a committed offset on the topic here and
+    those subscribed to it now."""
+    store = broker.store
+    assert store is not None
+    groups = broker.offsets.groups_of_topic(topic) | set(broker.clients.groups_subscribed_to(topic))
+    check_read_shrink(
+        topic, old_read, new_read,
+        lambda q: (store.get_min_offset(topic, q), store.get_max_offset(topic, q)),
+        lambda q: [broker.offsets.query(g, topic, q) for g in groups])
 
 
 async def delete_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
