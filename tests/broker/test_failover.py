@@ -13,7 +13,7 @@ from wire_util import Wire, eventually
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
-from ferrymq.broker.replication import MASTER, SLAVE, UNDECIDED
+from ferrymq.broker.roles import MASTER, SLAVE, UNDECIDED
 from ferrymq.common.codes import ResponseCode
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 

@@ -17,7 +17,7 @@ from wire_util import Wire, eventually
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
-from ferrymq.broker.replication import MASTER, SLAVE
+from ferrymq.broker.roles import MASTER, SLAVE
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import decode_offset_msg_id

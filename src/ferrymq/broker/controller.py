@@ -37,7 +37,8 @@ from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
 from .processors.registry import register_all
-from .replication import MASTER, Replication
+from .replication import Replication
+from .roles import MASTER
 from .schedule import ScheduleService, to_scheduled
 from .stats import TrafficStats
 from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_timer, to_timer

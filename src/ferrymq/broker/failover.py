@@ -8,22 +8,47 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..remoting import RemotingCommand, RemotingError
-from .replication import MASTER, SLAVE, UNDECIDED
+from .roles import MASTER, SLAVE, UNDECIDED
 
 if TYPE_CHECKING:
-    from .controller import Broker
-    from .replication import Replication
+    from ..ha import HaMaster
+    from .core import ReplicatedBroker
 
 log = logging.getLogger("ferrymq.broker.failover")
 
 
+class Replica(Protocol):
+    """The broker's replication (replication.py), as the agent drives it."""
+
+    role: str  # MASTER, SLAVE or UNDECIDED (roles.py)
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def ha_addr(self) -> str: ...
+
+    @property
+    def master_ha_addr(self) -> str: ...
+
+    @property
+    def master(self) -> HaMaster | None:
+        """The HA server every broker runs (it serves slaves while the broker is the master)."""
+
+    def become_master(self, epoch: int) -> None: ...
+
+    def become_slave(self, master_ha_addr: str, master_addr: str) -> None: ...
+
+    def drop_slaves(self) -> None: ...
+
+
 class ControllerAgent:
-    def __init__(self, broker: Broker, replication: Replication) -> None:
+    def __init__(self, broker: ReplicatedBroker, replication: Replica) -> None:
         self.broker = broker
         self.rep = replication
         cfg = broker.config

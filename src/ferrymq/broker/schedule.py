@@ -17,7 +17,7 @@ from ..common.record import MessageDecodeError, decode_record, properties_map
 from ..store import StoreMessage
 
 if TYPE_CHECKING:
-    from .controller import Broker
+    from .core import BrokerCore
 
 log = logging.getLogger("ferrymq.broker.schedule")
 
@@ -46,7 +46,7 @@ def to_scheduled(msg: StoreMessage, level: int, max_level: int) -> StoreMessage:
 
 
 class ScheduleService:
-    def __init__(self, broker: Broker, levels_ms: list[int]) -> None:
+    def __init__(self, broker: BrokerCore, levels_ms: list[int]) -> None:
         self.broker = broker
         self.levels_ms = levels_ms
         self._task: asyncio.Task[None] | None = None

@@ -27,7 +27,7 @@ from ..events import MessageEvent, MessageEventKind
 from . import codec as C
 
 if TYPE_CHECKING:
-    from ..context import BrokerContext
+    from ..core import BrokerCore
 
 log = logging.getLogger("ferrymq.broker.trace")
 
@@ -49,7 +49,7 @@ TRACED_EVENTS = frozenset({
 
 
 class TraceRecorder:
-    def __init__(self, broker: BrokerContext, *, flush_interval_ms: int, max_buffered: int) -> None:
+    def __init__(self, broker: BrokerCore, *, flush_interval_ms: int, max_buffered: int) -> None:
         self._broker = broker
         self._interval = flush_interval_ms / 1000
         self._max = max_buffered

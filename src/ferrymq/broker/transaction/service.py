@@ -42,7 +42,7 @@ from ..events import MessageEvent, MessageEventKind
 from . import records as R
 
 if TYPE_CHECKING:
-    from ..context import BrokerContext
+    from ..core import BrokerCore
 
 log = logging.getLogger("ferrymq.broker.transaction")
 
@@ -83,7 +83,7 @@ class _KeyedLock:
 
 
 class TransactionService:
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: BrokerCore) -> None:
         self.broker = broker
         self.running = False
         self._live: dict[int, R.HalfInfo] = {}  # origin -> newest copy of an open transaction
