@@ -16,23 +16,20 @@ from ..common.names import SCHEDULE_TOPIC
 from ..ha import HaMaster, HaMasterConfig, HaSlave, HaSlaveConfig, ReplicaAck
 from ..remoting import RemotingCommand, RemotingError
 from ..store import PutResult, PutStatus
+from .failover import ControllerAgent
 from .init_offset import in_memory_window
 from .offsets import TOPIC_GROUP_SEPARATOR, parse_table_json
+from .roles import MASTER, SLAVE, UNDECIDED
 from .topics import TopicConfig
 
 if TYPE_CHECKING:
-    from .controller import Broker
-    from .failover import ControllerAgent
+    from .core import ReplicatedBroker
 
 log = logging.getLogger("ferrymq.broker.ha")
 
-MASTER = "master"
-SLAVE = "slave"
-UNDECIDED = "undecided"  # controller mode, before the controller has answered
-
 
 class Replication:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ReplicatedBroker) -> None:
         self.broker = broker
         self.role = UNDECIDED
         self.epoch = 0
@@ -63,8 +60,6 @@ class Replication:
         ), master_addr=lambda: broker.addr, clock=broker.now_ms)
         self.ha_addr = await self.master.start()
         if cfg.controller_addr:
-            from .failover import ControllerAgent
-
             self.agent = ControllerAgent(broker, self)
             self.master.policy = self.agent
             self.master.min_slaves = cfg.min_in_sync_replicas - 1

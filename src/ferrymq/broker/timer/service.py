@@ -27,7 +27,7 @@ from .message import TIMER_QUEUE_ID, deliver_ms_of, from_timer, rolled
 from .state import TimerStore, TimerStoreConfig
 
 if TYPE_CHECKING:
-    from ..controller import Broker
+    from ..core import BrokerCore
 
 log = logging.getLogger("ferrymq.broker.timer")
 
@@ -44,7 +44,7 @@ STOP_GRACE_S = 5.0
 
 
 class TimerService:
-    def __init__(self, broker: Broker, cfg: TimerStoreConfig, *, flush_interval_ms: int,
+    def __init__(self, broker: BrokerCore, cfg: TimerStoreConfig, *, flush_interval_ms: int,
                  clock: Callable[[], int] | None = None) -> None:
         self.broker = broker
         self.cfg = cfg
