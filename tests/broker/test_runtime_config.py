@@ -44,7 +44,8 @@ def test_runtime_keys_change_with_typed_values() -> None:
         False,
         False,
     )
-    assert {"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable"} == RUNTIME_KEYS
+    assert {"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable",
+            "access_message_in_memory_max_ratio"} == RUNTIME_KEYS
 
 
 @pytest.mark.parametrize(

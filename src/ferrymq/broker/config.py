@@ -119,8 +119,10 @@ class BrokerConfig:
     # The gRPC endpoint for RocketMQ 5 clients (apache.rocketmq.v2, docs/grpc.md). None: 8081,
     # or a free port when the remoting port is picked freely (0); 0: a free port; -1: off.
     grpc_listen_port: int | None = None
-    # With slave_read_enable, a consumer whose next message lies further behind the log's end
-    # than this share of physical memory (likely no longer cached) is sent to a slave.
+    # Percent of physical memory: a record further behind the log's end is no longer "in
+    # memory" (likely not cached). With slave_read_enable a consumer that far behind is sent to
+    # a slave; a group new to a queue whose first record is still in memory starts at that
+    # record (broker/init_offset.py).
     access_message_in_memory_max_ratio: int = 40
     # Transactional messages (docs/transactions.md): a half message nobody ended is checked
     # with its producer group once it is older than the timeout, on each pass of the interval,
@@ -253,6 +255,8 @@ class BrokerConfig:
             raise ConfigError("transaction_check_max", "must be >= 0")
         if self.max_reconsume_times < 0:
             raise ConfigError("max_reconsume_times", "must be >= 0")
+        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError("access_message_in_memory_max_ratio", "must be 0..100 (percent of physical memory)")
         if self.pop_max_inflight_per_queue < 1:
             raise ConfigError("pop_max_inflight_per_queue", "must be >= 1")
         if not 1 <= self.timer_precision_ms <= 60_000:

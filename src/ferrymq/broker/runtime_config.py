@@ -24,8 +24,9 @@ ROCKETMQ_NAMES = {
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
 
-# Read on each send or pull, so a change takes effect at once.
-RUNTIME_KEYS = frozenset({"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable"})
+# Read on each send, pull or offset query, so a change takes effect at once.
+RUNTIME_KEYS = frozenset({"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable",
+                          "access_message_in_memory_max_ratio"})
 
 
 def camel(name: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ...common import jsonx
 from ...common.codes import LanguageCode, RequestCode, ResponseCode
-from ...common.headers import fields, opt_int, opt_str, req_int, req_str
+from ...common.headers import SET_ZERO_IF_NOT_FOUND, fields, opt_int, opt_str, req_int, req_str
 from ...common.names import retry_topic, validate_group
 from ...common.progress import (
     HANDOVER_WAIT_MS,
@@ -22,6 +22,7 @@ from ...remoting import Connection, RemotingCommand
 from ..clients import ClientChannel, parse_subscription
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
+from ..init_offset import young_queue_start
 from . import reply
 
 _WATCHED = "_ferrymq_client_watch"
@@ -132,10 +133,15 @@ async def query_consumer_offset(broker: BrokerContext, conn: Connection,
         # Ranges only for a ferrymq client that asks: Apache clients see RocketMQ's answer.
         body = encode_ranges(progress.acked) if ext.get(WITH_ACK_RANGES) == "true" else None
         return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=progress.offset), body=body)
-    # A group that never committed here decides where to start itself (consume-from-where).
-    # RocketMQ answers 0 instead when the queue's first message is still in memory, which makes a
-    # new CONSUME_FROM_LAST_OFFSET group re-read history; ferrymq keeps the documented meaning.
-    return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+    if ext.get(SET_ZERO_IF_NOT_FOUND) == "false":
+        return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first")
+    store = broker.store
+    if store is not None:
+        start = young_queue_start(store, topic, queue_id, broker.config.access_message_in_memory_max_ratio)
+        if start is not None:
+            return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=start))
+    # Otherwise a group that never committed here decides where to start (consume-from-where).
+    return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
 async def update_consumer_offset(broker: BrokerContext, conn: Connection,
@@ -179,6 +185,11 @@ async def update_consumer_progress(broker: BrokerContext, conn: Connection,
         if broker.events.wants(MessageEventKind.COMMITTED):
             broker.events.emit(MessageEvent(MessageEventKind.COMMITTED, u.topic, u.queue_id, u.offset,
                                             group=group, client=conn.remote_addr))
+    if req.is_oneway and not releasing:
+        # A consumer's prompt round (one per few completions): applied above, it outlives the
+        # consumer; the journal takes it with its next write (journal_delay at the latest)
+        # rather than with an fsync of its own that nobody waits for.
+        return None
     await broker.offsets.wait_durable(seq)
     if releasing:  # durable first: the next owner starts from what it reads
         for u in updates:
