@@ -1,5 +1,5 @@
 """Pop consumption on the broker, independent of how requests arrive (the remoting processors
-in processors.py; a gRPC endpoint maps ReceiveMessage / AckMessage / ChangeInvisibleDuration
+in processors/pop.py; a gRPC endpoint maps ReceiveMessage / AckMessage / ChangeInvisibleDuration
 onto the same three calls).
 
 State per (group, topic, queue) is a QueuePop (state.py). What must survive a crash goes

@@ -14,9 +14,7 @@ from ...common.names import InvalidNameError
 from ...remoting import Connection, RemotingCommand, RemotingServer
 from ..clients import SubscriptionParseError, UnsupportedFilterError
 from ..context import BrokerContext
-from ..pop import processors as pop
-from ..trace import processor as trace
-from . import Handler, admin, consumer, pull, reply, send, store_admin, transaction
+from . import Handler, admin, consumer, pop, pull, reply, send, store_admin, trace, transaction
 
 Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 

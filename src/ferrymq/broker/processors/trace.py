@@ -10,8 +10,8 @@ from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import req_str
 from ...remoting import Connection, RemotingCommand
 from ..context import BrokerContext
-from ..processors import reply
-from .timeline import lookup
+from ..trace.timeline import lookup
+from . import reply
 
 
 async def query_message_trace(broker: BrokerContext, conn: Connection,

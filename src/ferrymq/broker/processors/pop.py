@@ -22,9 +22,9 @@ from ...common.popinfo import (
 from ...remoting import Connection, RemotingCommand
 from ..clients import parse_subscription
 from ..context import BrokerContext
-from ..processors import reply
-from .service import INIT_MAX, MAX_POP_BATCH, PopRefused, PopResult, pop_service
-from .state import ChangeOutcome
+from ..pop.service import INIT_MAX, MAX_POP_BATCH, PopRefused, PopResult, pop_service
+from ..pop.state import ChangeOutcome
+from . import reply
 
 # Held pops are answered inside the time after which clients give up on a request.
 MAX_POLL_MS = 20_000
