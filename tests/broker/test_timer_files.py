@@ -1,20 +1,17 @@
 """The timer files on their own: the pure codec, and the wheel/log/checkpoint store driven with
-explicit times (linking, firing order, recovery of entries written after the checkpoint, the
-drop of segments no timer needs)."""
+explicit times (linking, firing order, the checkpoint written only after the files it names,
+recovery to it whatever was written after it, the drop of segments no timer needs)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import stat
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
 
-from ferrymq.broker.timer import state as timer_state
-from ferrymq.broker.timer.checkpoint import COPIES_AT, CheckpointFile
+from ferrymq.broker.timer.checkpoint import CheckpointFile
 from ferrymq.broker.timer.codec import (
     CHECKPOINT_COPY_SIZE,
     ENTRY,
@@ -52,42 +49,11 @@ def test_codec_round_trips_and_rejects_damage() -> None:
     cp = TimerCheckpoint(100, 64, T0, 3, 17, 480, seq=9)
     data = encode_checkpoint(cp)
     assert len(data) == CHECKPOINT_COPY_SIZE and decode_checkpoint(data) == cp
-    assert (cp.synced_log_end, cp.synced_enqueue_offset, cp.boot_id) == (480, 17, b"")
     torn = data[:20] + bytes(CHECKPOINT_COPY_SIZE - 20)
     assert decode_checkpoint(torn) is None
     older = encode_checkpoint(TimerCheckpoint(100, 64, T0 - 100, 0, 16, 432, seq=8))
     assert newest_checkpoint(older + data) == cp
     assert newest_checkpoint(torn + older) is not None and newest_checkpoint(torn + older).seq == 8
-    synced = TimerCheckpoint(100, 64, T0, 3, 17, 480, seq=10, synced_log_end=384,
-                             synced_enqueue_offset=15, boot_id=bytes(range(1, 17)))
-    assert decode_checkpoint(encode_checkpoint(synced)) == synced
-    with pytest.raises(ValueError):
-        encode_checkpoint(TimerCheckpoint(100, 64, T0, 3, 17, 480, boot_id=b"short"))
-
-
-def test_a_checkpoint_file_of_the_first_layout_is_read_and_kept_until_replaced(
-        tmp_path: Path) -> None:
-    """A file written by the first layout (two 64-byte copies, no synced fields, no boot):
-    its newest copy is what a store starts from, as synced in full; the new layout's copies go
-    after it, so a torn first write of the new layout still leaves the old copy to start from."""
-    body = struct.Struct(">Iqiiqqqq")
-    copies = b""
-    for seq, read_time in ((4, T0), (5, T0 + 100)):
-        raw = body.pack(0x7E7ECC01, seq, 100, 64, read_time, 1, 7, 96)
-        copies += (raw + struct.pack(">I", zlib.crc32(raw))).ljust(64, b"\0")
-    path = checkpoint_path(tmp_path)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(copies)
-    f = CheckpointFile(path)
-    cp = f.load()
-    assert cp == TimerCheckpoint(100, 64, T0 + 100, 1, 7, 96, seq=5)
-    assert (cp.synced_log_end, cp.synced_enqueue_offset, cp.boot_id) == (96, 7, b"")
-    f.write(TimerCheckpoint(100, 64, T0 + 200, 0, 8, 144))
-    with open(path, "r+b") as torn:  # the new copy torn: the old layout's still there
-        torn.seek(COPIES_AT + f._seq % 2 * CHECKPOINT_COPY_SIZE)
-        torn.write(b"\xff" * 8)
-    f.close()
-    assert CheckpointFile(path).load() == TimerCheckpoint(100, 64, T0 + 100, 1, 7, 96, seq=5)
 
 
 def _cfg(tmp_path: Path, **kw: int) -> TimerStoreConfig:
@@ -114,12 +80,12 @@ def test_entries_written_after_the_checkpoint_are_unlinked_at_recovery(tmp_path:
     store = TimerStore(_cfg(tmp_path), T0)
     store.link(T0 + 300, 1, 10)
     store.enqueue_offset = 1
-    store.save()
-    # Written but never checkpointed (the process dies here): one in the same slot, one alone.
+    store.sync()
+    # Linked after the last sync (the process dies here, its pages in the page cache): one in
+    # the same slot, one alone.
     store.link(T0 + 310, 2, 10)
     store.link(T0 + 900, 3, 10)
-    store.log.flush()
-    store.wheel.flush()
+    store.enqueue_offset = 3
     again = TimerStore(_cfg(tmp_path), T0)
     assert again.enqueue_offset == 1 and again.log.end == ENTRY.size
     assert [e.phys_offset for e in again.slot_entries(T0 + 300)] == [1]
@@ -177,7 +143,6 @@ def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
     for i in range(12):
         store.link(T0 + 300, i, 10)
     store.enqueue_offset = 12
-    store.save()
     if then == "sync":
         store.sync()
     else:
@@ -205,78 +170,105 @@ def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
         again.close()
 
 
-def _boot(monkeypatch: pytest.MonkeyPatch, boot: bytes) -> None:
-    monkeypatch.setattr(timer_state, "current_boot_id", lambda: boot)
-
-
 def _disk_image(src: Path, dst: Path) -> None:
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
 
 
-def test_a_restart_in_the_same_boot_claims_as_synced_only_what_a_sync_made_durable(
+def test_the_checkpoint_is_written_only_by_a_sync_after_the_files_it_describes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run 1 links A, syncs, links B and is killed (B in the page cache only). Run 2 (same
-    boot) trusts its checkpoint, and wrote one saying all of it was synced before syncing
-    anything: a power loss then kept that checkpoint and the synced files (A only), and the
-    next boot trusted it, B counted as linked and never delivered. The synced floor now stays
-    the one run 1's sync left until run 2 syncs."""
+    """Links, deliveries and moves of the read time leave the checkpoint on the disk alone; a
+    sync fsyncs the log segment and the wheel, then writes the checkpoint of that state and
+    fsyncs it. A checkpoint written before the files it names (as it was after every step) may
+    reach the disk without them."""
+    store = TimerStore(_cfg(tmp_path), T0)
+    cp_path = checkpoint_path(tmp_path)
+    on_disk = cp_path.read_bytes()
+    store.link(T0 + 300, 7, 10)
+    store.enqueue_offset = 1
+    store.advance()
+    store.slot_done = 1
+    assert cp_path.read_bytes() == on_disk
+    events: list[tuple[str, str]] = []
+    real_fsync, real_pwrite = os.fsync, os.pwrite
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        events.append(("pwrite", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    store.sync()
+    monkeypatch.undo()
+    names = [(what, Path(path).name) for what, path in events]
+    cp_write = names.index(("pwrite", cp_path.name))
+    assert names.index(("fsync", f"{0:020d}")) < cp_write
+    assert names.index(("fsync", wheel_path(tmp_path).name)) < cp_write
+    assert names[cp_write + 1:] == [("fsync", cp_path.name)]
+    assert CheckpointFile(cp_path).load() == TimerCheckpoint(
+        100, 64, T0 + 100, 1, 1, ENTRY.size, seq=2)
+    store.close()
+
+
+def test_a_start_after_a_kill_checkpoints_only_what_it_made_durable(tmp_path: Path) -> None:
+    """Run 1 links A, syncs, links B and is killed (B in the page cache only). Run 2 goes back
+    to run 1's sync, and the checkpoint it writes says so: a power loss that then keeps that
+    checkpoint and the files run 1 synced (A only) starts from A, B to be linked again."""
     root, disk = tmp_path / "store", tmp_path / "disk"
-    _boot(monkeypatch, b"\xaa" * 16)
     run1 = TimerStore(_cfg(root), T0)
     run1.link(T0 + 1_000, 0, 100)
     run1.enqueue_offset = 1
     run1.sync()
     _disk_image(root, disk)  # what the disk holds: A linked and synced
     run1.link(T0 + 2_000, 100, 100)
-    run1.enqueue_offset = 2
-    run1.save()  # then killed: its writes stay in the page cache
+    run1.enqueue_offset = 2  # then killed: its writes stay in the page cache
     run2 = TimerStore(_cfg(root), T0)
-    assert (run2.pending(), run2.enqueue_offset) == (2, 2)
+    assert (run2.pending(), run2.enqueue_offset, run2.log.end) == (1, 1, ENTRY.size)
     written_back = checkpoint_path(root).read_bytes()  # run 2's first checkpoint
     # The power loss: the synced files, and run 2's checkpoint the kernel wrote back.
     shutil.rmtree(log_dir(root))
     shutil.copytree(log_dir(disk), log_dir(root))
     shutil.copy2(wheel_path(disk), wheel_path(root))
     checkpoint_path(root).write_bytes(written_back)
-    _boot(monkeypatch, b"\xbb" * 16)
     after = TimerStore(_cfg(root), T0)
     assert (after.enqueue_offset, after.pending(), after.log.end) == (1, 1, ENTRY.size)
+    assert [e.phys_offset for e in after.slot_entries(T0 + 1_000)] == [0]
+    after.close()
 
 
-def test_garbage_past_the_synced_end_of_the_log_is_cleared_not_decoded(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_garbage_past_the_checkpoints_end_of_the_log_is_cleared_not_decoded(
+        tmp_path: Path) -> None:
     """What a power loss left past the last sync is not read as entries: bytes there that are
-    no entry (a lost write, stale blocks) stopped the broker's start."""
+    no entry (a lost write, stale blocks) would stop the broker's start."""
     root = tmp_path / "store"
-    _boot(monkeypatch, b"\xaa" * 16)
     store = TimerStore(_cfg(root), T0)
     store.link(T0 + 1_000, 0, 100)
     store.enqueue_offset = 1
     store.sync()
-    store.link(T0 + 2_000, 100, 100)
-    store.enqueue_offset = 2
-    store.save()  # then the power went: B's entry reached the disk as garbage
+    store.link(T0 + 2_000, 100, 100)  # then the power went: B's entry reached the disk as garbage
     seg = log_dir(root) / f"{0:020d}"
     data = bytearray(seg.read_bytes())
     data[ENTRY.size : 2 * ENTRY.size] = b"\x5a" * ENTRY.size
     seg.write_bytes(bytes(data))
-    _boot(monkeypatch, b"\xbb" * 16)
     after = TimerStore(_cfg(root), T0)
     assert (after.log.end, after.enqueue_offset, after.pending()) == (ENTRY.size, 1, 1)
     assert after.log.read(ENTRY.size) is None
+    after.close()
 
 
 def test_a_wheel_page_of_a_later_lap_does_not_lose_the_slot_the_sync_left(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """A small wheel (16 slots) wraps between two syncs: A is synced at T0+500, the read time
     passes it (A delivered, not yet synced), and B is linked one lap later at the same ring
-    position. The power loss keeps that wheel page (pointing past the synced log end), not
-    B's entry nor the newer checkpoint. Going back to the sync must give the position back
-    to A's slot; keyed by the page's time, the rebuild cleared it and A was lost."""
+    position. The power loss keeps that wheel page (pointing past the checkpoint's log end),
+    not B's entry. Going back to the sync must give the position back to A's slot; keyed by
+    the page's time, a rebuild would clear it and lose A."""
     cfg = TimerStoreConfig(tmp_path / "store", precision_ms=100, slots=16, log_file_size=48 * 64)
     disk = tmp_path / "disk"
-    _boot(monkeypatch, b"\xaa" * 16)
     store = TimerStore(cfg, T0)
     store.link(T0 + 500, 0, 100)  # A
     store.enqueue_offset = 1
@@ -284,15 +276,12 @@ def test_a_wheel_page_of_a_later_lap_does_not_lose_the_slot_the_sync_left(
     _disk_image(cfg.root, disk)
     while store.read_time_ms <= T0 + 500:
         store.advance()
-    store.save()
     assert not store.link(T0 + 2_100, 100, 100)  # B: A's ring position, one lap later
     store.enqueue_offset = 2
-    store.save()
     store.close()
     wheel_now = wheel_path(cfg.root).read_bytes()  # the page the kernel wrote back
     _disk_image(disk, cfg.root)
     wheel_path(cfg.root).write_bytes(wheel_now)
-    _boot(monkeypatch, b"\xbb" * 16)
     after = TimerStore(cfg, T0)
     assert (after.read_time_ms, after.enqueue_offset) == (T0, 1)
     assert [e.phys_offset for e in after.slot_entries(T0 + 500)] == [0]
@@ -300,24 +289,20 @@ def test_a_wheel_page_of_a_later_lap_does_not_lose_the_slot_the_sync_left(
 
 
 def test_bytes_that_are_no_entry_past_a_lost_page_do_not_stop_a_later_start(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The surviving checkpoint ends the log at 96; the entries at 48 and 96 were lost and the
-    one at 144 left as garbage. The next boot cuts back to 48 and links again up to 144; its
-    clean restart (same boot) then read the garbage as an entry and could not start."""
+        tmp_path: Path) -> None:
+    """The checkpoint ends the log at 48; of the entries written after it, those at 48 and 96
+    were lost and the one at 144 left as garbage. The next start links again from 48 up to
+    144; a clean restart after it must not read the garbage past them as an entry."""
     cfg = TimerStoreConfig(tmp_path / "store", precision_ms=100, slots=64, log_file_size=48 * 64)
-    _boot(monkeypatch, b"\xaa" * 16)
     store = TimerStore(cfg, T0)
     store.link(T0 + 1_000, 0, 100)
     store.enqueue_offset = 1
     store.sync()
+    surviving = checkpoint_path(cfg.root).read_bytes()  # log end 48
     store.link(T0 + 2_000, 100, 100)
-    store.enqueue_offset = 2
-    store.save()
-    surviving = checkpoint_path(cfg.root).read_bytes()  # log end 96, synced end 48
     store.link(T0 + 3_000, 200, 100)
     store.link(T0 + 4_000, 300, 100)
     store.enqueue_offset = 4
-    store.save()
     store.close()
     seg = log_dir(cfg.root) / f"{0:020d}"
     data = bytearray(seg.read_bytes())
@@ -325,14 +310,13 @@ def test_bytes_that_are_no_entry_past_a_lost_page_do_not_stop_a_later_start(
     data[144:192] = b"\x5a" * ENTRY.size
     seg.write_bytes(bytes(data))
     checkpoint_path(cfg.root).write_bytes(surviving)
-    _boot(monkeypatch, b"\xbb" * 16)
-    boot2 = TimerStore(cfg, T0)
-    assert boot2.log.end == 48
-    boot2.link(T0 + 2_000, 100, 100)
-    boot2.link(T0 + 3_000, 200, 100)
-    boot2.enqueue_offset = 3
-    boot2.close()
-    again = TimerStore(cfg, T0)  # a clean restart in the same boot
+    restarted = TimerStore(cfg, T0)
+    assert restarted.log.end == 48
+    restarted.link(T0 + 2_000, 100, 100)
+    restarted.link(T0 + 3_000, 200, 100)
+    restarted.enqueue_offset = 3
+    restarted.close()
+    again = TimerStore(cfg, T0)  # a clean restart
     assert again.pending() == 3
     again.close()
 

@@ -10,6 +10,8 @@ import asyncio
 import shutil
 import threading
 import time
+from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
 
 from ferrymq.broker.timer import service as timer_service
 from ferrymq.broker.timer import state as timer_state
+from ferrymq.broker.timer.codec import newest_checkpoint
 from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
 from ferrymq.common.names import TIMER_TOPIC
 from ferrymq.store import flush as flush_module
@@ -42,15 +45,13 @@ async def _link_and_stop(nodes: list[Node], store: Path, clock: Clock,
 
 
 async def _lose_power(nodes: list[Node], node: Node, store: Path, synced: Path,
-                      monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Node:
-    """The power goes: what the kernel wrote back of `node`'s timer checkpoint stays, its
-    wheel and log are as the sync left them in `synced`; the broker starts in a new boot."""
-    written_back = checkpoint_path(store).read_bytes()
+                      clock: Clock) -> Node:
+    """The power goes: the timer checkpoint is the one of the last sync, in `synced` (only a
+    sync writes it); the kernel wrote back every page of `node`'s wheel and log, so they hold
+    what was linked after that sync. The broker starts again."""
     await node.stop()
     nodes.remove(node)
-    _timer_files_onto(synced, store)
-    checkpoint_path(store).write_bytes(written_back)
-    _reboot(monkeypatch)
+    shutil.copy2(checkpoint_path(synced), checkpoint_path(store))
     return await _node(nodes, store, clock)
 
 
@@ -62,34 +63,27 @@ def _timer_files_onto(src: Path, dst: Path) -> None:
     shutil.copy2(checkpoint_path(src), checkpoint_path(dst))
 
 
-def _reboot(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The machine restarted: another boot id from now on."""
-    monkeypatch.setattr(timer_state, "current_boot_id", lambda: b"\x01" * 16)
-
-
-async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock,
-                            monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A store holding K0 (a timer for T0 + 1 s) whose timer files also hold L0 (T0 + 1.5 s),
-    a timer sent after K0 that the power loss took from the commit log and the timer queue;
-    the next start is in another boot."""
+async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> Path:
+    """A store holding K0 (a timer for T0 + 1 s) whose timer files, synced, also hold L0
+    (T0 + 1.5 s), a timer sent after K0 that the power loss took from the commit log and the
+    timer queue."""
     store = tmp_path / "store"
     await _link_and_stop(nodes, store, clock, [("K0", b"kept", T0 + 1_000)], 1, fresh=True)
     image = tmp_path / "image"
     shutil.copytree(store, image)
     await _link_and_stop(nodes, store, clock, [("L0", b"lost", T0 + 1_500)], 2)
     _timer_files_onto(store, image)
-    _reboot(monkeypatch)
     return image
 
 
 async def test_a_timer_sent_after_the_loss_at_a_reused_queue_offset_is_delivered(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, nodes: list[Node]) -> None:
     """N0 is sent after the restart and takes the timer queue offset L0 had. The checkpoint
     counted L0 as linked already, so the timer started past N0's entry: N0 (acknowledged) was
     never linked and never delivered. (N0 is longer than L0: L0's own stale link, below, must
     not be what delivers it.)"""
     clock = Clock()
-    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
+    image = await _power_loss_image(tmp_path, nodes, clock)
     node = await _node(nodes, image, clock)
     assert [m.msg_id for m in await node.pull(TIMER_TOPIC)] == ["K0"]
     await node.send("t", b"a new one", _props("N0", TIMER_DELIVER_MS=T0 + 2_000))
@@ -99,11 +93,11 @@ async def test_a_timer_sent_after_the_loss_at_a_reused_queue_offset_is_delivered
 
 
 async def test_a_lost_timers_link_does_not_deliver_the_record_written_in_its_place(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, nodes: list[Node]) -> None:
     """The wheel still links L0 at its commit-log offset, where N0 (a timer of the same size,
     due later) is written after the restart. L0's slot must not deliver N0 early, nor twice."""
     clock = Clock()
-    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
+    image = await _power_loss_image(tmp_path, nodes, clock)
     node = await _node(nodes, image, clock)
     await node.send("t", b"anew", _props("N0", TIMER_DELIVER_MS=T0 + 4_000))
     await node.advance_to(T0 + 2_000)  # past L0's time: only K0 is due
@@ -115,12 +109,11 @@ async def test_a_lost_timers_link_does_not_deliver_the_record_written_in_its_pla
 
 
 async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_loss(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
-    """K1 is stored (on disk, as SYNC_FLUSH makes it) and linked, and the checkpoint written
-    after that link reached the disk; the wheel and log pages holding the link did not (the
-    timer syncs them at its flush interval). The checkpoint said K1's queue offset was linked:
-    K1 was never delivered. A checkpoint of an earlier boot now sends the store back to its
-    last sync, and K1 is linked again from the timer queue."""
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """K1 is stored and linked after the timer's last sync; the power goes with the wheel and
+    log pages holding its link written back, and the sync's checkpoint. The store goes back to
+    that checkpoint (K1's entry cut, its slot rebuilt without it) and links K1 again from the
+    timer queue: delivered once."""
     clock = Clock()
     store = tmp_path / "store"
     await _link_and_stop(nodes, store, clock, [("K0", b"zero", T0 + 1_000)], 1, fresh=True,
@@ -130,43 +123,88 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     node = await _node(nodes, store, clock, **SLOW)
     await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
     await eventually(lambda: node.timer.pending() == 2, what="K1 linked")
-    node = await _lose_power(nodes, node, store, synced, monkeypatch, clock)
+    node = await _lose_power(nodes, node, store, synced, clock)
     await node.advance_to(T0 + 2_000)
     await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
     assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]
 
 
-async def test_in_the_same_boot_the_checkpoint_is_trusted_and_nothing_is_delivered_twice(
+async def test_the_timers_steps_leave_the_checkpoint_on_the_disk_to_its_syncs(
         tmp_path: Path, nodes: list[Node]) -> None:
-    """The same files after a kill (the page cache kept every write): the checkpoint of this
-    boot is trusted as it is; K1's link, in the page cache, is not made twice."""
+    """Links and deliveries change the timer's files, not its checkpoint: written after each
+    step, a checkpoint could reach the disk ahead of the wheel and log pages it named, and a
+    power loss keep it without them. Only the periodic sync writes it, after the files."""
     clock = Clock()
     store = tmp_path / "store"
-    await _link_and_stop(nodes, store, clock, [("K0", b"zero", T0 + 1_000),
-                                               ("K1", b"one", T0 + 1_500)], 2, fresh=True, **SLOW)
-    node = await _node(nodes, store, clock)
-    assert node.timer.pending() == 2
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    on_disk = checkpoint_path(store).read_bytes()
+    await node.send("t", b"k", _props("K", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="K linked")
+    await node.advance_to(T0 + 1_000)
+    await eventually(lambda: _count(node, "t", 1), what="K delivered")
+    assert checkpoint_path(store).read_bytes() == on_disk
+    node.timer._last_flush = float("-inf")  # the next turn syncs
+    node.timer.poke()
+    await eventually(lambda: checkpoint_path(store).read_bytes() != on_disk,
+                     what="the periodic sync")
+    cp = newest_checkpoint(checkpoint_path(store).read_bytes())
+    assert cp is not None and cp.enqueue_offset == 1 and cp.read_time_ms > T0 + 1_000
+
+
+async def test_after_a_kill_only_the_deliveries_since_the_last_sync_come_again(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """A kill leaves the checkpoint of the last sync: the timer goes back to it, so the
+    timers delivered after it (at most one flush interval of them) are delivered again, those
+    delivered before it are not, and none is lost."""
+    clock = Clock()
+    store = tmp_path / "store"
+    await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_000), ("B", b"b", T0 + 2_000),
+                                               ("C", b"c", T0 + 3_000)], 3, fresh=True)
+    node = await _node(nodes, store, clock, **SLOW)
+    await node.advance_to(T0 + 1_000)
+    await eventually(lambda: _count(node, "t", 1), what="A delivered")
+    await node.stop()  # a clean stop syncs: A's delivery is in the checkpoint
+    nodes.remove(node)
+    node = await _node(nodes, store, clock, **SLOW)  # its start syncs; no sync after that
     await node.advance_to(T0 + 2_000)
-    await eventually(lambda: _count(node, "t", 2), what="K0 and K1 delivered")
-    assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "K1"]
+    await eventually(lambda: _count(node, "t", 2), what="B delivered")
+    with pytest.MonkeyPatch.context() as patch:
+        # Killed: nothing is synced at the stop (the page cache keeps every other write).
+        patch.setattr(timer_state.TimerStore, "_sync", lambda self: None)
+        await node.stop()
+    nodes.remove(node)
+    node = await _node(nodes, store, clock)
+    await node.advance_to(T0 + 3_000)
+
+    async def delivered() -> Counter[str]:
+        return Counter(m.msg_id for m in await node.pull("t"))
+
+    got = await eventually(lambda: _has(delivered(), "C"), what="C delivered")
+    assert (got["A"], got["C"]) == (1, 1) and got["B"] in (1, 2), got
+
+
+async def _has(counts: Awaitable[Counter[str]], key: str) -> Counter[str] | None:
+    got = await counts
+    return got if got[key] else None
 
 
 async def test_a_lost_timers_link_stays_dropped_after_a_clean_restart(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, nodes: list[Node]) -> None:
     """L0 is sent again after the loss (a client's retry): the same size and time, written at
     the offset the lost L0 had, so L0's stale link passes for its record. The link is flagged
     lost on the disk at the first start after the loss, so a clean restart later does not
     deliver the message a second time through it."""
     clock = Clock()
-    image = await _power_loss_image(tmp_path, nodes, clock, monkeypatch)
+    image = await _power_loss_image(tmp_path, nodes, clock)
     await _link_and_stop(nodes, image, clock, [("L0", b"lost", T0 + 1_500)], 3)
-    node = await _node(nodes, image, clock)  # a clean restart, same boot
+    node = await _node(nodes, image, clock)  # a clean restart
     await node.advance_to(T0 + 3_000)
     assert sorted(m.msg_id for m in await node.pull("t")) == ["K0", "L0"]
 
 
 async def test_a_wheel_page_written_back_without_its_log_entry_keeps_the_synced_timers(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, nodes: list[Node]) -> None:
     """A is linked and synced; C is linked into the same slot after the sync. The kernel
     wrote back the wheel page (the slot pointing at C), not C's log entry nor a checkpoint
     after the sync: the slot's chain was broken at C's missing entry and A was lost with it.
@@ -180,19 +218,19 @@ async def test_a_wheel_page_written_back_without_its_log_entry_keeps_the_synced_
     wheel = wheel_path(store).read_bytes()  # the page the kernel wrote back
     _timer_files_onto(synced, store)  # log and checkpoint as the sync left them
     wheel_path(store).write_bytes(wheel)
-    _reboot(monkeypatch)
     node = await _node(nodes, store, clock)
     await node.advance_to(T0 + 2_000)
     assert sorted(m.msg_id for m in await node.pull("t")) == ["A", "C"]
 
 
-async def test_a_checkpoint_ahead_of_its_sync_goes_back_to_the_synced_read_time(
-        tmp_path: Path, nodes: list[Node], monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_deliveries_after_the_last_sync_come_again_after_a_power_loss_none_lost(
+        tmp_path: Path, nodes: list[Node]) -> None:
     """A and B are linked and synced; C, due first in the same slot, is linked after the
-    sync, then C and A are delivered (2 of the slot done). The checkpoint saying so reached
-    the disk, the wheel page with C's link did not: 2 done was applied to the slot [A, B] and
-    B was never delivered. The store goes back to the sync's read time and count: A and C may
-    come again (at least once), B comes."""
+    sync, then C and A are delivered (2 of the slot done). The power goes with the sync's
+    checkpoint (none done) and the wheel and log pages with C's link written back. 2 done
+    applied to the slot [A, B] would never deliver B; the store goes back to the sync's read
+    time and count, C's link is cut and made again: A and C may come again (at least once), B
+    comes."""
     clock = Clock()
     store = tmp_path / "store"
     await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_050), ("B", b"b", T0 + 1_080)],
@@ -204,7 +242,7 @@ async def test_a_checkpoint_ahead_of_its_sync_goes_back_to_the_synced_read_time(
     await eventually(lambda: node.timer.pending() == 3, what="C linked")
     await node.advance_to(T0 + 1_060)
     await eventually(lambda: _count(node, "t", 2), what="C and A delivered")
-    node = await _lose_power(nodes, node, store, synced, monkeypatch, clock)
+    node = await _lose_power(nodes, node, store, synced, clock)
     await node.advance_to(T0 + 2_000)
     got = [m.msg_id for m in await node.pull("t")]
     assert {"A", "B", "C"} <= set(got), got
@@ -281,7 +319,7 @@ async def test_a_stop_during_the_periodic_sync_does_not_wait_out_the_flush_inter
         sync(self)
 
     monkeypatch.setattr(timer_state.TimerStore, "sync", held_sync)
-    node.timer._last_flush = 0.0  # the next turn syncs
+    node.timer._last_flush = float("-inf")  # the next turn syncs
     node.timer.poke()
     await eventually(in_sync.is_set, what="the periodic sync running")
     stopping = asyncio.ensure_future(node.timer.stop())

@@ -1,11 +1,13 @@
 """Timer messages on a real `ferrymq standalone` process: sent with ferrymq's Producer API,
-and pending across a clean restart (exactly once) and a SIGKILL (at least once; duplicates
-are counted and reported)."""
+and pending across a clean restart (exactly once) and a SIGKILL (at least once: the timers
+delivered since the timer's last sync, one flush interval, come again; duplicates are counted
+and reported)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -74,7 +76,10 @@ async def test_pending_timers_survive_a_restart(tmp_path: Path, crash: bool, run
         run_report.append(f"timer restart ({'SIGKILL' if crash else 'clean'}): {n} timers, "
                           f"{dups} delivered twice")
         assert set(got) == set(ids)
-        if not crash:
+        if crash:
+            # The deliveries made since the timer's last sync are made again, once.
+            assert max(Counter(got).values()) <= 2
+        else:
             assert dups == 0
     finally:
         server.stop()

@@ -1,10 +1,7 @@
 """The timer checkpoint file: two copies written in turn with pwrite, so a write torn by a
-crash leaves the previous copy whole. Written after every step (a killed process loses
-nothing the kernel has), synced to disk by `sync` at the flush interval.
-
-The copies lie past the first layout's two (the first 128 bytes, still read when no copy of
-this layout is there yet): an upgraded broker's first write cannot tear the copy it started
-from."""
+crash leaves the previous copy whole. Written only by the store's sync, after the log and
+wheel it describes are on the disk, and fsynced at once: the copy on the disk never names
+state a power loss can take."""
 
 from __future__ import annotations
 
@@ -12,15 +9,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from .codec import (
-    CHECKPOINT_COPY_SIZE,
-    CHECKPOINT_COPY_SIZE_V1,
-    TimerCheckpoint,
-    encode_checkpoint,
-    newest_checkpoint,
-)
-
-COPIES_AT = 2 * CHECKPOINT_COPY_SIZE_V1
+from .codec import CHECKPOINT_COPY_SIZE, TimerCheckpoint, encode_checkpoint, newest_checkpoint
 
 
 class CheckpointFile:
@@ -31,24 +20,19 @@ class CheckpointFile:
         self._seq = 0
 
     def load(self) -> TimerCheckpoint | None:
-        raw = os.pread(self._fd, COPIES_AT + 2 * CHECKPOINT_COPY_SIZE, 0)
-        cp = newest_checkpoint(raw[COPIES_AT:])
-        if cp is None:
-            cp = newest_checkpoint(raw[:COPIES_AT], CHECKPOINT_COPY_SIZE_V1)
+        cp = newest_checkpoint(os.pread(self._fd, 2 * CHECKPOINT_COPY_SIZE, 0))
         if cp is not None:
             self._seq = cp.seq
         return cp
 
-    def write(self, cp: TimerCheckpoint) -> None:
+    def store(self, cp: TimerCheckpoint) -> None:
+        """Write `cp` over the older copy and fsync it."""
         self._seq += 1
         data = encode_checkpoint(dataclasses.replace(cp, seq=self._seq))
-        os.pwrite(self._fd, data, COPIES_AT + (self._seq % 2) * CHECKPOINT_COPY_SIZE)
-
-    def sync(self) -> None:
+        os.pwrite(self._fd, data, (self._seq % 2) * CHECKPOINT_COPY_SIZE)
         os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1

@@ -22,7 +22,10 @@ _MAGIC_WORD = struct.Struct(">I")
 
 
 class TimerLog:
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(self, directory: Path, file_size: int, end: int) -> None:
+        """Open the log whose entries end at `end` (the checkpoint's): whatever lies past it
+        (entries of a process that died before its next sync, pages the kernel wrote back in
+        any order, bytes that are no entry) is cut off unread."""
         self.dir = directory
         self.file_size = file_size - file_size % ENTRY.size
         directory.mkdir(parents=True, exist_ok=True)
@@ -40,14 +43,21 @@ class TimerLog:
                 log.warning("timer log keeps its segment size %d over the configured %d: its "
                             "segments hold pending timers", have, self.file_size)
                 self.file_size = have
-        for name in sorted(os.listdir(directory)):
-            if name.isdigit() and len(name) == 20:
-                start = int(name)
-                if start % self.file_size:
-                    raise TimerFileError("log", f"segment {name} does not start at a multiple of "
-                                         f"the segment size {self.file_size}")
-                self._segments[start] = self._map(start, create=False)
-        self.end = 0
+        for name in names:
+            start = int(name)
+            if start % self.file_size:
+                raise TimerFileError("log", f"segment {name} does not start at a multiple of "
+                                     f"the segment size {self.file_size}")
+            if start >= end:
+                self._path(start).unlink()
+                continue
+            if start + self.file_size > end:
+                # Shrunk and grown again: the tail reads as zeros (unwritten) and stays
+                # sparse, where writing zeros over it would allocate the whole segment.
+                os.truncate(self._path(start), end - start)
+                os.truncate(self._path(start), self.file_size)
+            self._segments[start] = self._map(start, create=False)
+        self.end = end
 
     @property
     def min_pos(self) -> int:
@@ -95,43 +105,16 @@ class TimerLog:
         seg, off = found
         return decode_entry(seg, off, pos)
 
-    def written_after(self, pos: int) -> Iterator[LogEntry]:
-        """Entries written at or after `pos` (up to the first unwritten space, or the first
-        bytes that are no entry: what a power loss left past a lost page)."""
-        while True:
-            try:
-                entry = self.read(pos)
-            except TimerFileError as exc:
-                log.warning("timer log: %s; the log's written part ends there", exc)
-                return
-            if entry is None:
-                return
-            yield entry
-            pos += ENTRY.size
-
-    def truncate(self, end: int, written_to: int = 0) -> None:
-        """Forget everything from `end` on (written after the last checkpoint): unwritten
-        space must read as zeros again, so the entries there are cleared one by one (a block
-        write would fill the sparse segment), up to the first unwritten space at or past
-        `written_to` (a power loss can keep entries past a lost one). Their bytes are not
-        decoded: what a power loss left there may not be entries."""
-        blank = bytes(ENTRY.size)
-        pos = end
-        while True:
-            found = self._segment(pos)
-            if found is None:
+    def links_below(self, end: int) -> Iterator[tuple[int, int]]:
+        """(position, link time) of every entry below `end`, in log order."""
+        for start in sorted(self._segments):
+            if start >= end:
                 break
-            seg, off = found
-            if seg[off: off + ENTRY.size] == blank:
-                if pos >= written_to:
-                    break
-            else:
-                seg[off: off + ENTRY.size] = blank
-            pos += ENTRY.size
-        for start in [s for s in self._segments if s >= end and s > 0]:
-            self._segments.pop(start).close()
-            self._path(start).unlink(missing_ok=True)
-        self.end = end
+            limit = min(self.file_size, end - start)
+            with memoryview(self._segments[start])[: limit - limit % ENTRY.size] as view:
+                for i, fields in enumerate(ENTRY.iter_unpack(view)):
+                    if fields[6]:  # the magic word: zero is unwritten space
+                        yield start + i * ENTRY.size, fields[2]
 
     def mark_lost(self, pos: int) -> None:
         """Flag the entry at `pos` as naming a record the commit log lost (FLAG_LOST)."""

@@ -6,9 +6,11 @@ One task does both jobs, so the wheel never changes under a slot being delivered
   timer topic instead); the read time moves on when the slot is done.
 - enqueue: new entries of the timer topic's queue are linked into the wheel (or delivered at
   once when already due).
-After each step the checkpoint records the read time, how much of the slot is delivered, the
-next queue offset and the log's end, so a restart neither loses nor repeats a delivery made
-before it; a killed process repeats at most what it did after its last checkpoint write."""
+Every flush interval (and at a stop) the store syncs its files and then its checkpoint: the
+read time, how much of the slot is delivered, the next queue offset and the log's end. A
+clean restart repeats nothing; after a kill or a power loss the store goes back to its last
+sync, so the deliveries made since are made again (at least once, up to one flush
+interval)."""
 
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ class TimerService:
         store = self.store
         first = store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
         self.state = TimerStore(self.cfg, self.now_ms(), first, store.max_phy_offset)
+        self._last_flush = time.monotonic()  # the store synced on opening
         self._queue_start(self.state)
         self._open = None
         self._stopping = False
@@ -233,8 +236,6 @@ class TimerService:
                 return True
             state.advance()
             moved = True
-        if moved:
-            state.save()
         return moved
 
     async def _deliver_open(self, state: TimerStore, now: int) -> bool:
@@ -251,10 +252,7 @@ class TimerService:
         if state.slot_done >= len(entries):
             self._open = None
             state.advance()
-        if end > start or self._open is None:
-            state.save()
-            return True
-        return False
+        return end > start or self._open is None
 
     def _queue_start(self, state: TimerStore) -> int:
         """The timer queue offset to link from: the checkpoint's, within the queue. Below its
@@ -269,9 +267,7 @@ class TimerService:
                         "entries from %d were lost with the commit log's tail; linking from there",
                         end, offset, end)
             offset = end
-        if offset != state.enqueue_offset:
-            state.enqueue_offset = offset
-            state.save()
+        state.enqueue_offset = offset
         return offset
 
     async def _enqueue(self, state: TimerStore, now: int) -> bool:
@@ -298,18 +294,14 @@ class TimerService:
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
             done += 1
-        if done:
-            state.save()
         return done > 0 and not self._hold_until
 
     def _step_following(self, state: TimerStore, leader: tuple[int, int] | None) -> bool:
         if leader is None:
             return False
         read_to, enqueue_to = leader
-        moved = False
         if read_to > state.read_time_ms:
             state.jump(read_to)  # the slots between were delivered by the master
-            moved = True
         store = self.store
         offset = self._queue_start(state)
         n = min(ENQUEUE_BATCH, enqueue_to - offset)
@@ -322,9 +314,6 @@ class TimerService:
                 if deliver >= state.read_time_ms and state.link(deliver, qe.phys_offset, qe.size):
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
-            moved = True
-        if moved:
-            state.save()
         return bool(entries)
 
     async def _deliver(self, entries: list[LogEntry]) -> bool:

@@ -3,23 +3,21 @@ service supplies the clock). Timers live only in the files: linking one appends 
 whose `prev` is the slot's last entry and points the slot at it, RocketMQ's TimerLog /
 TimerWheel layout.
 
-Recovery: the checkpoint names the log's end when it was written; entries written after it
-(by a process killed before its next checkpoint) are unlinked from their slots and cleared,
-and the timer queue is enqueued again from the checkpoint's offset, so nothing is linked
-twice. That holds while the page cache held every write: after a power loss (the checkpoint
-was written in an earlier boot) the checkpoint may have reached the disk while the log and
-wheel pages it describes did not, so the store goes back to what the last sync made durable
-(links made since are made again from the timer queue, deliveries since may repeat)."""
+Durability is RocketMQ's TimerFlushService's: `sync` fsyncs the log and the wheel, then writes
+and fsyncs the checkpoint of the state they were flushed in; nothing else writes the
+checkpoint. Whatever ends a run (a stop, a kill, a power loss), the checkpoint on the disk
+names only what is on the disk, so every start takes the same way back to it: the log is cut
+at its end, ring positions pointing at or past that end (links made after it, still in the
+page cache or written back by the kernel) are rebuilt from the log below it, and the service
+links the timer queue again from its offset. Links made after the last sync are made again,
+and deliveries made after it may be made again: at least once, up to one flush interval."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from ...store.files import fsync_dir
 from .checkpoint import CheckpointFile
@@ -50,32 +48,12 @@ def checkpoint_path(root: Path) -> Path:
     return root / "config" / "timercheck"
 
 
-def current_boot_id() -> bytes:
-    """This boot's id (Linux: /proc/sys/kernel/random/boot_id), b"" where there is none. A
-    checkpoint written in another boot may describe pages that a power loss did not keep."""
-    try:
-        text = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return uuid.UUID(text).bytes
-    except (OSError, ValueError):
-        return b""
-
-
-class _Synced(NamedTuple):
-    """The store as the last sync left it on disk: what a power loss cannot take."""
-
-    log_end: int
-    enqueue_offset: int
-    read_time_ms: int
-    slot_done: int
-
-
 class TimerStore:
     def __init__(self, cfg: TimerStoreConfig, now_ms: int, first_enqueue_offset: int = 0,
                  commit_end: int | None = None) -> None:
         """`commit_end`: where the commit log ends now (its records past it are gone), to
         find the links a power loss left without their record."""
         self.cfg = cfg
-        self._boot_id = current_boot_id()
         self._names_synced = False  # the files' names, made or found here, not fsynced yet
         # Held by sync (a worker thread) and close: a stop that cancelled the timer's task
         # while its sync ran must not close the files under it (the sync's checkpoint write
@@ -84,36 +62,30 @@ class TimerStore:
         self._cp = CheckpointFile(checkpoint_path(cfg.root))
         cp = self._cp.load()
         if cp is None:
-            # Files without a checkpoint were never consistent with one: start empty.
+            # Files without a checkpoint were never synced with one: start empty.
             wheel_path(cfg.root).unlink(missing_ok=True)
-            shutil.rmtree(log_dir(cfg.root), ignore_errors=True)
-            precision, slots = cfg.precision_ms, cfg.slots
+            precision, slots, log_end = cfg.precision_ms, cfg.slots, 0
         else:
-            precision, slots = cp.precision_ms, cp.slots
+            precision, slots, log_end = cp.precision_ms, cp.slots, cp.log_end
             if (precision, slots) != (cfg.precision_ms, cfg.slots):
                 log.warning("timer wheel keeps its geometry (%d ms x %d slots) over the configured "
                             "%d ms x %d slots: its files hold pending timers", precision, slots,
                             cfg.precision_ms, cfg.slots)
         self.wheel = TimerWheel(wheel_path(cfg.root), slots, precision)
-        self.log = TimerLog(log_dir(cfg.root), cfg.log_file_size)
+        self.log = TimerLog(log_dir(cfg.root), cfg.log_file_size, log_end)
         if cp is None:
             self.read_time_ms = self.wheel.slot_time(now_ms)
             self.slot_done = 0
             self.enqueue_offset = first_enqueue_offset
-            self.log.truncate(0)
-            self._synced = _Synced(0, first_enqueue_offset, self.read_time_ms, 0)
-        elif cp.boot_id and cp.boot_id != self._boot_id:
-            # Written in another boot: the machine restarted, cleanly or not.
-            self._recover_power_loss(cp, commit_end)
         else:
             self.read_time_ms = cp.read_time_ms
             self.slot_done = cp.slot_done
             self.enqueue_offset = cp.enqueue_offset
-            self._recover(cp.log_end)
-            # Not synced by this start: what the checkpoint says was synced stays the floor.
-            self._synced = _Synced(cp.synced_log_end, cp.synced_enqueue_offset,
-                                   cp.synced_read_time_ms, cp.synced_slot_done)
-        self.save()
+            self._recover(commit_end)
+        # Before anything new is written: a lost link's flag must be on the disk before the
+        # commit log stores another record at its offset (no later start could tell them
+        # apart), and a new store gets its first checkpoint.
+        self.sync()
 
     @property
     def precision_ms(self) -> int:
@@ -123,72 +95,42 @@ class TimerStore:
     def horizon_ms(self) -> int:
         return self.wheel.horizon_ms
 
-    def _recover(self, log_end: int) -> None:
-        tail = list(self.log.written_after(log_end))
-        for entry in reversed(tail):
-            slot = self.wheel.get(entry.link_ms)
-            if slot.num > 0 and slot.last_pos == entry.pos:
-                if entry.prev_pos < 0 or slot.num == 1:
-                    self.wheel.clear(slot.time_ms)
-                else:
-                    self.wheel.put(slot._replace(last_pos=entry.prev_pos, num=slot.num - 1))
-        if tail:
-            log.warning("timer log: %d entries written after the last checkpoint are linked "
-                        "again from the timer queue", len(tail))
-        self.log.truncate(log_end)
-
-    def _recover_power_loss(self, cp: TimerCheckpoint, commit_end: int | None) -> None:
-        """Back to the last sync, whatever the kernel wrote back since (after a clean stop
-        that is where the store stood): log entries written after it are cleared, slots that
-        point at any of them are rebuilt from the log below it, and the read time, the slot's
-        delivered count and the timer-queue offset are the sync's, so timers linked since are
-        linked again and those delivered since may be delivered again (at least once). Links
-        whose record the commit log lost are flagged (FLAG_LOST) and never delivered: another
-        message may be written at that offset later."""
-        synced = _Synced(cp.synced_log_end, cp.synced_enqueue_offset, cp.synced_read_time_ms,
-                         cp.synced_slot_done)
-        self.read_time_ms, self.slot_done = synced.read_time_ms, synced.slot_done
-        self.enqueue_offset = synced.enqueue_offset
-        self._synced = synced
-        end = synced.log_end
-        rebuilt = self._rebuild_slots_past(end)
-        self.log.truncate(end, written_to=max(cp.log_end, end))
+    def _recover(self, commit_end: int | None) -> None:
+        """The wheel brought back to the checkpoint (the log was cut at its end on opening).
+        Links whose record the commit log lost are flagged (FLAG_LOST) and never delivered:
+        another message may be written at that offset later."""
+        rebuilt = self._rebuild_slots_past(self.log.end)
         lost = self._flag_lost_links(commit_end) if commit_end is not None else 0
-        if (cp.log_end, cp.enqueue_offset, cp.read_time_ms, cp.slot_done) != synced or rebuilt \
-                or lost:
-            log.warning("timer: started after a restart of the machine, back to the last sync: "
-                        "log end %d (the checkpoint had %d), timer queue offset %d (had %d), "
-                        "read time %d (had %d); %d slot(s) rebuilt, %d link(s) to records the "
-                        "commit log lost dropped; timers delivered after the sync may be "
-                        "delivered again", end, cp.log_end, synced.enqueue_offset,
-                        cp.enqueue_offset, synced.read_time_ms, cp.read_time_ms, rebuilt, lost)
+        if rebuilt or lost:
+            log.warning("timer: back to its last sync (read time %d, timer queue offset %d, log "
+                        "end %d): %d slot(s) linked after it rebuilt, %d link(s) to records the "
+                        "commit log lost dropped; timers linked after the sync are linked again "
+                        "and those delivered after it may be delivered again", self.read_time_ms,
+                        self.enqueue_offset, self.log.end, rebuilt, lost)
 
     def _rebuild_slots_past(self, end: int) -> int:
-        """Ring positions pointing at log positions at or past `end` (written back without
-        their entries, or with entries being cleared) rebuilt as the entries below it left
-        them; returns how many. Replayed in log order by ring position, as linking wrote them:
-        the page may show a later lap's time at a position whose synced slot still holds
-        timers (the chain's own links and the slot's time may both be lost)."""
+        """Ring positions whose slot points at or past `end` (linked after the checkpoint:
+        every link points its slot at its new entry) rebuilt as the entries below it left them;
+        returns how many. Replayed in log order by ring position, as linking wrote them: the
+        slot may show a later lap's time at a position whose checkpointed slot still holds
+        timers."""
         slots = self.wheel.slots
         precision = self.wheel.precision_ms
         stale = {s.time_ms // precision % slots for s in self.wheel.live_slots(0)
-                 if s.last_pos >= end or s.first_pos >= end}
+                 if s.last_pos >= end}
         if not stale:
             return 0
         rebuilt: dict[int, Slot] = {}
-        for pos in range(self.log.min_pos, end, ENTRY.size):
-            entry = self.log.read(pos)
-            if entry is None:
-                continue
-            slot_ms = entry.link_ms - entry.link_ms % precision
+        for pos, link_ms in self.log.links_below(end):
+            slot_ms = link_ms - link_ms % precision
             ring = slot_ms // precision % slots
             if ring not in stale:
                 continue
             slot = rebuilt.get(ring)
             if slot is None or slot.time_ms != slot_ms:  # a new lap's chain starts here
-                rebuilt[ring] = Slot(slot_ms, entry.pos, entry.pos, 1)
+                rebuilt[ring] = Slot(slot_ms, pos, pos, 1)
             else:
-                rebuilt[ring] = Slot(slot_ms, slot.first_pos, entry.pos, slot.num + 1)
+                rebuilt[ring] = Slot(slot_ms, slot.first_pos, pos, slot.num + 1)
         for ring in stale:
             slot = rebuilt.get(ring)
             if slot is not None:
@@ -264,30 +206,21 @@ class TimerStore:
 
     # --- durability ----------------------------------------------------------------------
     def checkpoint(self) -> TimerCheckpoint:
-        synced = self._synced
         return TimerCheckpoint(self.precision_ms, self.wheel.slots, self.read_time_ms,
-                               self.slot_done, self.enqueue_offset, self.log.end,
-                               synced_log_end=synced.log_end,
-                               synced_enqueue_offset=synced.enqueue_offset,
-                               synced_read_time_ms=synced.read_time_ms,
-                               synced_slot_done=synced.slot_done, boot_id=self._boot_id)
-
-    def save(self) -> None:
-        self._cp.write(self.checkpoint())
+                               self.slot_done, self.enqueue_offset, self.log.end)
 
     def sync(self) -> None:
-        """Everything written so far to disk (may run in a worker thread): the files, their
-        names (the wheel's, the log's directory and the checkpoint's, made by this store),
-        then the checkpoint. Without the names a power loss could keep the checkpoint (its
-        directory, config/, is fsynced by others: every offset snapshot) and take the wheel
-        or a log segment: the timers it names were lost, their queue offsets passed. The
-        checkpoint written last then says what this sync made durable, which is where the
-        store goes back to if a power loss keeps a later checkpoint but not its pages."""
+        """Everything written so far to disk, then the checkpoint saying so (may run in a
+        worker thread while the store is not changed): the files, their names (the wheel's,
+        the log's directory and the checkpoint's, made by this store), then the checkpoint.
+        Without the names a power loss could keep the checkpoint (its directory, config/, is
+        fsynced by others: every offset snapshot) and take the wheel or a log segment: the
+        timers it names were lost, their queue offsets passed."""
         with self._sync_lock:
             self._sync()
 
     def _sync(self) -> None:
-        durable = _Synced(self.log.end, self.enqueue_offset, self.read_time_ms, self.slot_done)
+        cp = self.checkpoint()
         self.log.flush()
         self.wheel.flush()
         if not self._names_synced:
@@ -295,9 +228,7 @@ class TimerStore:
                       self.cfg.root):
                 fsync_dir(d)
             self._names_synced = True
-        self._synced = durable
-        self.save()
-        self._cp.sync()
+        self._cp.store(cp)
 
     def drop_expired(self) -> int:
         return self.log.drop_expired(self.read_time_ms, self.horizon_ms)
