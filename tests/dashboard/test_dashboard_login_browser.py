@@ -71,7 +71,7 @@ def test_logging_in_through_the_page_shows_the_topics(cluster: Standalone, dash:
     assert name == f"{OPS['access_key']} (admin)"
     assert page.evaluate("document.getElementById('open-banner').hidden") is True
     assert page.evaluate("document.cookie") == ""  # HttpOnly: no script of the page can read it
-    page.evaluate("location.hash = '#/topics?q=login-'")
+    assert page.evaluate("location.hash") == "#/topics?q=login-"  # the view asked for at first
     page.wait_for("!!document.querySelector('tr[data-topic=\"login-seen\"]')", what="the topic listed")
     row = page.text("tr[data-topic=\"login-seen\"]").split()
     assert row[:4] == ["login-seen", "normal", "2", "broker-a"], row

@@ -5,7 +5,6 @@ what the user may read and do; without login, the dashboard's own."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from ..acl import AclRules
@@ -75,9 +74,15 @@ class AccountClients:
 
     @staticmethod
     async def _close(admins: list[AsyncAdminClient], producers: list[AsyncProducer]) -> None:
+        # A client that fails to close must not keep the others open, nor fail the request or
+        # shutdown that closes them.
         for producer in producers:
-            with contextlib.suppress(Exception):
+            try:
                 await producer.shutdown()
+            except Exception:
+                log.warning("closing the DLQ producer of an account failed", exc_info=True)
         for admin in admins:
-            with contextlib.suppress(Exception):
+            try:
                 await admin.close()
+            except Exception:
+                log.warning("closing the admin client of an account failed", exc_info=True)

@@ -190,6 +190,8 @@ class Gate:
         if changing:
             self.check_csrf(request, session)
         if request.path == "/api/session":
+            if request.method not in SAFE_METHODS:
+                raise HttpError(405, f"{request.method} is not allowed on {request.path}")
             return Response.json(self._session_json(session))
         if request.path == "/api/logout":
             if request.method != "POST":

@@ -22,7 +22,8 @@ form.addEventListener("submit", async (e) => {
     data = {error: {type: "NetworkError", message: String(err)}};
   }
   if (resp && resp.ok) {
-    location.replace("/");
+    // The view asked for before the login (its fragment survived the redirect here).
+    location.replace("/" + location.hash);
     return;
   }
   const err = (data && data.error) || {};
