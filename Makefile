@@ -75,8 +75,9 @@ chaos: venv
 	FERRYMQ_CHAOS_LONG=1 $(PY) -m pytest -q tests/chaos -m chaos
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: venv compat-py5
 	$(PY) -m bench

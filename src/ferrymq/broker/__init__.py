@@ -1,0 +1,2 @@
+"""The broker: request processors over the store, replication, POP, timers, transactions and traces
+(controller.py assembles them)."""
