@@ -51,7 +51,8 @@ def test_broadcasting_gives_every_member_everything_and_resumes_from_its_file(
             standalone.namesrv,
             message_model=MessageModel.BROADCASTING,
             consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-            offset_store_dir=tmp_path / f"member{i}",
+            # One as text: a path is taken either way (it raised TypeError as a str).
+            offset_store_dir=tmp_path / "member0" if i == 0 else str(tmp_path / "member1"),
             **FAST_CONSUMER,
         )
         c.subscribe("news")

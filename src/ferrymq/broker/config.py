@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..common.delay import DEFAULT_DELAY_LEVELS, DelayLevelError
 from ..common.delay import parse_delay_levels as _parse_levels
+from ..common.paths import PathField, StrPath
 from ..remoting.tls import ClientAuth, TlsClientSettings, TlsConfigError, TlsMode, TlsServerSettings
 from ..store import FlushDiskType
 
@@ -25,9 +25,9 @@ class ConfigError(ValueError):
 DEFAULT_GRPC_PORT = 8081
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: store_dir is a PathField
 class BrokerConfig:
-    store_dir: Path = Path("ferrymq-data")
+    store_dir: PathField = PathField("ferrymq-data")
     host: str = "127.0.0.1"
     listen_port: int = 10911
     namesrv_addr: str = "127.0.0.1:9876"
@@ -359,7 +359,7 @@ def _dotted(prefix: str, table: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def load_config(path: Path | None, base: BrokerConfig | None = None, **overrides: Any) -> BrokerConfig:
+def load_config(path: StrPath | None, base: BrokerConfig | None = None, **overrides: Any) -> BrokerConfig:
     """TOML file (snake_case or broker.conf camelCase keys), then explicit overrides."""
     cfg = base or BrokerConfig()
     values: dict[str, Any] = {}
@@ -376,6 +376,6 @@ def load_config(path: Path | None, base: BrokerConfig | None = None, **overrides
             name = _CAMEL_ALIASES.get(key, key)
             if name not in names:
                 raise ConfigError(key, "unknown key")
-            values[name] = Path(value) if name == "store_dir" else value
+            values[name] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
     return dataclasses.replace(cfg, **values).validate()

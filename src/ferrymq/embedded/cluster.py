@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from ..common.paths import StrPath, as_path
 from .process import ServerProcess
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -190,7 +191,7 @@ class LocalCluster:
 
 
 def start_cluster(
-    base_dir: Path,
+    base_dir: StrPath,
     *,
     slaves: int = 1,
     role: str = "SYNC_MASTER",
@@ -212,6 +213,7 @@ def start_cluster(
         raise ValueError(f"role must be ASYNC_MASTER or SYNC_MASTER, not {role!r}")
     if slaves < 0:
         raise ValueError("slaves must be >= 0")
+    base_dir = as_path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
     values = dict(broker_config or {})
     if controller:

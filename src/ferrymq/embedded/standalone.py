@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from ..common.paths import StrPath, as_path
+
 
 @dataclass
 class StandaloneProcess:
@@ -46,7 +48,7 @@ class StandaloneProcess:
             self.proc.wait()
 
 
-def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker_port: int = 0,
+def start_standalone(store_dir: StrPath, *extra: str, namesrv_port: int = 0, broker_port: int = 0,
                      grpc_port: int = 0, ha_port: int = 0,
                      log: IO[str] | int | None = subprocess.DEVNULL,
                      timeout: float = 30.0) -> StandaloneProcess:
@@ -54,13 +56,14 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
     with `extra` flags; returns
     once it is ready. `log` takes its stderr: a file, DEVNULL, or None to collect the lines
     in `log_lines` (the last of which go into the error when it does not start)."""
+    root = as_path(store_dir)
     cmd = [
         sys.executable, "-m", "ferrymq", "standalone",
         "--namesrv-port", str(namesrv_port), "--broker-port", str(broker_port),
         # The replication port too is picked freely: its default (the broker port + 1) is not
         # reserved when a restart reuses a picked broker port, and a client's outgoing
         # connection may hold it by then.
-        "--grpc-port", str(grpc_port), "--ha-port", str(ha_port), "--store-dir", str(store_dir),
+        "--grpc-port", str(grpc_port), "--ha-port", str(ha_port), "--store-dir", str(root),
         *extra,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -96,12 +99,12 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
             drainer.join(5)
         raise RuntimeError("ferrymq standalone did not become ready:\n" + "".join(log_lines[-40:]))
     parts = dict(p.split("=", 1) for p in ready[0].split())
-    return StandaloneProcess(proc, parts["namesrv"], parts["broker"], Path(store_dir), parts.get("grpc", ""),
+    return StandaloneProcess(proc, parts["namesrv"], parts["broker"], root, parts.get("grpc", ""),
                              log_lines, parts.get("metrics", ""))
 
 
 @contextlib.contextmanager
-def standalone(store_dir: Path, *extra: str, log: IO[str] | int | None = subprocess.DEVNULL,
+def standalone(store_dir: StrPath, *extra: str, log: IO[str] | int | None = subprocess.DEVNULL,
                timeout: float = 30.0) -> Iterator[StandaloneProcess]:
     """start_standalone for a `with` block; the server is stopped when the block ends."""
     server = start_standalone(store_dir, *extra, log=log, timeout=timeout)

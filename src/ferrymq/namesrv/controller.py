@@ -17,6 +17,7 @@ from typing import Any
 
 from ..common import jsonx
 from ..common.durable import atomic_write
+from ..common.paths import StrPath, as_path
 
 STATE_FILE = "controller.json"
 _FORMAT_VERSION = 1
@@ -147,14 +148,14 @@ def _monotonic_ms() -> int:
 class ReplicaController:
     def __init__(
         self,
-        state_dir: Path | str,
+        state_dir: StrPath,
         *,
         lease_ms: int = 3000,
         clock: Callable[[], int] = _monotonic_ms,
     ) -> None:
         if lease_ms <= 0:
             raise ValueError(f"controller lease must be positive, got {lease_ms} ms")
-        self.path = Path(state_dir) / STATE_FILE
+        self.path = as_path(state_dir) / STATE_FILE
         self.lease_ms = lease_ms
         self._clock = clock
         self.groups: dict[str, Group] = {}

@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..acl import AclFile, AclGuard, GuardScope
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.dirlock import DirectoryLock
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
+from ..common.paths import OptionalPathField, PathField
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
 from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
@@ -22,7 +22,7 @@ from .routes import RouteRegistry
 log = logging.getLogger("ferrymq.namesrv")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: controller_dir and acl_file are path fields
 class NamesrvConfig:
     host: str = "127.0.0.1"
     port: int = 9876
@@ -31,12 +31,12 @@ class NamesrvConfig:
     # Controller mode (docs/replication.md, "Controller"): this name server also picks each
     # broker group's master.
     enable_controller: bool = False
-    controller_dir: Path = field(default_factory=lambda: Path("ferrymq-controller"))
+    controller_dir: PathField = PathField("ferrymq-controller")
     controller_lease_ms: int = 3000
     controller_scan_interval_ms: int = 500
     # plain_acl.yml (docs/security.md): broker registrations, unregistrations and route deletions
     # must then be signed by an admin account of it. None: no checks.
-    acl_file: Path | None = None
+    acl_file: OptionalPathField = OptionalPathField()
     acl_reload_interval_ms: int = 1000
     tls: TlsServerSettings = field(default_factory=TlsServerSettings)  # docs/security.md
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from ..common.paths import StrPath, as_path
 from .damage import CorruptPolicy
 
 GiB = 1 << 30
@@ -36,7 +37,7 @@ def parse_address(value: tuple[str, int] | str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    store_dir: Path | str
+    store_dir: StrPath  # a Path once constructed; `root` is it, typed so
     commitlog_segment_size: int = GiB
     consume_queue_entries_per_file: int = 300_000
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
@@ -75,7 +76,7 @@ class StoreConfig:
 
     def __post_init__(self) -> None:
         # Normalised once so the hot paths never parse.
-        object.__setattr__(self, "store_dir", Path(self.store_dir))
+        object.__setattr__(self, "store_dir", as_path(self.store_dir))
         object.__setattr__(self, "store_address", parse_address(self.store_host))
         object.__setattr__(self, "delay_levels_ms", parse_delay_levels(self.message_delay_level))
         if self.commitlog_segment_size < 64 * 1024:
@@ -95,7 +96,7 @@ class StoreConfig:
 
     @property
     def root(self) -> Path:
-        return Path(self.store_dir)
+        return as_path(self.store_dir)
 
     @property
     def file_reserved_ms(self) -> int:

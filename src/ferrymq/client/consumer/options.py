@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...common.paths import OptionalPathField
 from ...remoting.tls import TlsClientSettings
 from .allocate import AllocateStrategy
 from .types import ConsumeFromWhere, MessageModel
@@ -16,7 +17,7 @@ from .types import ConsumeFromWhere, MessageModel
 HALF_HOUR_MS = 30 * 60 * 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: offset_store_dir is a PathField
 class ConsumerOptions:
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
@@ -50,7 +51,7 @@ class ConsumerOptions:
     # call running longer is delivered again by the new owner.
     release_wait: float = 1.0
     allocate_strategy: str | AllocateStrategy = "averagely"
-    offset_store_dir: Path | None = None  # broadcasting; default ~/.ferrymq/offsets
+    offset_store_dir: OptionalPathField = OptionalPathField()  # broadcasting; default ~/.ferrymq/offsets
     precise_ack: bool = True  # also report consumed ranges above the offset (ferrymq brokers)
     route_refresh_interval: float = 30.0
     heartbeat_interval: float = 30.0
