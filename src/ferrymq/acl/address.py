@@ -8,8 +8,10 @@ import functools
 import ipaddress
 from dataclasses import dataclass
 
+from ..common.errors import FerryMQError
 
-class AddressPatternError(ValueError):
+
+class AddressPatternError(FerryMQError, ValueError):
     def __init__(self, pattern: str, reason: str) -> None:
         super().__init__(f"remote address {pattern!r}: {reason}")
         self.pattern = pattern

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..common import jsonx
 from ..common.codes import RequestCode
+from ..common.errors import FerryMQError
 from ..common.names import is_retry_topic, retry_topic
 from ..common.progress import decode_progress
 from ..remoting.command import RemotingCommand
@@ -53,7 +54,7 @@ NAMESRV_GUARDED_CODES = frozenset({
 })
 
 
-class ResourceParseError(ValueError):
+class ResourceParseError(FerryMQError, ValueError):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(f"request code {code}: {reason}")
         self.code = code

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..common.errors import FerryMQError
 from ..common.names import retry_topic
 from .address import AddressPattern, AddressPatternError, parse_address_pattern
 from .permission import Perm, parse_perm
@@ -30,7 +31,7 @@ from .permission import Perm, parse_perm
 MIN_KEY_LENGTH = 6
 
 
-class AclConfigError(ValueError):
+class AclConfigError(FerryMQError, ValueError):
     def __init__(self, source: str, reason: str) -> None:
         super().__init__(f"ACL file {source}: {reason}")
         self.source = source

@@ -10,12 +10,13 @@ from typing import Any
 
 from ..common.delay import DEFAULT_DELAY_LEVELS, DelayLevelError
 from ..common.delay import parse_delay_levels as _parse_levels
+from ..common.errors import FerryMQError
 from ..common.paths import PathField, StrPath
 from ..remoting.tls import ClientAuth, TlsClientSettings, TlsConfigError, TlsMode, TlsServerSettings
 from ..store import FlushDiskType
 
 
-class ConfigError(ValueError):
+class ConfigError(FerryMQError, ValueError):
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"configuration {key!r}: {reason}")
         self.key = key

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import jsonx
+from ..common.errors import FerryMQError
 from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -63,7 +64,7 @@ class StrandedQueue:
     messages: int
 
 
-class ReadShrinkRefused(Exception):
+class ReadShrinkRefused(FerryMQError):
     """Lowering the topic's read queues would leave unconsumed messages where no consumer
     reads any more; refused unless forced."""
 

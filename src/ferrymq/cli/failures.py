@@ -23,7 +23,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-class CommandFailed(Exception):
+class CommandFailed(FerryMQError):
     """A failure a command detects itself (nothing found, fewer messages than asked, ...)."""
 
     def __init__(self, message: str, *, kind: str = "CommandFailed", exit_code: int = 1) -> None:

@@ -5,13 +5,15 @@ its delivery time), which must not import each other."""
 
 from __future__ import annotations
 
+from .errors import FerryMQError
+
 # RocketMQ's messageDelayLevel default: 18 levels.
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-class DelayLevelError(ValueError):
+class DelayLevelError(FerryMQError, ValueError):
     def __init__(self, text: str, reason: str) -> None:
         super().__init__(f"bad delay levels {text!r}: {reason}")
         self.text = text

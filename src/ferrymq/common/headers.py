@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .errors import FerryMQError
 
-class HeaderError(ValueError):
+
+class HeaderError(FerryMQError, ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"header field {field!r} {reason}")
         self.field = field

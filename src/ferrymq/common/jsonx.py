@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .errors import FerryMQError
+
 _decoder = json.JSONDecoder()
 _WS = " \t\n\r"
 
 
-class JsonxError(ValueError):
+class JsonxError(FerryMQError, ValueError):
     def __init__(self, position: int, reason: str) -> None:
         super().__init__(f"malformed JSON at {position}: {reason}")
         self.position = position

@@ -13,6 +13,7 @@ import base64
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .errors import FerryMQError
 from .names import RETRY_GROUP_TOPIC_PREFIX
 
 SEPARATOR = " "
@@ -24,7 +25,7 @@ PROPERTY_POP_CK = "POP_CK"
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 
 
-class ExtraInfoError(ValueError):
+class ExtraInfoError(FerryMQError, ValueError):
     def __init__(self, text: str, reason: str) -> None:
         super().__init__(f"extraInfo {text!r}: {reason}")
         self.text = text

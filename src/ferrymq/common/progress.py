@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonx
+from .errors import FerryMQError
 
 Ranges = list[tuple[int, int]]
 
@@ -25,7 +26,7 @@ RELEASED = "released"
 HANDOVER_WAIT_MS = "handoverWaitMs"
 
 
-class ProgressDecodeError(ValueError):
+class ProgressDecodeError(FerryMQError, ValueError):
     """A progress body that is not what the extension defines."""
 
 

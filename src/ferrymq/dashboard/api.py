@@ -92,6 +92,8 @@ class DashboardApi:
                                  f"{actor.access_key} is not one", "AccessDenied")
         try:
             return Response.json(await endpoint(request, Caller(actor, self.clients.admin(actor))))
+        except HttpError:  # a FerryMQError too, but it carries its own status
+            raise
         except NoPermissionError as exc:  # the broker's ACL refused the caller's account
             return Response.error(403, str(exc), type(exc).__name__)
         except NoRouteError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..common import jsonx
+from ..common.errors import FerryMQError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ REASONS = {
 }
 
 
-class HttpError(Exception):
+class HttpError(FerryMQError):
     """A request the server refuses; the status, kind and message go back to the client as
     JSON (`{"error": {"type": kind, "message"}}`), with `headers` added to the answer."""
 

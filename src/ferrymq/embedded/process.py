@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..common.errors import FerryMQError
 
-class ServerNotReadyError(RuntimeError):
+
+class ServerNotReadyError(FerryMQError, RuntimeError):
     """The process exited, or printed no ready line within the deadline."""
 
     def __init__(self, name: str, returncode: int | None, log_tail: str) -> None:

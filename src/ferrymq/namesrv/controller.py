@@ -17,6 +17,7 @@ from typing import Any
 
 from ..common import jsonx
 from ..common.durable import atomic_write
+from ..common.errors import FerryMQError
 from ..common.paths import StrPath, as_path
 
 STATE_FILE = "controller.json"
@@ -24,7 +25,7 @@ _FORMAT_VERSION = 1
 NO_MASTER = -1
 
 
-class ControllerError(Exception):
+class ControllerError(FerryMQError):
     """A request the controller refuses; `remark` is what the caller is told."""
 
     def __init__(self, remark: str) -> None:
@@ -60,7 +61,7 @@ class FencedSyncStateSetEpoch(ControllerError):
         self.current = current
 
 
-class ControllerStateError(Exception):
+class ControllerStateError(FerryMQError):
     """The state file exists but cannot be used; starting without it could elect a replica
     that is out of sync, so the controller refuses to start."""
 

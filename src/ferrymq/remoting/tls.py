@@ -12,11 +12,13 @@ import os
 import ssl
 from dataclasses import dataclass
 
+from ..common.errors import FerryMQError
+
 # The first byte of a TLS record carrying a handshake (ClientHello).
 TLS_HANDSHAKE_BYTE = 0x16
 
 
-class TlsConfigError(ValueError):
+class TlsConfigError(FerryMQError, ValueError):
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"TLS configuration {key!r}: {reason}")
         self.key = key

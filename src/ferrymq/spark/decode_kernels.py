@@ -22,6 +22,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..common.errors import FerryMQError
 from ..common.props import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -63,7 +64,7 @@ _KEYS = pa.scalar(PROPERTY_KEYS, pa.string())
 _TAGS = pa.scalar(PROPERTY_TAGS, pa.string())
 
 
-class Slow(Exception):
+class Slow(FerryMQError):
     """A response this decoder does not take: the exact path decodes it."""
 
 

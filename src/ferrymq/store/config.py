@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from ..common.errors import FerryMQError
 from ..common.paths import StrPath, as_path
 from .damage import CorruptPolicy
 
@@ -19,7 +20,7 @@ class FlushDiskType(enum.Enum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
-class StoreConfigError(ValueError):
+class StoreConfigError(FerryMQError, ValueError):
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"store configuration {key!r}: {reason}")
         self.key = key

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..common.errors import FerryMQError
 from ..common.names import SCHEDULE_TOPIC, java_string_hash
 from ..common.record import (
     KEY_ENTRY,
@@ -24,7 +25,7 @@ from .config import parse_address
 from .model import AppendedMessage, PutStatus, StoreMessage
 
 
-class IllegalMessage(Exception):
+class IllegalMessage(FerryMQError):
     def __init__(self, status: PutStatus, reason: str) -> None:
         super().__init__(reason)
         self.status = status

@@ -12,12 +12,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..common.errors import FerryMQError
 from .files import atomic_write
 
 Epoch = tuple[int, int]
 
 
-class EpochFileError(ValueError):
+class EpochFileError(FerryMQError, ValueError):
     def __init__(self, path: Path, reason: str) -> None:
         super().__init__(f"epoch file {path}: {reason}")
         self.path = path

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..common.errors import FerryMQError
 
-class StoreError(Exception):
+
+class StoreError(FerryMQError):
     pass
 
 
@@ -43,9 +45,13 @@ class StoreStateError(StoreError):
         self.state = state
 
 
-class StoreSpaceError(OSError):
+class StoreSpaceError(FerryMQError, OSError):
     """A store file could not get the space it needed (ENOSPC or EDQUOT, kept as errno): names
     the file and the bytes it asked for, so a refusal points at what took the disk."""
+
+    # Space comes back (files expire, an operator frees some); RocketMQ answers a full disk
+    # with SERVICE_NOT_AVAILABLE, which its producers retry.
+    retriable = True
 
     def __init__(self, path: Path, needed: int, what: str, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror, str(path))

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...common import props as P
+from ...common.errors import FerryMQError
 from ...common.names import dlq_topic, is_retry_topic
 from ...common.record import MessageDecodeError, decode_record
 from ...store import GetStatus, StoreMessage
@@ -76,7 +77,7 @@ class ChangeResult:
     invisible_ms: int
 
 
-class PopRefused(Exception):
+class PopRefused(FerryMQError):
     """A pop the service will not serve (bad queue); carries a reason for the answer."""
 
     def __init__(self, reason: str) -> None:

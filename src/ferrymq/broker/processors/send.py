@@ -7,6 +7,7 @@ import random
 
 from ...common import props as P
 from ...common.codes import RequestCode, ResponseCode
+from ...common.errors import FerryMQError
 from ...common.headers import (
     PERM_WRITE,
     fields,
@@ -59,7 +60,7 @@ _TRAN_MARK = P.PROPERTY_TRANSACTION_PREPARED.encode() + b"\x01"
 _TIMER_MARK = b"TIMER_"  # what every timer request's property name starts with
 
 
-class SendRejected(Exception):
+class SendRejected(FerryMQError):
     def __init__(self, code: int, remark: str) -> None:
         super().__init__(remark)
         self.code = code

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...common import props as P
+from ...common.errors import FerryMQError
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 # Marks a record written by a broker (a client's trace message has no such property).
@@ -38,7 +39,7 @@ R_INVISIBLE = "invisible_changed"
 R_ROLLED_BACK = "rolled_back"
 
 
-class TraceRecordError(ValueError):
+class TraceRecordError(FerryMQError, ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"not a broker trace record: {reason}")
         self.reason = reason

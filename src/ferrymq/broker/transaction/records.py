@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...common import props as P
+from ...common.errors import FerryMQError
 from ...common.message import MessageExt
 from ...common.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from ...common.record import Properties, properties_map, property_value
@@ -37,7 +38,7 @@ OP_QUEUE_ID = 0
 CHECK_MAX_QUEUE_ID = 0
 
 
-class HalfMessageError(ValueError):
+class HalfMessageError(FerryMQError, ValueError):
     """A record in the half queue that cannot be a half message (no REAL_TOPIC / REAL_QID)."""
 
     def __init__(self, queue_offset: int, reason: str) -> None:

@@ -17,6 +17,7 @@ import socket
 import struct
 import zlib
 
+from ..errors import FerryMQError
 from ..ids import packed_ip
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, RocketMQ's V1 record
@@ -86,7 +87,7 @@ NAME_VALUE_SEPARATOR = 1
 PROPERTY_SEPARATOR = 2
 
 
-class MessageDecodeError(ValueError):
+class MessageDecodeError(FerryMQError, ValueError):
     """Bytes that are not a well-formed stored message (or batch entry)."""
 
     def __init__(self, position: int, reason: str) -> None:
@@ -95,7 +96,7 @@ class MessageDecodeError(ValueError):
         self.reason = reason
 
 
-class RecordEncodeError(ValueError):
+class RecordEncodeError(FerryMQError, ValueError):
     """A message the store cannot write; `status` names the PutStatus to answer with."""
 
     def __init__(self, status: str, reason: str) -> None:

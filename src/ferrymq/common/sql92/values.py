@@ -12,6 +12,8 @@ import math
 import re
 from typing import TypeAlias
 
+from ..errors import FerryMQError
+
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -28,7 +30,7 @@ class JLong(int):
 Value: TypeAlias = str | bool | int | float | None
 
 
-class EvalError(Exception):
+class EvalError(FerryMQError):
     """Evaluating a selector failed (a conversion Java would refuse): the message does not match."""
 
 
