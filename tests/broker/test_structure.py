@@ -28,3 +28,16 @@ def test_processors_do_not_import_the_controller() -> None:
         for p in modules
     }
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_only_the_put_pipeline_appends_to_the_store() -> None:
+    """Every message a broker stores goes through broker/put.py (routing, the role gate, the
+    replication wait, stats and events): no other module calls the store's put."""
+    src = Path(processors.__file__).parents[3]
+    callers = sorted(
+        str(p.relative_to(src)) for p in src.rglob("*.py")
+        if "store" not in p.relative_to(src).parts[:2]
+        and any(isinstance(node, ast.Attribute) and node.attr in ("put_messages", "put_messages_async")
+                for node in ast.walk(ast.parse(p.read_text())))
+    )
+    assert callers == ["ferrymq/broker/put.py"]

@@ -14,11 +14,9 @@ from typing import Any
 from ..acl import AclFile, AclGuard, GuardScope, sign
 from ..acl.signing import credentials_from
 from ..common import jsonx
-from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.headers import fields
 from ..common.names import SCHEDULE_TOPIC, TIMER_TOPIC
-from ..common.record import properties_map, property_value
 from ..remoting import (
     ClientConfig,
     RemotingClient,
@@ -27,31 +25,27 @@ from ..remoting import (
     RemotingServer,
     ServerConfig,
 )
-from ..store import CorruptPolicy, MessageStore, PutResult, PutStatus, StoreConfig, StoreMessage
+from ..store import CorruptPolicy, MessageStore, PutResult, StoreConfig, StoreMessage
 from .clients import ClientRegistry, QueueLocks
 from .coalesce import Coalescer
 from .config import BrokerConfig, parse_delay_levels
-from .events import MessageEvent, MessageEventKind, MessageEvents
+from .events import MessageEvents
 from .handover import Handover
 from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
 from .offsets import DelayOffsetManager, OffsetManager
 from .processors.registry import register_all
+from .put import PutPipeline, Routing
 from .replication import Replication
 from .roles import MASTER
-from .schedule import ScheduleService, to_scheduled
+from .schedule import ScheduleService
 from .stats import TrafficStats
-from .timer import TimerMessageError, TimerService, TimerStoreConfig, asks_for_timer, to_timer
+from .timer import TimerService, TimerStoreConfig
 from .topics import TopicManager
 from .trace import TRACED_EVENTS, TraceRecorder
 from .transaction import TransactionService
 
 log = logging.getLogger("ferrymq.broker")
-
-# What a message's encoded properties must contain to ask for a delay level or a timer: a put
-# whose messages contain neither needs no property lookup (TIMER_* are the timer's requests).
-_DELAY_MARK = P.PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
-_TIMER_MARK = b"TIMER_"
 
 
 class Broker:
@@ -114,6 +108,12 @@ class Broker:
         self._register_soon = asyncio.Event()
         self._stopping = False
         self.replication = Replication(self)
+        self.pipeline = PutPipeline(
+            lambda: self.store, self.replication,
+            Routing(len(self.levels_ms),
+                    config.timer_max_delay_sec * 1000 if config.timer_wheel_enable else None,
+                    self.now_ms),
+            self.stats, self.events)
         self._master_services = False
         self.transactions = TransactionService(self)
         register_all(self, self.server)
@@ -292,53 +292,8 @@ class Broker:
 
     # --- writes: every message enters the store here ---------------------------------------
     async def put(self, msgs: Sequence[StoreMessage], *, allow_delay: bool = True) -> PutResult:
-        store = self.store
-        assert store is not None
-        refused = self.replication.refuse_reason()
-        if refused:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, [], store.max_phy_offset, refused)
-        if allow_delay:
-            try:
-                msgs = [self._maybe_schedule(m) for m in msgs]
-            except TimerMessageError as exc:
-                return PutResult(PutStatus.MESSAGE_ILLEGAL, [], store.max_phy_offset, str(exc))
-        result = await self.replication.after_put(await store.put_messages_async(msgs))
-        if result.status.stored:
-            self.stats.add_put(len(msgs))
-            self.stats.count_put(msgs, result)
-        if result.status.stored and self.events.wants_stored:
-            for m, a in zip(msgs, result.messages, strict=False):
-                self.events.emit(MessageEvent(MessageEventKind.STORED, m.topic, m.queue_id,
-                                              a.queue_offset, msg_id=property_value(
-                                                  m.properties, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                                              or ""))
-        return result
-
-    def _maybe_schedule(self, msg: StoreMessage) -> StoreMessage:
-        props = msg.properties
-        if isinstance(props, bytes) and _DELAY_MARK not in props and _TIMER_MARK not in props:
-            return msg  # as sent by a producer, asking for neither: two scans of C speed
-        if asks_for_timer(props):
-            if self.timer is not None:
-                msg = to_timer(msg, self.now_ms(), self.config.timer_max_delay_sec * 1000)
-            elif asks_for_timer(properties_map(props)):
-                # The quick test only found TIMER_ somewhere (a key, a tag or a value may
-                # contain it); without a wheel only a real request is refused.
-                raise TimerMessageError("TIMER_*", "", "cannot be honoured: the broker's timer "
-                                        "wheel is off (timer_wheel_enable)")
-        return self._maybe_delay(msg)
-
-    def _maybe_delay(self, msg: StoreMessage) -> StoreMessage:
-        level_text = property_value(msg.properties, P.PROPERTY_DELAY_TIME_LEVEL)
-        if not level_text or msg.topic == SCHEDULE_TOPIC:
-            return msg
-        try:
-            level = int(level_text)
-        except ValueError:
-            return msg
-        if level <= 0:
-            return msg
-        return to_scheduled(msg, level, len(self.levels_ms))
+        """BrokerCore.put: the put pipeline (put.py)."""
+        return await self.pipeline.put(msgs, route=allow_delay)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if self.waiters is not None:

@@ -148,7 +148,7 @@ class TraceRecorder:
             count += len(events)
         if not msgs:
             return 0
-        result = await store.put_messages_async(msgs)
+        result = await self._broker.put(msgs, allow_delay=False)
         if not result.status.stored:
             log.warning("trace records not stored (%s): %d events lost", result.status.name,
                         count)
