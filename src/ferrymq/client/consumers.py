@@ -4,14 +4,20 @@ blocking PushConsumer run on its consume thread pool."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ..common.message import MessageExt, MessageQueue
+from ..common.paths import StrPath
+from ..remoting.tls import TlsClientSettings
 from .blocking import Facade, blocking, on_loop, run_coro, run_sync, shutdown_blocking, start_blocking
+from .consumer.allocate import AllocateStrategy
 from .consumer.lite import AsyncLitePullConsumer
-from .consumer.push import AsyncPushConsumer
+from .consumer.options import CONSUMER_DEFAULTS as _D
+from .consumer.push import PUSH_PULL_BATCH_SIZE, AsyncPushConsumer
 from .consumer.simple import AsyncSimpleConsumer, MessageView
+from .consumer.types import ConsumeFromWhere, MessageModel
 from .loop import LoopThread
 
 T = TypeVar("T")
@@ -21,8 +27,64 @@ SHUTDOWN_MARGIN = 30.0
 
 
 class PushConsumer(Facade[AsyncPushConsumer]):
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
-        self._impl = AsyncPushConsumer(group, namesrv, **options)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        message_model: MessageModel = _D.message_model,
+        consume_from_where: ConsumeFromWhere = _D.consume_from_where,
+        consume_timestamp: int | dt.datetime | None = _D.consume_timestamp,
+        consume_threads: int = _D.consume_threads,
+        consume_message_batch_max_size: int = _D.consume_message_batch_max_size,
+        pull_batch_size: int = PUSH_PULL_BATCH_SIZE,
+        max_reconsume_times: int = _D.max_reconsume_times,
+        pull_threshold_for_queue: int = _D.pull_threshold_for_queue,
+        pull_threshold_size_for_queue: int = _D.pull_threshold_size_for_queue,
+        pull_suspend_timeout: float = _D.pull_suspend_timeout,
+        pull_interval: float = _D.pull_interval,
+        pull_delay_on_error: float = _D.pull_delay_on_error,
+        rebalance_interval: float = _D.rebalance_interval,
+        persist_interval: float = _D.persist_interval,
+        commit_delay: float = _D.commit_delay,
+        local_retry_delay: float = _D.local_retry_delay,
+        consume_timeout: float = _D.consume_timeout,
+        suspend_current_queue_time: float = _D.suspend_current_queue_time,
+        lock_interval: float = _D.lock_interval,
+        lock_max_live: float = _D.lock_max_live,
+        lock_retry_delay: float = _D.lock_retry_delay,
+        shutdown_timeout: float = _D.shutdown_timeout,
+        release_wait: float = _D.release_wait,
+        allocate_strategy: str | AllocateStrategy = _D.allocate_strategy,
+        offset_store_dir: StrPath | None = _D.offset_store_dir,
+        precise_ack: bool = _D.precise_ack,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        request_timeout: float = _D.request_timeout,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
+    ) -> None:
+        self._impl = AsyncPushConsumer(
+            group, namesrv,
+            message_model=message_model, consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp, consume_threads=consume_threads,
+            consume_message_batch_max_size=consume_message_batch_max_size,
+            pull_batch_size=pull_batch_size, max_reconsume_times=max_reconsume_times,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            pull_suspend_timeout=pull_suspend_timeout, pull_interval=pull_interval,
+            pull_delay_on_error=pull_delay_on_error, rebalance_interval=rebalance_interval,
+            persist_interval=persist_interval, commit_delay=commit_delay,
+            local_retry_delay=local_retry_delay, consume_timeout=consume_timeout,
+            suspend_current_queue_time=suspend_current_queue_time, lock_interval=lock_interval,
+            lock_max_live=lock_max_live, lock_retry_delay=lock_retry_delay,
+            shutdown_timeout=shutdown_timeout, release_wait=release_wait,
+            allocate_strategy=allocate_strategy, offset_store_dir=offset_store_dir,
+            precise_ack=precise_ack, route_refresh_interval=route_refresh_interval,
+            heartbeat_interval=heartbeat_interval, request_timeout=request_timeout,
+            access_key=access_key, secret_key=secret_key, tls=tls,
+        )
         self._loop: LoopThread | None = None
 
     @property
@@ -74,9 +136,60 @@ class LitePullConsumer(Facade[AsyncLitePullConsumer]):
         namesrv: str = "127.0.0.1:9876",
         *,
         auto_commit: bool = True,
-        **options: Any,
+        auto_commit_interval: float = 5.0,
+        message_model: MessageModel = _D.message_model,
+        consume_from_where: ConsumeFromWhere = _D.consume_from_where,
+        consume_timestamp: int | dt.datetime | None = _D.consume_timestamp,
+        consume_threads: int = _D.consume_threads,
+        consume_message_batch_max_size: int = _D.consume_message_batch_max_size,
+        pull_batch_size: int = _D.pull_batch_size,
+        max_reconsume_times: int = _D.max_reconsume_times,
+        pull_threshold_for_queue: int = _D.pull_threshold_for_queue,
+        pull_threshold_size_for_queue: int = _D.pull_threshold_size_for_queue,
+        pull_suspend_timeout: float = _D.pull_suspend_timeout,
+        pull_interval: float = _D.pull_interval,
+        pull_delay_on_error: float = _D.pull_delay_on_error,
+        rebalance_interval: float = _D.rebalance_interval,
+        persist_interval: float | None = None,  # None: auto_commit_interval
+        commit_delay: float = _D.commit_delay,
+        local_retry_delay: float = _D.local_retry_delay,
+        consume_timeout: float = _D.consume_timeout,
+        suspend_current_queue_time: float = _D.suspend_current_queue_time,
+        lock_interval: float = _D.lock_interval,
+        lock_max_live: float = _D.lock_max_live,
+        lock_retry_delay: float = _D.lock_retry_delay,
+        shutdown_timeout: float = _D.shutdown_timeout,
+        release_wait: float = _D.release_wait,
+        allocate_strategy: str | AllocateStrategy = _D.allocate_strategy,
+        offset_store_dir: StrPath | None = _D.offset_store_dir,
+        precise_ack: bool = _D.precise_ack,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        request_timeout: float = _D.request_timeout,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
     ) -> None:
-        self._impl = AsyncLitePullConsumer(group, namesrv, auto_commit=auto_commit, **options)
+        self._impl = AsyncLitePullConsumer(
+            group, namesrv, auto_commit=auto_commit, auto_commit_interval=auto_commit_interval,
+            message_model=message_model, consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp, consume_threads=consume_threads,
+            consume_message_batch_max_size=consume_message_batch_max_size,
+            pull_batch_size=pull_batch_size, max_reconsume_times=max_reconsume_times,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            pull_suspend_timeout=pull_suspend_timeout, pull_interval=pull_interval,
+            pull_delay_on_error=pull_delay_on_error, rebalance_interval=rebalance_interval,
+            persist_interval=persist_interval, commit_delay=commit_delay,
+            local_retry_delay=local_retry_delay, consume_timeout=consume_timeout,
+            suspend_current_queue_time=suspend_current_queue_time, lock_interval=lock_interval,
+            lock_max_live=lock_max_live, lock_retry_delay=lock_retry_delay,
+            shutdown_timeout=shutdown_timeout, release_wait=release_wait,
+            allocate_strategy=allocate_strategy, offset_store_dir=offset_store_dir,
+            precise_ack=precise_ack, route_refresh_interval=route_refresh_interval,
+            heartbeat_interval=heartbeat_interval, request_timeout=request_timeout,
+            access_key=access_key, secret_key=secret_key, tls=tls,
+        )
         self._loop: LoopThread | None = None
 
     @property
@@ -127,8 +240,29 @@ class LitePullConsumer(Facade[AsyncLitePullConsumer]):
 class SimpleConsumer(Facade[AsyncSimpleConsumer]):
     """Pop consumption with per-message acknowledgement (see AsyncSimpleConsumer)."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
-        self._impl = AsyncSimpleConsumer(group, namesrv, **options)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        await_duration: float = 20.0,
+        orderly: bool = False,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.FIRST_OFFSET,
+        request_timeout: float = 3.0,
+        heartbeat_interval: float = 30.0,
+        route_refresh_interval: float = 30.0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        tls: TlsClientSettings | bool | None = None,
+    ) -> None:
+        self._impl = AsyncSimpleConsumer(
+            group, namesrv,
+            await_duration=await_duration, orderly=orderly,
+            consume_from_where=consume_from_where, request_timeout=request_timeout,
+            heartbeat_interval=heartbeat_interval,
+            route_refresh_interval=route_refresh_interval, access_key=access_key,
+            secret_key=secret_key, tls=tls,
+        )
         self._loop: LoopThread | None = None
 
     @property

@@ -8,12 +8,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ..common.message import Message
+from ..remoting.tls import TlsClientSettings
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
 from .errors import ClientClosedError
 from .intake import Intake
 from .loop import LoopThread
 from .outgoing import Outgoing
 from .producer_async import AsyncProducer
+from .producer_options import PRODUCER_DEFAULTS as _D
 from .results import SendResult
 
 T = TypeVar("T")
@@ -22,8 +24,47 @@ T = TypeVar("T")
 class Producer(Facade[AsyncProducer]):
     """Thread-safe: any number of threads may send through one started producer."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", **options: Any) -> None:
-        self._impl = AsyncProducer(group, namesrv, **options)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        send_timeout: float = _D.send_timeout,
+        retry_times_when_send_failed: int = _D.retry_times_when_send_failed,
+        retry_times_when_send_async_failed: int = _D.retry_times_when_send_async_failed,
+        compress_over: int = _D.compress_over,
+        max_message_size: int = _D.max_message_size,
+        default_topic_queue_nums: int = _D.default_topic_queue_nums,
+        create_topic_key: str = _D.create_topic_key,
+        latency_fault_enabled: bool = _D.latency_fault_enabled,
+        fault_isolation: float | None = _D.fault_isolation,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        delay_levels: int = _D.delay_levels,
+        auto_batch: bool = _D.auto_batch,
+        batch_max_delay_ms: float = _D.batch_max_delay_ms,
+        batch_max_bytes: int = _D.batch_max_bytes,
+        total_batch_max_bytes: int = _D.total_batch_max_bytes,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
+    ) -> None:
+        self._attach(AsyncProducer(
+            group, namesrv,
+            send_timeout=send_timeout, retry_times_when_send_failed=retry_times_when_send_failed,
+            retry_times_when_send_async_failed=retry_times_when_send_async_failed,
+            compress_over=compress_over, max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums, create_topic_key=create_topic_key,
+            latency_fault_enabled=latency_fault_enabled, fault_isolation=fault_isolation,
+            route_refresh_interval=route_refresh_interval, heartbeat_interval=heartbeat_interval,
+            delay_levels=delay_levels, auto_batch=auto_batch,
+            batch_max_delay_ms=batch_max_delay_ms, batch_max_bytes=batch_max_bytes,
+            total_batch_max_bytes=total_batch_max_bytes, access_key=access_key,
+            secret_key=secret_key, tls=tls,
+        ))
+
+    def _attach(self, impl: AsyncProducer) -> None:
+        self._impl = impl
         self._loop: LoopThread | None = None
         self._intake: Intake[Outgoing, SendResult] | None = None
 

@@ -17,7 +17,7 @@ from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.ids import uniq_id_generator
 from ..common.message import BatchEntry, Message, MessageQueue
-from ..common.names import AUTO_CREATE_TOPIC_KEY_TOPIC, java_string_hash, validate_group
+from ..common.names import java_string_hash, validate_group
 from ..common.record import encode_batch
 from ..remoting import RemotingCommand, RemotingError
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
@@ -34,7 +34,9 @@ from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .intake import copy_to
 from .lifecycle import Lifecycle, State
-from .outgoing import DEFAULT_DELAY_LEVEL_COUNT, MAX_MESSAGE_SIZE, Outgoing, Preparer
+from .outgoing import Outgoing, Preparer
+from .producer_options import PRODUCER_DEFAULTS as _D
+from .producer_options import ProducerOptions
 from .results import SendResult, SendStatus
 from .route import TopicRoute
 
@@ -71,42 +73,53 @@ class AsyncProducer(Lifecycle, Preparer):
         group: str,
         namesrv: str = "127.0.0.1:9876",
         *,
-        send_timeout: float = 3.0,
-        retry_times_when_send_failed: int = 2,
-        retry_times_when_send_async_failed: int = 2,
-        compress_over: int = 4096,
-        max_message_size: int = MAX_MESSAGE_SIZE,
-        default_topic_queue_nums: int = 8,
-        create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
-        latency_fault_enabled: bool = True,
-        fault_isolation: float | None = 30.0,
-        route_refresh_interval: float = 30.0,
-        heartbeat_interval: float = 30.0,
-        delay_levels: int = DEFAULT_DELAY_LEVEL_COUNT,
-        auto_batch: bool = True,
-        batch_max_delay_ms: float = 0.0,
-        batch_max_bytes: int = 32 * 1024,
-        total_batch_max_bytes: int = 32 * 1024 * 1024,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        tls: TlsClientSettings | bool | None = None,
+        send_timeout: float = _D.send_timeout,
+        retry_times_when_send_failed: int = _D.retry_times_when_send_failed,
+        retry_times_when_send_async_failed: int = _D.retry_times_when_send_async_failed,
+        compress_over: int = _D.compress_over,
+        max_message_size: int = _D.max_message_size,
+        default_topic_queue_nums: int = _D.default_topic_queue_nums,
+        create_topic_key: str = _D.create_topic_key,
+        latency_fault_enabled: bool = _D.latency_fault_enabled,
+        fault_isolation: float | None = _D.fault_isolation,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        delay_levels: int = _D.delay_levels,
+        auto_batch: bool = _D.auto_batch,
+        batch_max_delay_ms: float = _D.batch_max_delay_ms,
+        batch_max_bytes: int = _D.batch_max_bytes,
+        total_batch_max_bytes: int = _D.total_batch_max_bytes,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
     ) -> None:
         super().__init__()
         validate_group(group)
+        self.options = o = ProducerOptions(
+            send_timeout=send_timeout, retry_times_when_send_failed=retry_times_when_send_failed,
+            retry_times_when_send_async_failed=retry_times_when_send_async_failed,
+            compress_over=compress_over, max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums, create_topic_key=create_topic_key,
+            latency_fault_enabled=latency_fault_enabled, fault_isolation=fault_isolation,
+            route_refresh_interval=route_refresh_interval, heartbeat_interval=heartbeat_interval,
+            delay_levels=delay_levels, auto_batch=auto_batch, batch_max_delay_ms=batch_max_delay_ms,
+            batch_max_bytes=batch_max_bytes, total_batch_max_bytes=total_batch_max_bytes,
+            access_key=access_key, secret_key=secret_key, tls=tls,
+        )
         self.group = group
         self.namesrv = namesrv
-        self.send_timeout = send_timeout
-        self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
-        Preparer.__init__(self, max_message_size=max_message_size, compress_over=compress_over,
-                          delay_levels=delay_levels)
-        self.default_topic_queue_nums = default_topic_queue_nums
-        self.create_topic_key = create_topic_key
-        self.latency_fault_enabled = latency_fault_enabled
-        self.fault = LatencyFaultTolerance(isolation_seconds=fault_isolation)
+        self.send_timeout = o.send_timeout
+        self.retry_times_when_send_failed = o.retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = o.retry_times_when_send_async_failed
+        Preparer.__init__(self, max_message_size=o.max_message_size, compress_over=o.compress_over,
+                          delay_levels=o.delay_levels)
+        self.default_topic_queue_nums = o.default_topic_queue_nums
+        self.create_topic_key = o.create_topic_key
+        self.latency_fault_enabled = o.latency_fault_enabled
+        self.fault = LatencyFaultTolerance(isolation_seconds=o.fault_isolation)
         self.instance_config = InstanceConfig(
-            namesrv, route_refresh_interval, heartbeat_interval, send_timeout,
-            credentials=credentials_from(access_key, secret_key), tls=resolve_client_tls(tls),
+            namesrv, o.route_refresh_interval, o.heartbeat_interval, o.send_timeout,
+            credentials=credentials_from(o.access_key, o.secret_key), tls=resolve_client_tls(o.tls),
         )
         self._inst: ClientInstance | None = None
         self._topics: set[str] = set()
@@ -114,7 +127,7 @@ class AsyncProducer(Lifecycle, Preparer):
         self._queue_cache: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._no_route_checked: dict[str, float] = {}
         self.auto_batch = AutoBatchConfig(
-            auto_batch, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes
+            o.auto_batch, o.batch_max_delay_ms, o.batch_max_bytes, o.total_batch_max_bytes
         )
         self._accumulator = Accumulator(self.auto_batch, self._send_accumulated, self._send_entry_async)
 

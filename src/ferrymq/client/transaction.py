@@ -10,7 +10,9 @@ import logging
 from typing import Any
 
 from ..common.message import Message, MessageExt
+from ..remoting.tls import TlsClientSettings
 from .producer import Producer
+from .producer_options import PRODUCER_DEFAULTS as _D
 from .transaction_async import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -27,11 +29,47 @@ class TransactionProducer(Producer):
     """A Producer that also sends in transactions. `listener`'s methods must be plain
     (blocking) functions here; `check_threads` run the broker's checks."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, listener: TransactionListener,
-                 check_threads: int = 1, **options: Any) -> None:
-        super().__init__(group, namesrv)
-        self._tx = AsyncTransactionProducer(group, namesrv, listener=listener, **options)
-        self._impl = self._tx
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        listener: TransactionListener,
+        check_threads: int = 1,
+        send_timeout: float = _D.send_timeout,
+        retry_times_when_send_failed: int = _D.retry_times_when_send_failed,
+        retry_times_when_send_async_failed: int = _D.retry_times_when_send_async_failed,
+        compress_over: int = _D.compress_over,
+        max_message_size: int = _D.max_message_size,
+        default_topic_queue_nums: int = _D.default_topic_queue_nums,
+        create_topic_key: str = _D.create_topic_key,
+        latency_fault_enabled: bool = _D.latency_fault_enabled,
+        fault_isolation: float | None = _D.fault_isolation,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        delay_levels: int = _D.delay_levels,
+        auto_batch: bool = _D.auto_batch,
+        batch_max_delay_ms: float = _D.batch_max_delay_ms,
+        batch_max_bytes: int = _D.batch_max_bytes,
+        total_batch_max_bytes: int = _D.total_batch_max_bytes,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
+    ) -> None:
+        self._tx = AsyncTransactionProducer(
+            group, namesrv, listener=listener,
+            send_timeout=send_timeout, retry_times_when_send_failed=retry_times_when_send_failed,
+            retry_times_when_send_async_failed=retry_times_when_send_async_failed,
+            compress_over=compress_over, max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums, create_topic_key=create_topic_key,
+            latency_fault_enabled=latency_fault_enabled, fault_isolation=fault_isolation,
+            route_refresh_interval=route_refresh_interval, heartbeat_interval=heartbeat_interval,
+            delay_levels=delay_levels, auto_batch=auto_batch,
+            batch_max_delay_ms=batch_max_delay_ms, batch_max_bytes=batch_max_bytes,
+            total_batch_max_bytes=total_batch_max_bytes, access_key=access_key,
+            secret_key=secret_key, tls=tls,
+        )
+        self._attach(self._tx)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max(check_threads, 1), thread_name_prefix=f"ferrymq-transaction-check-{group}")
         self._tx.run_checker = self._check_in_pool

@@ -21,8 +21,10 @@ from ..common.ids import MessageIdError, decode_offset_msg_id
 from ..common.message import Message, MessageExt
 from ..common.record.layout import SYSFLAG_TRANSACTION_PREPARED
 from ..remoting import RemotingError
+from ..remoting.tls import TlsClientSettings
 from .instance import ClientInstance
 from .producer_async import AsyncProducer
+from .producer_options import PRODUCER_DEFAULTS as _D
 from .results import SendResult, SendStatus
 
 log = logging.getLogger("ferrymq.client.transaction")
@@ -85,9 +87,45 @@ async def _state(value: StateOrAwaitable) -> LocalTransactionState:
 class AsyncTransactionProducer(AsyncProducer):
     kind = "TransactionProducer"
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, listener: TransactionListener,
-                 **options: Any) -> None:
-        super().__init__(group, namesrv, **options)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        listener: TransactionListener,
+        send_timeout: float = _D.send_timeout,
+        retry_times_when_send_failed: int = _D.retry_times_when_send_failed,
+        retry_times_when_send_async_failed: int = _D.retry_times_when_send_async_failed,
+        compress_over: int = _D.compress_over,
+        max_message_size: int = _D.max_message_size,
+        default_topic_queue_nums: int = _D.default_topic_queue_nums,
+        create_topic_key: str = _D.create_topic_key,
+        latency_fault_enabled: bool = _D.latency_fault_enabled,
+        fault_isolation: float | None = _D.fault_isolation,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        delay_levels: int = _D.delay_levels,
+        auto_batch: bool = _D.auto_batch,
+        batch_max_delay_ms: float = _D.batch_max_delay_ms,
+        batch_max_bytes: int = _D.batch_max_bytes,
+        total_batch_max_bytes: int = _D.total_batch_max_bytes,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
+    ) -> None:
+        super().__init__(
+            group, namesrv,
+            send_timeout=send_timeout, retry_times_when_send_failed=retry_times_when_send_failed,
+            retry_times_when_send_async_failed=retry_times_when_send_async_failed,
+            compress_over=compress_over, max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums, create_topic_key=create_topic_key,
+            latency_fault_enabled=latency_fault_enabled, fault_isolation=fault_isolation,
+            route_refresh_interval=route_refresh_interval, heartbeat_interval=heartbeat_interval,
+            delay_levels=delay_levels, auto_batch=auto_batch,
+            batch_max_delay_ms=batch_max_delay_ms, batch_max_bytes=batch_max_bytes,
+            total_batch_max_bytes=total_batch_max_bytes, access_key=access_key,
+            secret_key=secret_key, tls=tls,
+        )
         self.listener = listener
         # How a check runs the listener; the blocking producer puts it on its check threads.
         self.run_checker: Checker = self._check_on_loop

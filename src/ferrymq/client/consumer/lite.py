@@ -7,20 +7,25 @@ auto-commit at poll time) acknowledges everything polled so far. `LitePullConsum
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from ...common.errors import FerryMQError
 from ...common.message import MessageExt, MessageQueue
+from ...common.paths import StrPath
+from ...remoting.tls import TlsClientSettings
 from ..errors import ClientStateError
 from ..lifecycle import State
 from ..loop import wait_event
+from .allocate import AllocateStrategy
 from .base import ConsumerBase
+from .options import CONSUMER_DEFAULTS as _D
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
 from .subscription import MessageSelector, Subscription
+from .types import ConsumeFromWhere, MessageModel
 
 log = logging.getLogger("ferrymq.client.lite")
 
@@ -39,10 +44,58 @@ class AsyncLitePullConsumer(ConsumerBase):
         *,
         auto_commit: bool = True,
         auto_commit_interval: float = 5.0,
-        **options: Any,
+        message_model: MessageModel = _D.message_model,
+        consume_from_where: ConsumeFromWhere = _D.consume_from_where,
+        consume_timestamp: int | dt.datetime | None = _D.consume_timestamp,
+        consume_threads: int = _D.consume_threads,
+        consume_message_batch_max_size: int = _D.consume_message_batch_max_size,
+        pull_batch_size: int = _D.pull_batch_size,
+        max_reconsume_times: int = _D.max_reconsume_times,
+        pull_threshold_for_queue: int = _D.pull_threshold_for_queue,
+        pull_threshold_size_for_queue: int = _D.pull_threshold_size_for_queue,
+        pull_suspend_timeout: float = _D.pull_suspend_timeout,
+        pull_interval: float = _D.pull_interval,
+        pull_delay_on_error: float = _D.pull_delay_on_error,
+        rebalance_interval: float = _D.rebalance_interval,
+        persist_interval: float | None = None,  # None: auto_commit_interval
+        commit_delay: float = _D.commit_delay,
+        local_retry_delay: float = _D.local_retry_delay,
+        consume_timeout: float = _D.consume_timeout,
+        suspend_current_queue_time: float = _D.suspend_current_queue_time,
+        lock_interval: float = _D.lock_interval,
+        lock_max_live: float = _D.lock_max_live,
+        lock_retry_delay: float = _D.lock_retry_delay,
+        shutdown_timeout: float = _D.shutdown_timeout,
+        release_wait: float = _D.release_wait,
+        allocate_strategy: str | AllocateStrategy = _D.allocate_strategy,
+        offset_store_dir: StrPath | None = _D.offset_store_dir,
+        precise_ack: bool = _D.precise_ack,
+        route_refresh_interval: float = _D.route_refresh_interval,
+        heartbeat_interval: float = _D.heartbeat_interval,
+        request_timeout: float = _D.request_timeout,
+        access_key: str | None = _D.access_key,
+        secret_key: str | None = _D.secret_key,
+        tls: TlsClientSettings | bool | None = _D.tls,
     ) -> None:
-        options.setdefault("persist_interval", auto_commit_interval)
-        super().__init__(group, namesrv, ConsumerOptions(**options))
+        super().__init__(group, namesrv, ConsumerOptions(
+            message_model=message_model, consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp, consume_threads=consume_threads,
+            consume_message_batch_max_size=consume_message_batch_max_size,
+            pull_batch_size=pull_batch_size, max_reconsume_times=max_reconsume_times,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            pull_suspend_timeout=pull_suspend_timeout, pull_interval=pull_interval,
+            pull_delay_on_error=pull_delay_on_error, rebalance_interval=rebalance_interval,
+            persist_interval=auto_commit_interval if persist_interval is None else persist_interval,
+            commit_delay=commit_delay, local_retry_delay=local_retry_delay,
+            consume_timeout=consume_timeout, suspend_current_queue_time=suspend_current_queue_time,
+            lock_interval=lock_interval, lock_max_live=lock_max_live,
+            lock_retry_delay=lock_retry_delay, shutdown_timeout=shutdown_timeout,
+            release_wait=release_wait, allocate_strategy=allocate_strategy,
+            offset_store_dir=offset_store_dir, precise_ack=precise_ack,
+            route_refresh_interval=route_refresh_interval, heartbeat_interval=heartbeat_interval,
+            request_timeout=request_timeout, access_key=access_key, secret_key=secret_key, tls=tls,
+        ))
         self.auto_commit = auto_commit
         self._assigned: set[MessageQueue] | None = None  # None: subscribe mode
         self._paused: set[MessageQueue] = set()

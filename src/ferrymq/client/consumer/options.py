@@ -87,3 +87,7 @@ class ConsumerOptions:
 
     def offsets_dir(self) -> Path:
         return self.offset_store_dir or Path.home() / ".ferrymq" / "offsets"
+
+
+# The consumer constructors' keyword arguments take their defaults from here.
+CONSUMER_DEFAULTS = ConsumerOptions()
