@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
-import time
 from typing import Any
 
 from ..client.admin import AdminClient
 from ..client.admin_results import MessageTrace
+from ..client.consumer.lite import AsyncLitePullConsumer
 from ..client.consumer.types import ConsumeFromWhere
-from ..client.consumers import LitePullConsumer
 from ..client.errors import NoRouteError
 from ..client.message_json import message_detail, message_json, preview
-from ..client.producer import Producer
-from ..client.results import PullStatus
+from ..client.producer_async import AsyncProducer
+from ..client.results import PullStatus, SendResult
 from ..common.errors import FerryMQError
 from ..common.ids import is_offset_msg_id, is_uniq_id
 from ..common.message import Message, MessageExt, MessageQueue
 from .auth import credentials
+from .deadline import Deadline
 from .failures import CommandFailed
 from .render import fmt_time, print_json, print_table, progress, stdout
 
@@ -54,8 +55,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         delay_level=args.delay_level,
         properties=_properties(args.property),
     )
-    with Producer(args.group, args.namesrv, send_timeout=args.timeout, **credentials(args)) as producer:
-        result = producer.send(msg)
+    result = asyncio.run(_send(args, msg))
     if args.json:
         print_json(
             {
@@ -76,6 +76,20 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _send(args: argparse.Namespace, msg: Message) -> SendResult:
+    """--timeout bounds it all: the producer's start (a name-server lookup), the send with its
+    retries (the producer's own send timeout is what is left then), and its stop."""
+    deadline = Deadline("send", args.timeout)
+    producer = AsyncProducer(args.group, args.namesrv, send_timeout=args.timeout,
+                             **credentials(args))
+    try:
+        await deadline.run(producer.start(), f"asking the name server {args.namesrv}")
+        producer.send_timeout = deadline.left() or 0.0
+        return await deadline.run(producer.send(msg), f"sending to topic {args.topic}")
+    finally:
+        await deadline.close(producer.shutdown(), "producer")
+
+
 def _print_message(m: MessageExt, as_json: bool) -> None:
     if as_json:
         print_json(message_json(m))
@@ -89,43 +103,62 @@ def _print_message(m: MessageExt, as_json: bool) -> None:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    printed = [0]
+    trouble: list[str] = []
+    try:
+        asyncio.run(_consume(args, printed, trouble))
+    except KeyboardInterrupt:
+        pass
+    if args.count is not None and printed[0] < args.count:
+        why = f" ({trouble[0]})" if trouble else ""
+        raise CommandFailed(
+            f"received {printed[0]} of {args.count} message(s) within {args.timeout}s{why}"
+        )
+    return 0
+
+
+async def _consume(args: argparse.Namespace, printed: list[int], trouble: list[str]) -> None:
+    """--timeout bounds it all: joining the group (route, heartbeat, offsets), polling, and
+    leaving. Polling ends a little early so leaving (the last offsets, the unregister) fits."""
+    deadline = Deadline("consume", args.timeout)
     where = ConsumeFromWhere.FIRST_OFFSET if args.from_ == "first" else ConsumeFromWhere.LAST_OFFSET
-    consumer = LitePullConsumer(
+    consumer = AsyncLitePullConsumer(
         args.group,
         args.namesrv,
         auto_commit=False,
         consume_from_where=where,
         pull_suspend_timeout=2.0,
         shutdown_timeout=5.0,
+        request_timeout=deadline.request_timeout(),
         **credentials(args),
     )
     consumer.subscribe(args.topic, args.expression)
-    consumer.start()
-    printed = 0
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    reserve = 0.0 if args.timeout is None else min(0.5, args.timeout / 10)
     try:
+        await deadline.run(consumer.start(), f"joining group {args.group} (the topic's route from the name "
+                           "server, then heartbeats and offsets from its brokers)",
+                           lambda: consumer.inst.namesrv_failure)
         with progress("consuming", args.count) as bar:
             task = bar.add_task("consume", total=args.count)
-            while args.count is None or printed < args.count:
-                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-                remaining = None if args.count is None else args.count - printed
-                msgs = consumer.poll(wait, remaining)
+            while args.count is None or printed[0] < args.count:
+                left = deadline.left()
+                if left is not None and left <= reserve:
+                    break
+                wait = 1.0 if left is None else min(1.0, left - reserve)
+                remaining = None if args.count is None else args.count - printed[0]
+                msgs = await consumer.poll(wait, remaining)
                 for m in msgs:
                     _print_message(m, args.json)
-                printed += len(msgs)
+                printed[0] += len(msgs)
                 if msgs:
                     # Only what was printed is acknowledged: poll never hands out more.
-                    consumer.commit()
+                    await deadline.run(consumer.commit(), "committing the offsets")
                     bar.update(task, advance=len(msgs))
-                elif deadline is not None and time.monotonic() >= deadline:
-                    break
-    except KeyboardInterrupt:
-        pass
+        failure = consumer.inst.namesrv_failure
+        if failure is not None:
+            trouble.append(f"name server {args.namesrv}: {failure}")
     finally:
-        consumer.shutdown()
-    if args.count is not None and printed < args.count:
-        raise CommandFailed(f"received {printed} of {args.count} message(s) within {args.timeout}s")
-    return 0
+        await deadline.close(consumer.shutdown(), "consumer")
 
 
 def _lookup(admin: AdminClient, msg_id: str, topic: str | None) -> MessageExt:
@@ -354,7 +387,12 @@ def add(
         help="a user property (repeatable)",
     )
     p.add_argument("--group", default=CLI_PRODUCER_GROUP, help="producer group")
-    p.add_argument("--timeout", type=float, default=3.0, help="send timeout in seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        help="seconds the whole command may take: lookup, send, retries (default 3)",
+    )
     p.set_defaults(func=cmd_send)
 
     p = sub.add_parser(
@@ -376,7 +414,8 @@ def add(
     p.add_argument(
         "--timeout",
         type=float,
-        help="give up after this many seconds (with --count: exit 1 if short)",
+        help="seconds the whole command may take, joining and leaving the group included "
+        "(with --count: exit 1 if short)",
     )
     p.set_defaults(func=cmd_consume)
 
