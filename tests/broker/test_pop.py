@@ -279,13 +279,13 @@ async def test_sql92_selector(env: Env) -> None:
     assert env.committed() == 1  # m0 was rejected: acknowledged for the group
 
 
-async def test_an_entry_pointing_at_another_topics_record_is_passed_over_not_popped(
+async def test_an_entry_pointing_at_another_topics_record_is_rebuilt_not_popped(
         env: Env) -> None:
     """Entry 2 of the popped queue is damaged: it points at another topic's record of the same
     size. Pop read records by their entry's word (TOTALSIZE and magic only) and handed the
-    other topic's message to this group; it now checks each as a pull does, reports the
-    entry, and passes over it (the store's default SKIP policy). The other topic's record is
-    still read through its own queue."""
+    other topic's message to this group; it now checks each as a pull does, and the store
+    rebuilds the entry from the commit log, so the group gets its own message 2. The other
+    topic's record is still read through its own queue."""
     other = "pop-topiz"  # as long as TOPIC: records of the same size
     await env.wire.create_topic(other, queues=1)
     await env.send(4)
@@ -302,9 +302,8 @@ async def test_an_entry_pointing_at_another_topics_record_is_passed_over_not_pop
         f.write(theirs[1].phys_offset.to_bytes(8, "big"))
     c = await env.consumer()
     got = await c.receive(10, invisible_duration=30)
-    assert _bodies(got) == ["m0", "m1", "m3"]
-    (rec,) = store.damaged_records()
-    assert (rec.topic, rec.queue_offset, rec.found_by) == (TOPIC, 2, "entry")
+    assert _bodies(got) == ["m0", "m1", "m2", "m3"]
+    assert store.damaged_records() == []
     assert [m.body for m in decode_records(store.get_messages(other, 0, 0, 32).data)] == [
         b"x0", b"x1", b"x2", b"x3"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
 
-from ferrymq.store import MessageStore, PutStatus
+from ferrymq.store import GetResult, MessageStore, PutStatus
 from ferrymq.store.epochs import EpochFile, agreed_end
 from ferrymq.store.replica import ReplicaError, Span
 from ferrymq.store.scrub import Scrubber
@@ -272,7 +272,7 @@ def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cu
         end = d.slave.max_phy_offset
         assert d.slave.truncate_log(d.cut_at) > 0
         # The scrub of the start, still under way at the cut: it was to check up to `end`.
-        scrub = Scrubber(d.slave._log, d.slave._damage, 1 << 30, lambda: end, d.slave._guard)
+        scrub = Scrubber(d.slave._guard, 1 << 30, lambda: end)
         scrub.scrub(d.slave.min_phy_offset, end)
         _master_writes_on(d)
 
@@ -297,7 +297,7 @@ def test_damage_the_scrub_found_before_a_cut_and_reports_after_it_is_not_recorde
             return "body CRC mismatch"  # what the check of the tail found
 
         monkeypatch.setattr(scrub_module, "check_record", check_then_cut)
-        scrub = Scrubber(d.slave._log, d.slave._damage, 1 << 30, lambda: end, d.slave._guard)
+        scrub = Scrubber(d.slave._guard, 1 << 30, lambda: end)
         scrub.scrub(d.slave.min_phy_offset, end)
         assert d.slave.max_phy_offset == d.cut_at
         _master_writes_on(d)
@@ -328,23 +328,38 @@ def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
 
 def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pull of the slave runs after truncate_log cut the log and before it cut the queues:
-    it sees entries naming bytes past the log's new end. Reported as damaged entries, they
-    hid the master's records written there next."""
+    """A pull of the slave (a reader thread) reads its queue's entries after truncate_log cut
+    the log and before it cut the queues: they name bytes past the log's new end. Reported as
+    damaged entries, or passed over, they hid the master's records written there next."""
     from ferrymq.store.consumequeue import ConsumeQueue
 
     with diverged(tmp_path) as d:
-        truncate_phys = ConsumeQueue.truncate_phys
-        pulled = []
+        truncate_phys, read_raw = ConsumeQueue.truncate_phys, ConsumeQueue.read_raw
+        entries_read = threading.Event()
+        pulled: list[GetResult] = []
+
+        def read_raw_and_tell(self: ConsumeQueue, offset: int, n: int) -> bytes | None:
+            raw = read_raw(self, offset, n)
+            entries_read.set()
+            return raw
+
+        def pull() -> None:
+            pulled.append(d.slave.get_messages("T", 0, d.first, 100))
 
         def pull_then_cut_queue(self: ConsumeQueue, pos: int) -> None:
-            if not pulled:  # a reader thread running now: the log is cut, the queues not yet
-                pulled.append(d.slave.get_messages("T", 0, d.first, 100))
+            if not entries_read.is_set():  # the log is cut, the queues not yet
+                monkeypatch.setattr(ConsumeQueue, "read_raw", read_raw_and_tell)
+                reader.start()
+                assert entries_read.wait(30)
+                monkeypatch.setattr(ConsumeQueue, "read_raw", read_raw)
             truncate_phys(self, pos)
 
+        reader = threading.Thread(target=pull)
         monkeypatch.setattr(ConsumeQueue, "truncate_phys", pull_then_cut_queue)
         assert d.slave.truncate_log(d.cut_at) > 0
+        reader.join(30)
         assert pulled and pulled[0].count == 0
+        assert pulled[0].next_begin_offset == d.first  # nothing passed over
         _master_writes_on(d)
 
 
@@ -383,8 +398,10 @@ def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The start's scrub is between two of the slave's own records when the slave cuts back
     to its master and copies its master's records, of other sizes, there. Going on at its old
-    position (the middle of a master's record) it reported sound records as damage. A cut now
-    ends the scrub's pass."""
+    position (the middle of a master's record) it reported sound records as damage; it now
+    finds its step again at the end of the record it landed in."""
+    import ferrymq.store.scrub as scrub_module
+
     master = open_store(tmp_path / "m", scrub_bytes_per_s=0)
     slave = open_store(tmp_path / "s", scrub_bytes_per_s=0)
     for i in range(2):
@@ -395,15 +412,15 @@ def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
            for _ in range(8)]  # written as a master, never its new master's
     slave.shutdown()
     paused, go = threading.Event(), threading.Event()
-    advance = Scrubber._advance
+    checked = scrub_module.check_record
 
-    def pausing_advance(self: Scrubber, frm: int, to: int) -> None:
-        advance(self, frm, to)
-        if to == own[5]:  # between records when the cut comes
+    def pausing_check(mm: object, o: int, pos: int, *rest: object) -> object:
+        if pos == own[5] and not paused.is_set():  # between records when the cut comes
             paused.set()
             go.wait(30)
+        return checked(mm, o, pos, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Scrubber, "_advance", pausing_advance)
+    monkeypatch.setattr(scrub_module, "check_record", pausing_check)
     slave = open_store(tmp_path / "s", scrub_bytes_per_s=64 * 1024 * 1024)
     try:
         assert paused.wait(30)

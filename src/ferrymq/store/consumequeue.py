@@ -125,6 +125,20 @@ class ConsumeQueue:
             raise
         return undo
 
+    def overwrite(self, offset: int, packed: bytes, touched: set[QueueFile]) -> None:
+        """Write entries over those from `offset` on (all below max_offset): a range rebuilt
+        from the commit log."""
+        view = memoryview(packed)
+        while view:
+            qf = self._file_for(offset)
+            if qf is None:
+                raise ValueError(f"queue {self.topic}/{self.queue_id} has no entry {offset}")
+            n = min(len(view) // ENTRY_SIZE, qf.first + qf.count - offset)
+            self.io.write_fully(qf.fd, view[: n * ENTRY_SIZE], (offset - qf.first) * ENTRY_SIZE)
+            touched.add(qf)
+            offset += n
+            view = view[n * ENTRY_SIZE :]
+
     def rollback(self, undo: list[tuple[QueueFile, int]]) -> None:
         for qf, count in reversed(undo):
             qf.count = count

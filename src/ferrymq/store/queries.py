@@ -25,7 +25,7 @@ from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
 from .damage import CorruptPolicy
 from .index import Index
-from .integrity import ReadGuard, drop_damaged, report_damage
+from .integrity import ReadGuard, Verdict
 from .model import GetResult, GetStatus, QueueEntry
 from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 
@@ -91,23 +91,32 @@ class Queries:
                                  entry: QueueEntry) -> tuple[GetStatus, bytes]:
         """read_queue_record with why there is no record: FOUND, MESSAGE_DAMAGED (reported;
         a reader passes over it when `skips_damaged`, as a pull does) or MESSAGE_WAS_REMOVING
-        (not readable now)."""
-        guard = self._guard
-        read_at = guard.damage.generation
-        phys, size = entry.phys_offset, entry.size
-        picked = [(entry.queue_offset, phys, size)]
-        clog = self._log
-        if size > 0 and phys < clog.min_offset:
-            return GetStatus.MESSAGE_WAS_REMOVING, b""
-        # No bytes for an entry without a positive size or naming bytes past the log's end:
-        # both damaged (drop_damaged reports them as the entry's).
-        data = b"" if size <= 0 or phys + size > clog.write_pos else clog.read(phys, size)
-        if data is None:
-            return GetStatus.MESSAGE_WAS_REMOVING, b""
-        if not guard.any_damaged(data, topic, queue_id, lambda: picked):
-            return GetStatus.FOUND, data
-        drop_damaged(guard, self._log, topic, queue_id, data, picked, read_at)
-        return GetStatus.MESSAGE_DAMAGED, b""
+        (not readable now). An entry rebuilt from the log (integrity.py) is read again: the
+        record found is the one the queue holds at that offset."""
+        guard, clog = self._guard, self._log
+        cq = self._cqs.get((topic, queue_id))
+        qo, phys, size = entry.queue_offset, entry.phys_offset, entry.size
+        for _ in range(3):
+            if cq is None or (size > 0 and phys < clog.min_offset):
+                break
+            # No bytes for an entry without a positive size or naming bytes past the log's
+            # end: both wrong (the guard judges them).
+            past_end = size <= 0 or phys + size > clog.write_pos
+            data = b"" if past_end else clog.read(phys, size)
+            if data is None:
+                break
+            reason = (f"the entry names bytes past the commit log's end ({phys + size})"
+                      if past_end else guard.reason(data, 0, phys, size, topic, queue_id))
+            if reason is None:
+                return GetStatus.FOUND, data
+            verdict = guard.judge(cq, qo, phys, size, reason)
+            if verdict is Verdict.DAMAGED:
+                return GetStatus.MESSAGE_DAMAGED, b""
+            rebuilt = cq.entry(qo) if verdict is Verdict.REBUILT else None
+            if rebuilt is None:
+                break
+            phys, size, _tag = rebuilt
+        return GetStatus.MESSAGE_WAS_REMOVING, b""
 
     @property
     def skips_damaged(self) -> bool:
@@ -116,15 +125,22 @@ class Queries:
 
     def read_sound_record(self, phys_offset: int, size: int | None = None) -> bytes | None:
         """read_record, and None unless the record is sound: its fields and body CRC (not
-        trusted: the callers store its bytes again under a new CRC, or hand them on), and not
-        known damaged. Damage found here is reported as a read's is."""
+        trusted: the callers store its bytes again under a new CRC, or hand them on). Damage
+        found here is reported as a read's is."""
         raw = self.read_record(phys_offset, size)
-        if raw is None or phys_offset in self._guard.damage.known:
+        if raw is None:
             return None
         reason = record_unsound(raw, 0, phys_offset, len(raw))
         if reason is None:
             return raw
-        report_damage(self._guard.damage, self._log, phys_offset, len(raw), reason, "read", None)
+        n = len(raw)
+
+        def still_damaged() -> bool:  # under the store lock: no cut removed it meanwhile
+            now = self.read_record(phys_offset, n)
+            return now is not None and record_unsound(now, 0, phys_offset, n) is not None
+
+        guard = self._guard
+        guard.report_if(guard.damage(phys_offset, n, reason, "read"), still_damaged)
         return None
 
     def read_record(self, phys_offset: int, size: int | None = None) -> bytes | None:

@@ -18,8 +18,9 @@ from ..common.record.layout import (
 )
 from .commitlog import CommitLog
 from .consumequeue import ENTRY, ConsumeQueue
+from .damage import CorruptPolicy
 from .index import scan_run
-from .integrity import ReadGuard, drop_damaged
+from .integrity import ReadGuard, Verdict
 from .model import GetResult, GetStatus
 
 # RocketMQ scans at most max(16000 bytes of entries, maxMsgNums entries) per pull when
@@ -34,6 +35,9 @@ _iter_entries = ENTRY.iter_unpack
 RecordFilter = Callable[[bytes, int, int], bool]
 # Records read at once while a record filter looks for matches.
 FILTER_READ_BATCH = 32
+# Reads of a pull made again after entries were rebuilt (integrity.py): once is enough unless
+# the queue changes under it.
+_READS = 3
 
 
 def get_messages(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
@@ -98,6 +102,18 @@ def _kept(parts: list[memoryview], count: int, next_begin: int, last: GetResult)
 def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
          tag_filter: Callable[[int], bool] | None, max_bytes: int,
          guard: ReadGuard | None) -> GetResult:
+    for _ in range(_READS):
+        res = _get_once(cq, log, offset, max_nums, tag_filter, max_bytes, guard)
+        if res is not None:
+            return res
+    return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, cq.min_offset,
+                     cq.readable_max)
+
+
+def _get_once(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
+              tag_filter: Callable[[int], bool] | None, max_bytes: int,
+              guard: ReadGuard | None) -> GetResult | None:
+    """One read; None when it rebuilt entries it met (they are read again)."""
     mn = cq.min_offset
     mx = cq.readable_max
     if mx == 0:
@@ -110,14 +126,11 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, b"", 0, mn if mn == 0 else mx, mn, mx)
     max_nums = max(1, max_nums)
     scan = max_nums if tag_filter is None else max(FILTER_SCAN_ENTRIES, max_nums)
-    if guard is not None and guard.damage.has_skips(cq.topic, cq.queue_id):
-        past = guard.damage.skip_end(cq.topic, cq.queue_id, offset)
+    if guard is not None and guard.skips.of(cq.topic, cq.queue_id):
+        past = guard.skips.end_at(cq.topic, cq.queue_id, offset)
         if past != offset:  # an operator skipped this range
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, min(past, mx), mn, mx)
-        scan = min(scan, guard.damage.next_skip(cq.topic, cq.queue_id, offset) - offset)
-    # Before the entries are read: a slave's cut of the log after this voids what the read
-    # would report at or past the cut (damage.py).
-    read_at = guard.damage.generation if guard is not None else 0
+        scan = min(scan, guard.skips.next_start(cq.topic, cq.queue_id, offset) - offset)
     raw = cq.read_raw(offset, min(scan, mx - offset))
     if raw is None:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, b"", 0, cq.roll_next(offset), mn, mx)
@@ -128,7 +141,7 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         if run is not None and all(b <= log_end for _a, b in run[2]):
             taken, size, spans = run
             return _read_picked(cq, log, offset, offset + taken, spans, size, taken,
-                                lambda: _taken(offset, raw, taken), mn, mx, guard, read_at, raw)
+                                lambda: _taken(offset, raw, taken), mn, mx, guard, raw)
     status = GetStatus.NO_MATCHED_MESSAGE
     skip_below = -1
     runs: list[list[int]] = []
@@ -154,10 +167,10 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
         if size > 0 and phys + size > log_end:
             if count:
                 break  # what comes before it is answered; the next pull meets it
-            return _past_end(cq, log, guard, offset + i, phys, size, read_at, mn, mx)
+            return _past_end(cq, guard, offset + i, phys, size, mn, mx)
         picked.append((offset + i, phys, size))
-        # An entry without a positive size is damaged: no bytes to read (a negative size would
-        # cut the run short and put the records after it out of line); the guard reports it.
+        # An entry without a positive size is wrong: no bytes to read (a negative size would
+        # cut the run short and put the records after it out of line); the guard judges it.
         if size > 0:
             if runs and runs[-1][1] == phys:
                 runs[-1][1] = phys + size
@@ -171,46 +184,49 @@ def _get(cq: ConsumeQueue, log: CommitLog, offset: int, max_nums: int,
     if not count:
         return GetResult(status, b"", 0, offset + i, mn, mx)
     return _read_picked(cq, log, offset, offset + i, runs, total, count, lambda: picked, mn, mx,
-                        guard, read_at)
+                        guard)
 
 
-def _past_end(cq: ConsumeQueue, log: CommitLog, guard: ReadGuard | None, qo: int, phys: int,
-              size: int, read_at: int, mn: int, mx: int) -> GetResult:
+def _past_end(cq: ConsumeQueue, guard: ReadGuard | None, qo: int, phys: int, size: int,
+              mn: int, mx: int) -> GetResult | None:
     """The entry at `qo` names a record ending past the commit log's end: no queue's entry
-    can (entries are written after their records), so it is damaged, unless the log was cut
-    since the entries were read (a slave's cut: the next pull meets the queue as cut). It is
-    reported and passed over, or stopped at, as a damaged record is; answered as removed
-    instead, the consumer asked for it again for good."""
-    if guard is None or guard.damage.generation != read_at:
+    can (entries are written after their records), so it is wrong, unless the log was cut
+    since the entries were read (a slave's cut: the next pull meets the queue as cut). Judged
+    as any entry failing its check is; answered as removed instead, the consumer asked for it
+    again for good."""
+    verdict = Verdict.RETRY if guard is None else guard.judge(
+        cq, qo, phys, size, f"the entry names bytes past the commit log's end ({phys + size})")
+    if verdict is Verdict.REBUILT:
+        return None
+    if verdict is Verdict.RETRY:
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, qo, mn, mx)
-    _data, _count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, b"",
-                                       [(qo, phys, size)], read_at)
-    if stop >= 0:
-        return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+    if guard is not None and guard.policy is CorruptPolicy.STOP:
+        return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, qo, mn, mx)
     return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, qo + 1, mn, mx)
 
 
 def _read_picked(cq: ConsumeQueue, log: CommitLog, offset: int, next_begin: int,
                  runs: list[list[int]], total: int, count: int,
                  picked: Callable[[], list[tuple[int, int, int]]], mn: int, mx: int,
-                 guard: ReadGuard | None, read_at: int, entries: bytes | None = None
-                 ) -> GetResult:
+                 guard: ReadGuard | None, entries: bytes | None = None) -> GetResult | None:
     """Read the records a pull took (`runs` of the commit log) and drop the damaged ones.
     `picked` lists them as (queue offset, phys, size); `entries`, when the pull took its first
     `count` consume-queue entries as they lie, holds them, so a sound pull is checked without
-    `picked` being called."""
+    `picked` being called. None when entries were rebuilt (the pull reads them again)."""
     data = _read_runs(log, runs, total)
     if data is None:  # a segment was deleted between the check and the read
         return GetResult(GetStatus.MESSAGE_WAS_REMOVING, b"", 0, offset, mn, mx)
     if guard is not None and guard.any_damaged(data, cq.topic, cq.queue_id, picked, entries,
                                                count):
-        records = picked()
-        data, count, stop = drop_damaged(guard, log, cq.topic, cq.queue_id, data, records,
-                                         read_at)
+        kept = guard.sort_out(cq, data, picked())
+        if kept is None:
+            return None
+        data, count, stop, held = kept
         if stop >= 0:
             next_begin = stop
-            if not count:
-                return GetResult(GetStatus.MESSAGE_DAMAGED, b"", 0, stop, mn, mx)
+            if not count:  # held by the policy, or the bytes changed under the read
+                status = GetStatus.MESSAGE_DAMAGED if held else GetStatus.MESSAGE_WAS_REMOVING
+                return GetResult(status, b"", 0, stop, mn, mx)
         if not count:  # only damaged records: move past them, as past unmatched tags
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, b"", 0, next_begin, mn, mx)
     return GetResult(GetStatus.FOUND, data, count, next_begin, mn, mx)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..common.names import SCHEDULE_TOPIC
 from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
 from ..common.record.layout import I32, SIZE_AND_MAGIC
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
+from .encoder import tag_code
 
 _MAGIC_BYTES = I32.pack(MESSAGE_MAGIC_CODE)
 
@@ -41,6 +43,16 @@ class RecordInfo(NamedTuple):
     keys: str | None
     uniq: str | None
     delay: str | None
+
+
+def entry_tag(info: RecordInfo, delay_levels: Sequence[int]) -> int:
+    """The tag code of a record's consume-queue entry: in the schedule topic the time it is
+    due (its store time plus its delay level's delay), else the hash of its TAGS."""
+    if info.topic == SCHEDULE_TOPIC:
+        raw_level = info.delay or "1"
+        level = int(raw_level) if raw_level.isdigit() else 1
+        return info.store_ts + delay_levels[min(max(level, 1), len(delay_levels)) - 1]
+    return tag_code(info.tags) if info.tags else 0
 
 
 @dataclass(slots=True)

@@ -18,10 +18,10 @@ from ..common.record.layout import SIZE_AND_MAGIC
 from .checkpoint import Checkpoint
 from .commitlog import END_FILE_MIN_BLANK, CommitLog
 from .consumequeue import ConsumeQueue
-from .damage import DamageRegistry
 from .epochs import EpochFile
 from .errors import StoreError
 from .index import Index
+from .integrity import ReadGuard
 from .prealloc import Preallocator
 from .reads import store_time_at
 from .recovery import RecordInfo
@@ -53,7 +53,7 @@ class ReplicaLog:
     _lock: threading.Lock
     _cqs: dict[tuple[str, int], ConsumeQueue]
     _index: Index
-    _damage: DamageRegistry
+    _guard: ReadGuard
     _listeners: list[ArrivalListener]
     _visibility: Visibility
     _root: Path
@@ -166,7 +166,7 @@ class ReplicaLog:
         self._appended(arrivals)
 
     def truncate_log(self, pos: int) -> int:
-        """Cut the log, its queues and damage records at `pos`; returns the bytes cut. A
+        """Cut the log, its queues and damage reports at `pos`; returns the bytes cut. A
         checkpoint no further than the cut is written before it, and a full one after it, so
         a crash during or after the cut does not recover past it."""
         clog = self._log
@@ -182,17 +182,15 @@ class ReplicaLog:
             # a hole between the records and the end where appends went on, so the slave
             # could no longer take its master's records at the cut.
             self._checkpoint_below(pos)
-            # On disk before the cut: a kill after it left damage.json naming positions the
-            # master's records are written to next, and reads after the restart hid them.
-            with self._damage.cutting():  # reads under way meanwhile report nothing
-                self._damage.forget_from(pos)
-                if self.preallocator is None:
+            # Reads judge damage under this lock (integrity.py): none reports from bytes cut.
+            self._guard.reports.drop_from(pos)
+            if self.preallocator is None:
+                clog.truncate(pos)
+            else:
+                with self.preallocator.cutting():
                     clog.truncate(pos)
-                else:
-                    with self.preallocator.cutting():
-                        clog.truncate(pos)
-                for cq in self._cqs.values():
-                    cq.truncate_phys(pos)
+            for cq in self._cqs.values():
+                cq.truncate_phys(pos)
             self._index.cut(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
             self._visibility.advance(None)

@@ -6,10 +6,12 @@ a crash tail: recovery verifies the log from the last record that starts before 
 
 Scrub. Recovery after a crash trusts everything below the checkpoint, and a clean start
 trusts everything: a flipped byte in a cold segment would only be noticed when a consumer
-reaches it. The scrub thread walks every record below the checkpoint once after start, with
+reaches it. The scrub thread walks every record the run did not write once after start, with
 recovery's checks, at a bounded rate (it sleeps so that it reads at most `bytes_per_s`), and
-reports what it finds into the damage registry. It holds no lock: segments are read through
-their own descriptors, and a segment deleted by retention meanwhile is simply passed."""
+reports what it finds. It holds no lock: segments are read through their own descriptors, a
+segment deleted by retention meanwhile is passed, and where a slave's cut of the log put other
+records (of other sizes) the scrub finds its step again at the end of the record it landed
+in. Reads do not rely on it: they check every record they hand out."""
 
 from __future__ import annotations
 
@@ -23,8 +25,7 @@ from collections.abc import Callable, Iterable
 from ..common.record import BLANK_MAGIC_CODE, MessageDecodeError, locate
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
 from .consumequeue import ConsumeQueue
-from .damage import DamagedRecord, DamageRegistry
-from .integrity import ReadGuard
+from .integrity import ReadGuard, record_covering
 from .recovery import check_record, find_valid_after
 
 log = logging.getLogger("ferrymq.store")
@@ -64,9 +65,8 @@ def last_record_before(queues: Iterable[ConsumeQueue], pos: int) -> int | None:
 def queue_naming(queues: Iterable[ConsumeQueue], phys: int, queue_id: int,
                  queue_offset: int) -> tuple[str, int, int] | None:
     """(topic, queue id, queue offset) of the consume-queue entry naming the record at
-    `phys`: looked up at the record's own QUEUEID and QUEUEOFFSET, then, those fields perhaps
-    damaged, by position in every queue (entries are in commit-log order). None when no
-    entry names it."""
+    `phys`, for a report to name its queue: looked up at the record's own QUEUEID and
+    QUEUEOFFSET, then, those fields perhaps damaged, by position in every queue."""
     qs = list(queues)
     for cq in qs:
         if cq.queue_id == queue_id and queue_offset >= 0:
@@ -74,10 +74,8 @@ def queue_naming(queues: Iterable[ConsumeQueue], phys: int, queue_id: int,
             if entry is not None and entry[0] == phys:
                 return cq.topic, cq.queue_id, queue_offset
     for cq in qs:
-        if cq.max_offset <= cq.min_offset:
-            continue
         at = cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset)
-        entry = cq.entry(at)
+        entry = cq.entry(at) if at < cq.max_offset else None
         if entry is not None and entry[0] == phys:
             return cq.topic, cq.queue_id, at
     return None
@@ -93,16 +91,13 @@ def record_topic(mm: mmap.mmap, o: int, limit: int) -> str:
 
 
 class Scrubber:
-    def __init__(self, clog: CommitLog, damage: DamageRegistry, bytes_per_s: int,
-                 limit: Callable[[], int], guard: ReadGuard | None = None,
+    def __init__(self, guard: ReadGuard, bytes_per_s: int, limit: Callable[[], int],
                  queues: Callable[[], Iterable[ConsumeQueue]] = tuple) -> None:
-        self.log = clog
-        # Which queue a damaged record is in, for its report (and log line) to name it.
-        self._queues = queues
-        self._guard = guard  # told how far records are verified, so reads need not
-        self.damage = damage
+        self.log = guard.log
+        self.guard = guard
+        self._queues = queues  # which queue a damaged record is in, for its report to say
         self.bytes_per_s = bytes_per_s
-        self._limit = limit  # where cold data ends (the checkpoint's consistent offset)
+        self._limit = limit  # where what this run did not write ends
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.done = threading.Event()
@@ -110,7 +105,6 @@ class Scrubber:
         self.found = 0
         self._started = 0.0
         self._paced = 0
-        self._epoch = 0  # the damage registry's generation when the pass began
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-store-scrub",
@@ -139,13 +133,7 @@ class Scrubber:
         clog = self.log
         self._started = time.monotonic()
         self._paced = 0
-        # A slave's cut of the log ends the pass: past the cut lie its master's records, at
-        # positions the pass's record boundaries no longer match (checked from a boundary of
-        # the old records, a sound record's middle read as damage); this run wrote them.
-        self._epoch = self.damage.generation
         pos = max(pos, clog.min_offset)
-        if self._guard is not None and self._guard.scrubbed_to < pos:
-            self._guard.scrubbed_to = pos
         while pos < end and not self._stop.is_set():
             seg = clog.segment_for(pos)
             if seg is None:
@@ -168,34 +156,26 @@ class Scrubber:
         while o < stop_o:
             if self._stop.is_set() or size_o - o < END_FILE_MIN_BLANK:
                 return seg.end
-            read_at = self.damage.generation  # before the bytes: a cut after them voids a report
-            if read_at != self._epoch:
-                log.info("scrub: the log was cut; this pass ends at %d", seg.start + o)
-                return end
             if seg.start + o >= self.log.write_pos:
-                # A slave's cut of the log since the scrub began: the zeros past it are where
-                # its master's records go next, not damage (reported, they hid those records
-                # from every read).
-                return end
+                return end  # a slave's cut: the zeros past it are where records go next
             total, magic = _HEAD.unpack_from(mm, o)
             if magic == BLANK_MAGIC_CODE and total == size_o - o:
-                self._advance(seg.start + o, seg.end)
                 return seg.end
             checked = check_record(mm, o, seg.start + o, size_o, False)
             if isinstance(checked, str):
+                covered = record_covering(self.log, seg.start + o)
+                if covered is not None:  # a cut put other records here: step again from them
+                    if covered >= seg.end:
+                        return covered
+                    o = covered - seg.start
+                    continue
                 nxt = find_valid_after(self.log, seg.start + o)
-                self._report(mm, o, seg.start + o, str(seg.path), checked, nxt, read_at)
+                self._report(mm, o, seg.start + o, checked, nxt)
                 return end if nxt is None else nxt
-            self._advance(seg.start + o, seg.start + o + checked[0])
             o += checked[0]
             self.scanned_bytes += checked[0]
             self._pace()
         return seg.start + o
-
-    def _advance(self, frm: int, to: int) -> None:
-        """[frm, to) is verified: reads may trust it if everything before it was too."""
-        if self._guard is not None and self._guard.scrubbed_to == frm:
-            self._guard.scrubbed_to = to
 
     def _pace(self) -> None:
         if self.bytes_per_s <= 0 or self.scanned_bytes - self._paced < _CHUNK:
@@ -205,11 +185,11 @@ class Scrubber:
         if ahead > 0:
             self._stop.wait(ahead)
 
-    def _report(self, mm: mmap.mmap, o: int, phys: int, segment: str, reason: str,
-                nxt: int | None, read_at: int) -> None:
+    def _report(self, mm: mmap.mmap, o: int, phys: int, reason: str, nxt: int | None) -> None:
+        clog = self.log
         size = (nxt - phys) if nxt is not None else END_FILE_MIN_BLANK
         topic, qid, qo = "", -1, -1
-        if self.log.segment_size - o >= _LOCATE.size:
+        if clog.segment_size - o >= _LOCATE.size:
             _t, _m, _c, q, _f, off = _LOCATE.unpack_from(mm, o)
             if 0 <= q < 1 << 16 and off >= 0:
                 qid, qo = q, off
@@ -217,7 +197,12 @@ class Scrubber:
         if owner is not None:
             topic, qid, qo = owner
         elif qid >= 0:  # no entry names it: the record's own fields, if they still parse
-            topic = record_topic(mm, o, self.log.segment_size - END_FILE_MIN_BLANK)
-        if self.damage.report(DamagedRecord(phys, size, segment, reason, "scrub", topic, qid,
-                                            qo), read_at):
+            topic = record_topic(mm, o, clog.segment_size - END_FILE_MIN_BLANK)
+
+        def still_damaged() -> bool:  # under the store lock: no cut removed it meanwhile
+            return phys < clog.write_pos and isinstance(
+                check_record(mm, o, phys, clog.segment_size, False), str)
+
+        if self.guard.report_if(self.guard.damage(phys, size, reason, "scrub", topic, qid, qo),
+                                still_damaged):
             self.found += 1

@@ -28,7 +28,7 @@ from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
-from .damage import DamagedRecord, DamageRegistry, SkippedRange
+from .damage import DamagedRecord, SkippedRange, SkippedRanges
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreSpaceError, StoreStateError
 from .files import FileIO, fsync_dir, is_disk_full
@@ -39,7 +39,7 @@ from .integrity import ReadGuard
 from .model import PutResult, PutStatus, StoreMessage
 from .prealloc import Preallocator
 from .queries import Queries
-from .recovery import RecordInfo, Scanner, find_valid_after
+from .recovery import RecordInfo, Scanner, entry_tag, find_valid_after
 from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
 from .scrub import Scrubber, last_record_before, tail_cut
@@ -99,8 +99,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._maint: threading.Thread | None = None
         self._cp_file = CheckpointFile(config.root / "checkpoint")
         self._last_cp: Checkpoint | None = None  # the last one this run wrote
-        self._damage = DamageRegistry(root / "config" / "damage.json")
-        self._guard = ReadGuard(self._damage, config.on_corrupt_record, self._entry_size_at)
+        self._skips = SkippedRanges(root / "config" / "skipped.json")
+        self._guard = ReadGuard(self._log, self._lock, config.on_corrupt_record, self._skips,
+                                config.delay_levels_ms, self._rewrite_entries)
         self.scrubber: Scrubber | None = None
         self.preallocator: Preallocator | None = None
         self._disk_ratio_seen = 0.0
@@ -126,7 +127,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._log.load()
         self._load_queues()
         self._index.load()
-        self._damage.load()
+        self._skips.load()
         if not unclean and cp is not None and cp.clean and self._plausible_end(cp.log_flushed):
             cut = tail_cut(self._log, cp.log_flushed)
             if cut is None:
@@ -157,8 +158,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
             self.preallocator.start()
         if self.config.scrub_bytes_per_s > 0:
             cold = self._log.write_pos  # what this run has not written
-            self.scrubber = Scrubber(self._log, self._damage, self.config.scrub_bytes_per_s,
-                                     lambda: cold, self._guard,
+            self.scrubber = Scrubber(self._guard, self.config.scrub_bytes_per_s, lambda: cold,
                                      lambda: list(self._cqs.values()))
             self.scrubber.start()
 
@@ -183,7 +183,6 @@ class MessageStore(Retention, ReplicaLog, Queries):
             # The abort file stays, so the next start verifies the tail: safe, only slower.
             log.error("final checkpoint failed (%s); the next start will recover", exc)
             clean = False
-        self._damage.persist()
         self._index.close()
         for cq in self._cqs.values():
             cq.close()
@@ -213,18 +212,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
                     cq.load()
                     self._cqs[(tdir.name, int(qdir.name))] = cq
 
-    def _entry_size_at(self, topic: str, queue_id: int, queue_offset: int,
-                       phys: int) -> int | None:
-        """The size of the queue's entry naming `phys`, None when it has none: looked up at
-        `queue_offset` (the record's own QUEUEOFFSET), then by position (recovery may have put
-        the record at another offset of its queue; entries are in commit-log order)."""
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return None
-        entry = cq.entry(queue_offset) if queue_offset >= 0 else None
-        if entry is None or entry[0] != phys:  # the search only when the field does not say
-            entry = cq.entry(cq.first_offset_at_or_above(phys, cq.min_offset, cq.max_offset))
-        return int(entry[1]) if entry is not None and entry[0] == phys else None
+    def _rewrite_entries(self, cq: ConsumeQueue, at: int, packed: bytes) -> None:
+        """Entries rebuilt from the log over a queue's (integrity.py; under the lock)."""
+        cq.overwrite(at, packed, self._dirty)
 
     def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
         cq = self._cqs.get(key)
@@ -248,10 +238,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
         start = max(floor, last_record_before(self._cqs.values(), cut) or floor)
         self._recover(cp, start)
         end = self._log.write_pos
-        self._damage.report(DamagedRecord(end, cp.log_flushed - end,
-                                          str(seg.path) if seg else "",
-                                          f"tail cut at {cut}: {cp.log_flushed - end} bytes "
-                                          "of records lost", "tail"))
+        self._guard.reports.report(DamagedRecord(
+            end, cp.log_flushed - end, str(seg.path) if seg else "",
+            f"tail cut at {cut}: {cp.log_flushed - end} bytes of records lost", "tail"))
 
     def _recover(self, cp: Checkpoint | None, start_at: int | None = None) -> None:
         t0 = time.monotonic()
@@ -286,7 +275,6 @@ class MessageStore(Retention, ReplicaLog, Queries):
                       "truncating as configured", path, end, why, nxt)
         if reason:
             log.warning("torn commit-log tail at %d (%s): truncated", end, reason)
-        self._damage.forget_from(end)  # on disk before the cut: new records go there
         clog.truncate(end)
         for cq in self._cqs.values():
             cq.truncate_phys(end)
@@ -326,10 +314,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 log.warning("queue %s/%d: record at %d has queue offset %d, queue expected %d",
                             topic, info.queue_id, info.pos, info.queue_offset, expected)
             if topic == SCHEDULE_TOPIC:
-                levels = self.config.delay_levels_ms
-                raw_level = info.delay or "1"
-                level = int(raw_level) if raw_level.isdigit() else 1
-                tag = info.store_ts + levels[min(max(level, 1), len(levels)) - 1]
+                tag = entry_tag(info, self.config.delay_levels_ms)
             else:
                 if info.tags != last_tags:
                     last_tags = info.tags
@@ -510,15 +495,16 @@ class MessageStore(Retention, ReplicaLog, Queries):
 
     # --- damage --------------------------------------------------------------------------------
     def damaged_records(self) -> list[DamagedRecord]:
-        return self._damage.records()
+        """What reads, the scrub and the tail check found damaged since the start."""
+        return self._guard.reports.records()
 
     def skipped_ranges(self) -> list[SkippedRange]:
-        return self._damage.skipped()
+        return self._skips.all()
 
     def skip_range(self, topic: str, queue_id: int, from_offset: int, to_offset: int) -> None:
         """Make reads of the queue pass over [from_offset, to_offset) (an operator gives up on
-        damaged records there)."""
-        self._damage.skip(SkippedRange(topic, queue_id, from_offset, to_offset))
+        damaged records there), from now on and after restarts."""
+        self._skips.add(SkippedRange(topic, queue_id, from_offset, to_offset))
 
     # --- positions -----------------------------------------------------------------------------
     @property
@@ -630,7 +616,6 @@ class MessageStore(Retention, ReplicaLog, Queries):
         while not self._maint_stop.wait(interval):
             try:
                 self.checkpoint()
-                self._damage.persist()
                 if time.monotonic() >= next_cleanup:
                     next_cleanup = time.monotonic() + cleanup_every
                     self.run_cleanup()
