@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from ferrymq.embedded import StandaloneProcess
 from ferrymq.embedded import start_standalone as _start
+from waits import wait_until as wait_until  # tests/store imports it from here
 
 # Short delay levels so retry paths run in tests within seconds; the order of levels is kept.
 TEST_DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s 1s 1s 1s 1s 1s 1s 1s 1s"
@@ -53,18 +53,6 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
         yield server
     finally:
         server.stop()
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):  # type: ignore[no-untyped-def]
-    """Poll `predicate` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 _REPORT = pytest.StashKey[list[str]]()

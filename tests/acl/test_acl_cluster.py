@@ -8,10 +8,10 @@ from pathlib import Path
 
 from acl_util import ADMIN, APP, RULES, write_rules
 
-from conftest import wait_until
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.embedded.cluster import start_cluster
 from ferrymq.embedded.process import ServerProcess
+from waits import wait_until
 
 
 def _broker(tmp_path: Path, name: str, namesrv: str, creds: str) -> ServerProcess:
@@ -49,7 +49,7 @@ def test_name_server_registers_only_brokers_signing_as_an_admin(tmp_path: Path) 
         # Stopping unregisters with the same credentials.
         ok.stop()
         with AdminClient(ns.ready["namesrv"]) as admin:
-            wait_until(lambda: not admin.cluster_brokers(), 10, message="broker-ok to unregister")
+            wait_until(lambda: not admin.cluster_brokers(), 10, what="broker-ok to unregister")
     finally:
         for b in brokers:
             b.kill()
@@ -81,6 +81,6 @@ def test_controller_mode_group_with_acl_everywhere(tmp_path: Path) -> None:
                         and slave.broker_id in (master_status.replication.in_sync_slaves or ())
                         and slave_status.replication.lag_bytes == 0)
 
-            wait_until(replicated, 30, message="the slave to be registered, in sync and caught up")
+            wait_until(replicated, 30, what="the slave to be registered, in sync and caught up")
         for broker in cluster.brokers:
             assert "refused" not in _log(broker), _log(broker)[-2000:]

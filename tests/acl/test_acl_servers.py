@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from acl_util import ADMIN, APP, RULES, run_cli, start_acl_standalone, write_rules
 
-from conftest import Standalone, wait_until
+from conftest import Standalone
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
@@ -33,6 +33,7 @@ from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.headers import fields
 from ferrymq.remoting import RemotingClient, RemotingCommand
+from waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_signed_clients_send_and_consume_what_their_account_allows(server: Stand
     with consumer:
         got: set[str] = set()
         wait_until(lambda: got.update(m.msg_id for m in consumer.poll(0.5)) or sent <= got, 30,
-                   message="the account's consumer to receive what it sent")
+                   what="the account's consumer to receive what it sent")
 
 
 def test_push_consumer_retries_and_simple_consumer_acks_under_acl(server: Standalone) -> None:
@@ -82,7 +83,7 @@ def test_push_consumer_retries_and_simple_consumer_acks_under_acl(server: Standa
     consumer.register_listener(listener)
     with consumer, Producer("acl-push-pg", server.namesrv, **APP) as producer:
         producer.send(Message("acl-rw", b"retry-me"))
-        wait_until(lambda: seen.get("retry-me", 0) >= 2, 30, message="the failed message to be redelivered")
+        wait_until(lambda: seen.get("retry-me", 0) >= 2, 30, what="the failed message to be redelivered")
     with SimpleConsumer("acl-pop-g", server.namesrv, **APP) as simple:
         simple.subscribe("acl-rw")
         got: list[MessageExt] = []
@@ -91,7 +92,7 @@ def test_push_consumer_retries_and_simple_consumer_acks_under_acl(server: Standa
             got.extend(simple.receive(16, 30.0))
             return any(m.body == b"retry-me" for m in got)
 
-        wait_until(received, 30, message="pop to receive")
+        wait_until(received, 30, what="pop to receive")
         for m in got:
             simple.ack(m)
 
@@ -215,10 +216,10 @@ def test_hot_reload_and_a_bad_file_keeps_the_rules(tmp_path: Path) -> None:
                 except SendError:
                     return False
 
-            wait_until(sends, 10, message="the reloaded rules to allow the send")
+            wait_until(sends, 10, what="the reloaded rules to allow the send")
             write_rules(acl, RULES + "\n  - accessKey: broken\n")  # too short a key: refused
             wait_until(lambda: any("the rules read before stay in force" in line for line in srv.log_lines), 10,
-                       message="the bad file to be reported")
+                       what="the bad file to be reported")
             assert any("longer than 6 characters" in line for line in srv.log_lines)
             producer.send(Message("acl-hot", b"still allowed"))
     finally:
@@ -248,6 +249,6 @@ def test_white_listed_addresses_need_no_signature(tmp_path: Path) -> None:
                 except NoPermissionError:
                     return False
 
-            wait_until(created, 10, message="the global white list to let unsigned requests in")
+            wait_until(created, 10, what="the global white list to let unsigned requests in")
     finally:
         srv.stop()

@@ -15,6 +15,7 @@ from conftest import Standalone
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.record import decode_records
 from ferrymq.remoting import RemotingCommand, decode_frame, encode_frame
+from waits import eventually
 
 
 @pytest.fixture
@@ -54,10 +55,10 @@ async def _steady_around(wire: Wire, attack) -> Steady:  # type: ignore[no-untyp
     steady = Steady(wire)
     task = asyncio.ensure_future(steady.run())
     try:
-        await _until(lambda: len(steady.sent) >= 3)
+        await eventually(lambda: len(steady.sent) >= 3, what="the steady client to be served")
         await attack()
         after = len(steady.sent)
-        await _until(lambda: len(steady.sent) >= after + 3)  # it is still being served
+        await eventually(lambda: len(steady.sent) >= after + 3, what="the steady client to be served still")
     finally:
         steady.stop.set()
         await task
@@ -65,13 +66,6 @@ async def _steady_around(wire: Wire, attack) -> Steady:  # type: ignore[no-untyp
     stored = await wire.pull_all("steady", 0)
     assert [m.body for m in stored] == steady.sent  # nothing stored was lost or reordered
     return steady
-
-
-async def _until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "the steady client stalled"
-        await asyncio.sleep(0.01)
 
 
 def _addr(text: str) -> tuple[str, int]:

@@ -8,13 +8,14 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from wire_util import Wire, eventually
+from wire_util import Wire
 
 from conftest import Standalone, start_standalone
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import decode_offset_msg_id
 from ferrymq.common.record import decode_records
+from waits import eventually
 
 
 @pytest.fixture

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wire_util import Wire, eventually
+from wire_util import Wire
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
 from ferrymq.broker.roles import MASTER, SLAVE, UNDECIDED
 from ferrymq.common.codes import ResponseCode
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from waits import eventually
 
 
 class Setup:

@@ -6,7 +6,6 @@ play the two members, so every field is what a client puts on the wire."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.progress import QueueProgressUpdate, encode_progress
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.remoting import RemotingCommand
+from waits import eventually
 
 TOPIC = "handover"
 GROUP = "g-handover"
@@ -98,19 +98,12 @@ async def _release(wire: Wire, offset: int, *, released: bool = True) -> None:
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
-async def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
-
-
 async def test_the_new_owner_is_answered_with_the_old_owners_release(
         broker: tuple[Broker, Callable[[], Wire]]) -> None:
     b, wire = broker
     old, new = await _owned_by_old(wire, 2)
     asked = _query(new)
-    await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
+    await eventually(lambda: b.handover.waiting == 1, what="the query to wait for the release")
     # The old owner consumed on meanwhile; a plain commit is not a release.
     await _release(old, 6, released=False)
     assert b.handover.waiting == 1
@@ -125,12 +118,12 @@ async def test_the_wait_ends_when_the_old_owner_leaves(broker: tuple[Broker, Cal
     b, wire = broker
     old, new = await _owned_by_old(wire, 4)
     asked = _query(new)
-    await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
+    await eventually(lambda: b.handover.waiting == 1, what="the query to wait for the release")
     assert b.handover.owned == 1
     await old.close()  # its connection closes: it is no longer a member
     resp = await asyncio.wait_for(asked, 10)
     assert resp.ext_fields["offset"] == "4"
-    await _until(lambda: b.handover.owned == 0, "the closed connection to own nothing")
+    await eventually(lambda: b.handover.owned == 0, what="the closed connection to own nothing")
     assert b.handover.waited_out == 0
 
 
@@ -186,7 +179,7 @@ async def test_a_pull_from_outside_the_group_does_not_take_the_queue_over(
     await tool.close()
     await _member(new, "new")
     asked = _query(new)
-    await _until(lambda: b.handover.waiting == 1, "the query to wait for the owner's release")
+    await eventually(lambda: b.handover.waiting == 1, what="the query to wait for the owner's release")
     await _release(old, 7)
     resp = await asyncio.wait_for(asked, 10)
     assert resp.ext_fields["offset"] == "7"
@@ -199,7 +192,7 @@ async def test_a_broker_stopping_answers_the_waiting_members_at_once(
     b, wire = broker
     _old, new = await _owned_by_old(wire, 4)
     asked = _query(new)  # the broker's limit here: 30 s, beyond the stop's grace
-    await _until(lambda: b.handover.waiting == 1, "the query to wait for the release")
+    await eventually(lambda: b.handover.waiting == 1, what="the query to wait for the release")
     await b.stop()
     resp = await asyncio.wait_for(asked, 10)
     assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == "4"
@@ -232,7 +225,7 @@ async def test_a_member_taking_queues_of_two_topics_waits_for_both_releases_at_o
     starting = asyncio.ensure_future(consumer.start())
     try:
         # Its client id sorts before "zz-old": it is given queue 0 of both topics.
-        await _until(lambda: b.handover.waiting == 2, "both topics' questions held at once")
+        await eventually(lambda: b.handover.waiting == 2, what="both topics' questions held at once")
         await _release(old, 1)  # TOPIC queue 0
         body_b = encode_progress(GROUP, [QueueProgressUpdate("handover-b", 0, 0, ())])
         resp = await old.call(RequestCode.UPDATE_CONSUMER_PROGRESS, body_b, released="true")

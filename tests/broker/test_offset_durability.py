@@ -19,6 +19,7 @@ from ferrymq.broker.controller import Broker
 from ferrymq.broker.offset_journal import JOURNAL_PREFIX
 from ferrymq.broker.offsets import OffsetManager
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from waits import eventually
 
 
 def test_an_answered_commit_survives_a_broker_kill(tmp_path: Path) -> None:
@@ -149,10 +150,7 @@ def test_an_unawaited_commit_is_written_within_the_journal_delay(tmp_path: Path)
     async def commits() -> None:
         async with _journaling(tmp_path, 0.05) as m:
             m.commit("g", "t", 0, 8)
-            deadline = asyncio.get_running_loop().time() + 10
-            while _on_disk(tmp_path, "t", 0) != 8:
-                assert asyncio.get_running_loop().time() < deadline, "never written"
-                await asyncio.sleep(0.01)
+            await eventually(lambda: _on_disk(tmp_path, "t", 0) == 8, 10, "the commit on disk")
 
     asyncio.run(commits())
 
@@ -185,18 +183,13 @@ def test_a_full_disk_delays_the_journal_and_loses_nothing(tmp_path: Path) -> Non
                 long_topic = "t" + "x" * 6000  # spans pages: a part of it lands, then ENOSPC
                 waiting = asyncio.ensure_future(
                     m.wait_durable(m.commit("g", long_topic, 0, 2)))
-                deadline = asyncio.get_running_loop().time() + 10
-                while m.journal_failures == 0:
-                    assert asyncio.get_running_loop().time() < deadline, "the write never failed"
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: m.journal_failures > 0, 10, "the journal write to fail")
                 assert not waiting.done()  # not on disk: not answered
                 (config / "ballast").unlink()
                 await asyncio.wait_for(waiting, 10)
                 await asyncio.wait_for(m.wait_durable(m.commit("g", "t", 1, 3)), 10)
                 m.commit("g", "t", 2, 4)  # unawaited: written within the delay again
-                while _on_disk(config, "t", 2) != 4:
-                    assert asyncio.get_running_loop().time() < deadline + 10, "never written"
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: _on_disk(config, "t", 2) == 4, 20, "the unawaited commit on disk")
 
         asyncio.run(commits())
         replayed = OffsetManager(config)

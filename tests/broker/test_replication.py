@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wire_util import Wire, eventually
+from wire_util import Wire
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
@@ -18,6 +18,7 @@ from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.record import decode_records
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from waits import eventually
 
 
 class Group:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from wire_util import Wire
-from wire_util import eventually as _eventually
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
@@ -25,16 +23,9 @@ from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.names import TIMER_TOPIC
 from ferrymq.common.record import encode_batch
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from waits import eventually
 
 T0 = 1_800_000_000_000
-
-
-async def eventually(probe: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll a probe (plain or async) until it answers something truthy."""
-    async def call() -> Any:
-        value = probe()
-        return await value if inspect.isawaitable(value) else value
-    return await _eventually(call, timeout=timeout, what=what)
 
 
 class Clock:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
-from test_timer import T0, Clock, Node, _count, _node, _props, eventually, nodes
+from test_timer import T0, Clock, Node, _count, _node, _props, nodes
 
 from ferrymq.broker.timer import service as timer_service
 from ferrymq.broker.timer import state as timer_state
@@ -23,6 +23,7 @@ from ferrymq.broker.timer.codec import newest_checkpoint
 from ferrymq.broker.timer.state import checkpoint_path, log_dir, wheel_path
 from ferrymq.common.names import TIMER_TOPIC
 from ferrymq.store import flush as flush_module
+from waits import eventually
 
 __all__ = ["nodes"]  # the fixture, used by name
 

@@ -11,12 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from wire_util import Wire, eventually
+from wire_util import Wire
 
 from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.client.errors import MessageValidationError
 from ferrymq.common.message import MessageExt
+from waits import eventually
 
 
 async def _delivered(standalone: Standalone, topic: str) -> list[MessageExt]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from test_failover import Setup, _true
-from wire_util import Wire, eventually
+from wire_util import Wire
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
@@ -26,6 +26,7 @@ from ferrymq.common.props import properties_to_string
 from ferrymq.common.record import decode_records
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.remoting import ClientConfig, Connection, RemotingClient, RemotingCommand
+from waits import eventually
 
 GROUP = "tx-group"
 TOPIC = "tx-orders"

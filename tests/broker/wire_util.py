@@ -3,10 +3,7 @@ wire, so these tests pin the broker's protocol independently of ferrymq's own cl
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
@@ -14,8 +11,6 @@ from ferrymq.common.message import MessageExt
 from ferrymq.common.props import properties_to_string
 from ferrymq.common.record import decode_records
 from ferrymq.remoting import ClientConfig, RemotingClient, RemotingCommand
-
-T = TypeVar("T")
 
 PULL_FLAG_COMMIT = 0x1
 PULL_FLAG_SUSPEND = 0x2
@@ -87,15 +82,3 @@ class Wire:
             return None
         data: dict[str, object] = jsonx.loads(resp.body or b"{}")
         return data
-
-
-async def eventually(probe: Callable[[], Awaitable[T]], *, timeout: float = 15.0, what: str = "condition") -> T:
-    """Poll an async probe until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)

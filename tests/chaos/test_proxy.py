@@ -6,11 +6,12 @@ from __future__ import annotations
 import socket
 import socketserver
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 from proxy import TcpProxy
+
+from waits import wait_until
 
 
 class Echo(socketserver.BaseRequestHandler):
@@ -62,9 +63,7 @@ def test_forwards_cuts_refuses_and_heals_on_the_same_port(echo: str) -> None:
         big = bytes(range(256)) * 4096  # 1 MiB, both directions
         assert roundtrip(a, big) == big
         # The proxy counts a chunk after passing it on, so the echo can be back first.
-        deadline = time.monotonic() + 5
-        while proxy.bytes_forwarded < 2 * len(big) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: proxy.bytes_forwarded >= 2 * len(big), 5, "the proxy to count both directions")
         assert proxy.accepted == 1 and proxy.bytes_forwarded == 2 * len(big)
 
         proxy.cut()
@@ -108,7 +107,5 @@ def test_the_target_is_asked_at_every_connection(echo: str) -> None:
         s = connect(proxy.addr)
         assert roundtrip(s, b"x") == b"x"
         s.close()
-        deadline = time.monotonic() + 5
-        while proxy.open_connections() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not proxy.open_connections(), 5, "the proxy to close its connections")
         assert proxy.open_connections() == 0

@@ -7,26 +7,12 @@ import base64
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from cli_util import ferrymq, json_out
 
 from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer
-
-T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+from waits import wait_until
 
 
 def test_topic_send_consume_and_progress_print_the_documented_json(standalone: Any) -> None:
@@ -155,7 +141,7 @@ def dead_letter(standalone: Any, group: str, topic: str, count: int) -> list[dic
     failing.subscribe(topic)
     failing.register_listener(lambda msgs, ctx: ConsumeStatus.RECONSUME_LATER)
     with failing:
-        listed: list[dict[str, Any]] = wait_for(
+        listed: list[dict[str, Any]] = wait_until(
             lambda: (lambda rows: rows if len(rows) == count else None)(
                 json_out(standalone, "dlq", "list", group)
             ),
@@ -199,7 +185,7 @@ def test_dlq_list_and_resend_drive_messages_back_once(standalone: Any) -> None:
     healthy.subscribe("cli-dlq")
     healthy.register_listener(lambda msgs, ctx: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with healthy:
-        wait_for(lambda: got, what="the re-driven message")
+        wait_until(lambda: got, what="the re-driven message")
     (m,) = got
     assert (m.body, m.topic, m.reconsume_times, m.msg_id) == (
         b"poison",

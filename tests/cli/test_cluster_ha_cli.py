@@ -9,8 +9,8 @@ from typing import Any
 
 from cli_util import ferrymq, json_out
 
-from conftest import wait_until
 from ferrymq.embedded import start_cluster
+from waits import wait_until
 
 
 def rows(server: Any) -> dict[int, dict[str, Any]]:
@@ -27,7 +27,7 @@ def test_cluster_list_shows_roles_lag_and_in_sync_slaves(tmp_path: Path) -> None
         both = wait_until(
             lambda: (r := rows(server)).get(0, {}).get("replication", {}).get("in_sync_slaves") == [1]
             and r.get(1, {}).get("replication", {}).get("ha_connected") and r,
-            timeout=30, message="the slave to be in sync",
+            timeout=30, what="the slave to be in sync",
         )
         m, s = both[0], both[1]
         assert (m["role"], m["broker_role"], m["addr"]) == ("MASTER", "SYNC_MASTER", master.addr)
@@ -49,7 +49,7 @@ def test_cluster_list_shows_roles_lag_and_in_sync_slaves(tmp_path: Path) -> None
         (alone,) = wait_until(
             lambda: (r := list(rows(server).values())) and len(r) == 1
             and r[0]["replication"]["ha_connected"] is False and r,
-            timeout=30, message="the dead master to leave the list and the slave to notice",
+            timeout=30, what="the dead master to leave the list and the slave to notice",
         )
         assert alone["broker_id"] == 1
         assert "no" in ferrymq(server, "cluster", "list").stdout.split(slave.addr, 1)[1].splitlines()[0]

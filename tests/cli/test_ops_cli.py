@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from cli_util import ferrymq, json_error, json_out
 
-from conftest import start_standalone, wait_until
+from conftest import start_standalone
 from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer, __version__
 from ferrymq.common.ids import decode_uniq_id
+from waits import wait_until
 
 
 def test_version() -> None:
@@ -144,7 +145,7 @@ def test_group_connections_lists_online_consumers(standalone: Any) -> None:
         conns = wait_until(
             lambda: json_out(standalone, "group", "connections", "ops-cg")["connections"],
             timeout=30,
-            message="the consumer's heartbeat",
+            what="the consumer's heartbeat",
         )
         doc = json_out(standalone, "group", "connections", "ops-cg")
     assert [c["client_id"] for c in conns] == [consumer.client_id]
@@ -265,11 +266,11 @@ def test_msg_trace_shows_copies_and_which_groups_consumed_it(standalone: Any) ->
     consumer.subscribe("ops-trace", "TagA || TagB")
     consumer.register_listener(lambda msgs, ctx: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with consumer:
-        wait_until(lambda: got, timeout=30, message="the push consumer to get the message")
+        wait_until(lambda: got, timeout=30, what="the push consumer to get the message")
         track = wait_until(
             lambda: (lambda t: t if t and t["track"] == "CONSUMED" else None)(track_of("tr-push")),
             timeout=30,
-            message="tr-push's offset to pass the message",
+            what="tr-push's offset to pass the message",
         )
         assert track["consumed"] and track["queue_offset"] == sent["queue_offset"]
         doc = json_out(standalone, "msg", "trace", sent["msg_id"], "--topic", "ops-trace")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cli_util import ferrymq, json_out
 
-from conftest import start_standalone, wait_until
+from conftest import start_standalone
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
@@ -25,6 +25,7 @@ from ferrymq import (
 )
 from ferrymq.broker.trace.codec import TRACE_TOPIC, ClientTrace, encode_client_trace
 from ferrymq.common.trace_events import TraceEvent
+from waits import wait_until
 
 
 def _kinds(events: Sequence[TraceEvent]) -> list[str]:
@@ -80,7 +81,7 @@ def test_a_failed_then_retried_message_and_a_redriven_dead_letter(tmp_path: Path
         doomed, doomed_done = _consumer(server, "tr-dead-g", "tr-dead", {b"dead-lettered"},
                                         max_reconsume_times=0)
         with life, doomed, AdminClient(server.namesrv) as admin:
-            wait_until(lambda: life_done, timeout=30, message="the retry to be consumed")
+            wait_until(lambda: life_done, timeout=30, what="the retry to be consumed")
 
             def retried_trace() -> Sequence[TraceEvent] | None:
                 events = admin.message_trace(retried["msg_id"]).events
@@ -88,7 +89,7 @@ def test_a_failed_then_retried_message_and_a_redriven_dead_letter(tmp_path: Path
                     e.kind == "consumed" and e.topic == "%RETRY%tr-life-g" for e in events
                 ) else None
 
-            events = wait_until(retried_trace, timeout=30, message="the retry's commit traced")
+            events = wait_until(retried_trace, timeout=30, what="the retry's commit traced")
             assert _in_order(
                 events,
                 _is("stored", topic="tr-life", queue_offset=retried["queue_offset"]),
@@ -107,9 +108,9 @@ def test_a_failed_then_retried_message_and_a_redriven_dead_letter(tmp_path: Path
                 events = admin.message_trace(dead["msg_id"]).events
                 return events if any(e.kind == "dlq_stored" for e in events) else None
 
-            wait_until(dead_lettered, timeout=30, message="the dead letter traced")
+            wait_until(dead_lettered, timeout=30, what="the dead letter traced")
             ferrymq(server, "dlq", "resend", "tr-dead-g", "--msg-id", dead["msg_id"])
-            wait_until(lambda: doomed_done, timeout=30, message="the re-driven message consumed")
+            wait_until(lambda: doomed_done, timeout=30, what="the re-driven message consumed")
 
             def redriven_trace() -> Sequence[TraceEvent] | None:
                 events = admin.message_trace(dead["msg_id"]).events
@@ -117,7 +118,7 @@ def test_a_failed_then_retried_message_and_a_redriven_dead_letter(tmp_path: Path
                     e.kind == "consumed" and e.topic == "%RETRY%tr-dead-g" for e in events
                 ) else None
 
-            events = wait_until(redriven_trace, timeout=30, message="the redrive traced")
+            events = wait_until(redriven_trace, timeout=30, what="the redrive traced")
             assert _in_order(
                 events,
                 _is("stored", topic="tr-dead"),
@@ -174,7 +175,7 @@ def test_trace_off_records_nothing(untraced: Any, tmp_path: Path) -> None:
     sent = json_out(untraced, "send", "tr-off", "quiet")
     consumer, done = _consumer(untraced, "tr-off-g", "tr-off", set())
     with consumer:
-        wait_until(lambda: done, timeout=30, message="the message consumed")
+        wait_until(lambda: done, timeout=30, what="the message consumed")
     doc = json_out(untraced, "msg", "trace", sent["msg_id"])
     # The stored copy is the message itself in the log; nothing else is recorded.
     assert [e["kind"] for e in doc["timeline"]] == ["stored"]
@@ -207,7 +208,7 @@ def test_transactions_pop_delay_and_client_trace_data(standalone: Any) -> None:
     consumer = SimpleConsumer("tr-pop-g", standalone.namesrv, await_duration=5.0)
     consumer.subscribe("tr-pop")
     with consumer, AdminClient(standalone.namesrv) as admin:
-        (view,) = wait_until(lambda: consumer.receive(1, 30.0), timeout=30, message="a pop")
+        (view,) = wait_until(lambda: consumer.receive(1, 30.0), timeout=30, what="a pop")
         consumer.change_invisible_duration(view, 20.0)
         consumer.ack(view)
 
@@ -225,13 +226,13 @@ def test_transactions_pop_delay_and_client_trace_data(standalone: Any) -> None:
         events = wait_until(
             lambda: (lambda ev: ev if "stored" in _kinds(ev) else None)(
                 admin.message_trace(delayed["msg_id"]).events),
-            timeout=30, message="the delayed message's delivery traced")
+            timeout=30, what="the delayed message's delivery traced")
         assert _kinds(events)[:2] == ["scheduled", "stored"], _kinds(events)
         assert events[0].detail["delay_level"] == "1" and events[1].topic == "tr-delay"
         events = wait_until(
             lambda: (lambda ev: ev if "stored" in _kinds(ev) else None)(
                 admin.message_trace(timed["msg_id"]).events),
-            timeout=30, message="the timer message's delivery traced")
+            timeout=30, what="the timer message's delivery traced")
         assert _kinds(events)[:2] == ["timer_scheduled", "stored"], _kinds(events)
         assert int(events[0].detail["deliver_ms"]) >= events[0].ts + 300 - 5
         assert events[1].topic == "tr-delay" and events[1].ts >= int(events[0].detail["deliver_ms"]) - 100

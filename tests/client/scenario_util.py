@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ferrymq import AdminClient, MessageExt, MessageQueue
-
-T = TypeVar("T")
 
 # Every interval a scenario would otherwise wait for, shortened; behaviour is unchanged.
 FAST_CONSUMER: dict[str, Any] = dict(
@@ -27,22 +23,6 @@ FAST_CONSUMER: dict[str, Any] = dict(
     shutdown_timeout=20.0,
 )
 FAST_PRODUCER: dict[str, Any] = dict(route_refresh_interval=0.3, heartbeat_interval=1.0)
-
-
-def wait_for(
-    predicate: Callable[[], T],
-    timeout: float = 20.0,
-    what: str = "condition",
-    interval: float = 0.02,
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass

@@ -6,13 +6,14 @@ import concurrent.futures
 from typing import Any
 
 import pytest
-from scenario_util import FAST_PRODUCER, wait_for
+from scenario_util import FAST_PRODUCER
 
 from ferrymq import AdminClient, Message, Producer, PullStatus, SendError, SendStatus
 from ferrymq.client.errors import MessageNotFoundError, NoRouteError
 from ferrymq.client.producer_async import hash_queue_index
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.record import SYSFLAG_COMPRESSED
+from waits import wait_until
 
 
 def test_admin_reads_routes_offsets_and_single_pulls(standalone: Any) -> None:
@@ -77,7 +78,7 @@ def test_send_to_an_unknown_topic_creates_it_through_tbw102(standalone: Any) -> 
     ):
         result = producer.send(Message("fresh-topic", b"hello"))
         assert result.status is SendStatus.SEND_OK
-        mqs = wait_for(lambda: _queues_or_none(admin, "fresh-topic"), what="route of the new topic")
+        mqs = wait_until(lambda: _queues_or_none(admin, "fresh-topic"), what="route of the new topic")
         assert len(mqs) == 8  # the producer's default for auto-created topics
         assert admin.view_message(result.offset_msg_id).body == b"hello"
 
@@ -117,7 +118,7 @@ def test_batch_async_and_oneway_sends_all_arrive(standalone: Any) -> None:
         done = [f.result(10) for f in concurrent.futures.as_completed(futures)]
         assert all(r.status is SendStatus.SEND_OK for r in done)
         producer.send_oneway(Message("many", b"oneway"))
-        wait_for(lambda: admin.max_offset(q) == 26, what="26 messages stored")
+        wait_until(lambda: admin.max_offset(q) == 26, what="26 messages stored")
         bodies = {m.body for m in admin.pull(q, 0, 64).messages}
         assert {b"b0", b"b4", b"a0", b"a19", b"oneway"} <= bodies
 

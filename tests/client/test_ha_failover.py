@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from ferrymq.client.api import MQClientAPI
@@ -21,6 +21,7 @@ from ferrymq.common.message import MessageQueue
 from ferrymq.embedded import LocalCluster, start_cluster
 from ferrymq.embedded.cluster import BrokerProcess
 from ferrymq.remoting import ClientConfig, RemotingClient
+from waits import wait_until
 
 BROKER_CONFIG: dict[str, str | int | float | bool] = {
     "ha_heartbeat_interval_ms": 100,
@@ -80,7 +81,7 @@ def test_push_consumer_finishes_on_the_slave_and_its_offsets_survive_the_masters
     with AdminClient(ns, timeout=2.0) as admin:
         admin.create_topic(TOPIC, 4)
         send_all(ns, old)
-        wait_for(lambda: caught_up(admin, master, slave), what="the slave to have every message")
+        wait_until(lambda: caught_up(admin, master, slave), what="the slave to have every message")
         mqs = admin.message_queues(TOPIC)
         assert runtime(admin, slave.addr).get("msgGetTotalTodayNow", "0") == "0"
 
@@ -102,10 +103,10 @@ def test_push_consumer_finishes_on_the_slave_and_its_offsets_survive_the_masters
     first.register_listener(listener)
     first.start()
     try:
-        wait_for(lambda: seen.count() >= 30, what="30 messages from the master")
+        wait_until(lambda: seen.count() >= 30, what="30 messages from the master")
         master.kill()
         gate.set()
-        wait_for(lambda: set(seen.bodies()) >= {b.encode() for b in old}, timeout=30,
+        wait_until(lambda: set(seen.bodies()) >= {b.encode() for b in old}, timeout=30,
                  what="every message, the rest from the slave")
     finally:
         first.shutdown()
@@ -117,7 +118,7 @@ def test_push_consumer_finishes_on_the_slave_and_its_offsets_survive_the_masters
     # The master returns on its store; the slave hands it the offsets committed meanwhile.
     master.start()
     cluster.wait_master()
-    wait_for(lambda: committed_on(ns, master.addr, "g-ha", mqs) == on_slave, timeout=20,
+    wait_until(lambda: committed_on(ns, master.addr, "g-ha", mqs) == on_slave, timeout=20,
              what="the master to take the slave's offsets")
 
     new = [f"new-{i}" for i in range(20)]
@@ -127,7 +128,7 @@ def test_push_consumer_finishes_on_the_slave_and_its_offsets_survive_the_masters
     second.subscribe(TOPIC)
     second.register_listener(lambda msgs, ctx: again.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with second:
-        wait_for(lambda: set(again.bodies()) >= {b.encode() for b in new}, what="the new messages")
+        wait_until(lambda: set(again.bodies()) >= {b.encode() for b in new}, what="the new messages")
     # Queues are read in order: had the group started from 0, the old ones came first.
     assert sorted(again.bodies()) == sorted(b.encode() for b in new)
 
@@ -139,7 +140,7 @@ def test_lite_pull_consumer_reads_the_slave_of_a_dead_master(cluster: LocalClust
     with AdminClient(ns, timeout=2.0) as admin:
         admin.create_topic(TOPIC, 2)
         send_all(ns, bodies)
-        wait_for(lambda: caught_up(admin, master, slave), what="the slave to have every message")
+        wait_until(lambda: caught_up(admin, master, slave), what="the slave to have every message")
     consumer = LitePullConsumer("g-lite", ns, auto_commit=False, **{
         **FAST_CONSUMER, **SLOW_ROUTES, "pull_batch_size": 2, "pull_threshold_for_queue": 2,
         "consume_from_where": ConsumeFromWhere.FIRST_OFFSET})
@@ -147,10 +148,10 @@ def test_lite_pull_consumer_reads_the_slave_of_a_dead_master(cluster: LocalClust
     consumer.start()
     try:
         got: list[bytes] = []
-        wait_for(lambda: got.extend(m.body for m in consumer.poll(0.2)) or len(got) >= 10,
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.2)) or len(got) >= 10,
                  what="the first messages")
         master.kill()
-        wait_for(lambda: got.extend(m.body for m in consumer.poll(0.2)) or len(set(got)) >= len(bodies),
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.2)) or len(set(got)) >= len(bodies),
                  timeout=30, what="every message")
         consumer.commit()
         assert set(got) == {b.encode() for b in bodies}
@@ -172,8 +173,8 @@ def test_lite_pull_consumer_reads_the_slave_of_a_dead_master(cluster: LocalClust
                 got.extend(m.body for m in consumer.poll(0.2))
                 return int(runtime(admin, master.addr).get("msgGetTotalTodayNow", "0")) > 0
 
-            wait_for(read_from_master, timeout=60, what="a pull served by the returned master")
-        wait_for(lambda: got.extend(m.body for m in consumer.poll(0.2))
+            wait_until(read_from_master, timeout=60, what="a pull served by the returned master")
+        wait_until(lambda: got.extend(m.body for m in consumer.poll(0.2))
                  or {b.encode() for b in later} <= set(got),
                  what="the messages sent after the master's return")
     finally:
@@ -189,7 +190,7 @@ def test_sends_move_to_the_other_group_when_a_master_dies(cluster: LocalCluster,
     try:
         ns = cluster.namesrv.addr
         with AdminClient(ns, timeout=2.0) as admin:
-            wait_for(lambda: set(admin.brokers()) == {"broker-a", "broker-b"}, what="both masters")
+            wait_until(lambda: set(admin.brokers()) == {"broker-a", "broker-b"}, what="both masters")
             admin.create_topic(TOPIC, 2)
         with Producer("p-two", ns, **{**FAST_PRODUCER, **SLOW_ROUTES}, send_timeout=3.0) as producer:
             before = {producer.send(Message(TOPIC, b"x")).broker for _ in range(8)}
@@ -214,7 +215,7 @@ def test_sends_resume_on_the_master_the_controller_elects(tmp_path: Path) -> Non
                 admin.create_topic(TOPIC, 2)
                 producer.send(Message(TOPIC, b"before"))
                 # The replica has the message and the topic (else the new master has no route).
-                wait_for(lambda: caught_up(admin, old, replica)
+                wait_until(lambda: caught_up(admin, old, replica)
                          and runtime(admin, replica.addr)["topicCount"] == runtime(admin, old.addr)["topicCount"],
                          what="the replica to have the message and the topic")
             old.kill()
@@ -228,4 +229,4 @@ def test_sends_resume_on_the_master_the_controller_elects(tmp_path: Path) -> Non
                 return True
 
             # Routes would refresh in 30 s; the producer must look again by itself.
-            wait_for(sent, timeout=10, interval=0.1, what="a send to the new master")
+            wait_until(sent, timeout=10, interval=0.1, what="a send to the new master")

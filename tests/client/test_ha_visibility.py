@@ -10,12 +10,13 @@ import concurrent.futures
 from pathlib import Path
 
 import pytest
-from scenario_util import FAST_PRODUCER, wait_for
+from scenario_util import FAST_PRODUCER
 
 from ferrymq import AdminClient, Message, Producer, SendStatus
 from ferrymq.client.results import PullStatus
 from ferrymq.common.message import MessageQueue
 from ferrymq.embedded import start_cluster
+from waits import wait_until
 
 TOPIC = "VIS"
 CONFIG: dict[str, str | int | float | bool] = {
@@ -47,11 +48,11 @@ def test_a_message_the_in_sync_slave_lacks_is_not_read_until_the_slave_has_it(tm
         with AdminClient(ns, timeout=2.0) as admin, \
                 Producer("p-vis", ns, **FAST_PRODUCER, send_timeout=90.0) as producer:
             admin.create_topic(TOPIC, 1)
-            wait_for(lambda: in_sync(admin, master.addr) != "", timeout=30, what="the slave in sync")
+            wait_until(lambda: in_sync(admin, master.addr) != "", timeout=30, what="the slave in sync")
             first = producer.send(Message(TOPIC, b"replicated"))
             assert first.status is SendStatus.SEND_OK
             mq = MessageQueue(TOPIC, first.broker, 0)
-            wait_for(lambda: admin.max_offset(mq) == 1, what="the first message readable")
+            wait_until(lambda: admin.max_offset(mq) == 1, what="the first message readable")
 
             slave.pause()
             try:
@@ -60,7 +61,7 @@ def test_a_message_the_in_sync_slave_lacks_is_not_read_until_the_slave_has_it(tm
                     held = pool.submit(producer.send, Message(TOPIC, b"held"))
                     # Stored on the master (its log grew); a SYNC_MASTER's send waits for the
                     # frozen slave, an ASYNC_MASTER's is answered at once.
-                    wait_for(lambda: commit_log_end(admin, master.addr) > end, what="the send stored")
+                    wait_until(lambda: commit_log_end(admin, master.addr) > end, what="the send stored")
                     if role == "SYNC_MASTER":
                         assert not held.done()
                     else:
@@ -78,7 +79,7 @@ def test_a_message_the_in_sync_slave_lacks_is_not_read_until_the_slave_has_it(tm
             assert result.status is SendStatus.SEND_OK
             assert result.queue_offset == 1
             # The slave has it now: readers see it.
-            wait_for(lambda: admin.max_offset(mq) == 2, what="the message to become readable")
+            wait_until(lambda: admin.max_offset(mq) == 2, what="the message to become readable")
             assert [m.body for m in admin.pull(mq, 1).messages] == [b"held"]
 
 
@@ -90,7 +91,7 @@ def test_read_uncommitted_shows_what_the_master_stored_at_once(tmp_path: Path) -
         ns = cluster.namesrv.addr
         with AdminClient(ns, timeout=2.0) as admin, Producer("p-vis", ns, **FAST_PRODUCER) as producer:
             admin.create_topic(TOPIC, 1)
-            wait_for(lambda: in_sync(admin, master.addr) != "", timeout=30, what="the slave in sync")
+            wait_until(lambda: in_sync(admin, master.addr) != "", timeout=30, what="the slave in sync")
             slave.pause()
             try:
                 sent = producer.send(Message(TOPIC, b"unreplicated"))

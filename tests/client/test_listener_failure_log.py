@@ -8,9 +8,10 @@ import threading
 from typing import Any
 
 import pytest
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
+from waits import wait_until
 
 
 def test_a_raising_listener_logs_one_line_without_traceback(
@@ -33,8 +34,8 @@ def test_a_raising_listener_logs_one_line_without_traceback(
     consumer.subscribe("lf-topic")
     consumer.register_listener(listener)
     with caplog.at_level(logging.WARNING, logger="ferrymq.client.listener"), consumer:
-        wait_for(calls.is_set, what="the listener to run")
-        records = wait_for(
+        wait_until(calls.is_set, what="the listener to run")
+        records = wait_until(
             lambda: [r for r in caplog.records if r.name == "ferrymq.client.listener"],
             what="the failure to be logged",
         )

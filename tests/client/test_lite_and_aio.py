@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import (
     AdminClient,
@@ -18,6 +18,7 @@ from ferrymq import (
     aio,
 )
 from ferrymq.common.message import MessageQueue
+from waits import wait_until
 
 
 def _fill(namesrv: str, topic: str, per_queue: int, queues: int) -> None:
@@ -30,7 +31,7 @@ def _fill(namesrv: str, topic: str, per_queue: int, queues: int) -> None:
 
 def _poll_until(consumer: LitePullConsumer, n: int) -> list[MessageExt]:
     got: list[MessageExt] = []
-    wait_for(lambda: got.extend(consumer.poll(0.2)) or len(got) >= n, what=f"{n} polled")
+    wait_until(lambda: got.extend(consumer.poll(0.2)) or len(got) >= n, what=f"{n} polled")
     return got
 
 
@@ -97,7 +98,7 @@ def test_lite_pull_subscribe_auto_commits_what_was_polled(standalone: Any) -> No
 
 def _poll_exactly(consumer: LitePullConsumer, n: int) -> list[MessageExt]:
     got: list[MessageExt] = []
-    wait_for(lambda: got.extend(consumer.poll(0.2, n - len(got))) or len(got) >= n, what=f"{n} polled")
+    wait_until(lambda: got.extend(consumer.poll(0.2, n - len(got))) or len(got) >= n, what=f"{n} polled")
     return got
 
 

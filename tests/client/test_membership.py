@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import (
     AdminClient,
@@ -22,6 +22,7 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from waits import wait_until
 
 HERE = Path(__file__).parent
 
@@ -55,16 +56,16 @@ class Load(threading.Thread):
 def _churn(make: Any, rec: Recorder, total: int) -> None:
     """Three members: join at 1/6 and 2/6 of the load, the first two leave at 3/6 and 4/6."""
     members = [make("a").start()]
-    wait_for(lambda: rec.count() >= total // 6, what="first sixth")
+    wait_until(lambda: rec.count() >= total // 6, what="first sixth")
     members.append(make("b").start())
-    wait_for(lambda: rec.count() >= 2 * total // 6, what="second sixth")
+    wait_until(lambda: rec.count() >= 2 * total // 6, what="second sixth")
     members.append(make("c").start())
-    wait_for(lambda: rec.count() >= 3 * total // 6, what="half")
+    wait_until(lambda: rec.count() >= 3 * total // 6, what="half")
     members.pop(0).shutdown()
-    wait_for(lambda: rec.count() >= 4 * total // 6, what="two thirds")
+    wait_until(lambda: rec.count() >= 4 * total // 6, what="two thirds")
     members.pop(0).shutdown()
     try:
-        wait_for(
+        wait_until(
             lambda: len({m.body for m in rec.snapshot()}) >= total, timeout=60, what="every message"
         )
     finally:
@@ -208,7 +209,7 @@ def test_killed_consumer_loses_nothing_and_redelivers_only_uncommitted_messages(
     survivor.subscribe("crash")
     survivor.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with survivor:
-        wait_for(
+        wait_until(
             lambda: first | {(m.queue_id, m.queue_offset) for m in rec.snapshot()} >= set(body_at),
             what="every message after the crash",
         )

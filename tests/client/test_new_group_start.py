@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+from waits import wait_until
 
 
 def _consumer(namesrv: str, group: str, topic: str, rec: Recorder) -> PushConsumer:
@@ -35,9 +36,9 @@ def test_a_consumer_subscribed_before_its_topic_exists_gets_the_first_message(st
         with Producer("p-early", standalone.namesrv, **FAST_PRODUCER) as producer:
             producer.send(Message("born-later", b"first"))  # creates the topic
             # The consumer learns of the queues after "first" arrived, and starts them.
-            wait_for(lambda: _started_everywhere(admin, "g-early", "born-later"), what="the queues started")
+            wait_until(lambda: _started_everywhere(admin, "g-early", "born-later"), what="the queues started")
             producer.send(Message("born-later", b"second"))
-            wait_for(lambda: b"second" in rec.bodies(), what="the second message")
+            wait_until(lambda: b"second" in rec.bodies(), what="the second message")
     finally:
         consumer.shutdown()
     assert sorted(rec.bodies()) == [b"first", b"second"]
@@ -55,9 +56,9 @@ def test_a_queue_whose_first_record_left_memory_starts_at_the_end(standalone: An
             producer.send(Message("aged", b"old%d" % i))
         consumer = _consumer(standalone.namesrv, "g-aged", "aged", rec).start()
         try:
-            wait_for(lambda: _started_everywhere(admin, "g-aged", "aged"), what="the queue started")
+            wait_until(lambda: _started_everywhere(admin, "g-aged", "aged"), what="the queue started")
             producer.send(Message("aged", b"new"))
-            wait_for(lambda: b"new" in rec.bodies(), what="the new message")
+            wait_until(lambda: b"new" in rec.bodies(), what="the new message")
         finally:
             consumer.shutdown()
     assert rec.bodies() == [b"new"]

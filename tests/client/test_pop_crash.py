@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scenario_util import FAST_PRODUCER, wait_for
+from scenario_util import FAST_PRODUCER
 
 from conftest import start_standalone
 from ferrymq import AdminClient, Message, Producer, SimpleConsumer
+from waits import wait_until
 
 HERE = Path(__file__).parent
 Key = tuple[int, int]
@@ -34,7 +35,7 @@ def _drain(consumer: SimpleConsumer, expect: int, invisible: float = 30.0) -> li
             consumer.ack(v)
         return len(got) >= expect
 
-    wait_for(more, timeout=30.0, what=f"{expect} messages")
+    wait_until(more, timeout=30.0, what=f"{expect} messages")
     return got
 
 
@@ -52,7 +53,7 @@ def test_broker_kill_keeps_acks_and_redelivers_the_rest(tmp_path: Path) -> None:
         consumer.subscribe("popkill")
         with consumer:
             views: list[Any] = []
-            wait_for(lambda: views.extend(consumer.receive(32, 300)) or len(views) >= 20,
+            wait_until(lambda: views.extend(consumer.receive(32, 300)) or len(views) >= 20,
                      what="all 20 received")
             acked = {(v.message.queue_id, v.queue_offset) for v in views[::2]}
             for v in views[::2]:
@@ -114,7 +115,7 @@ def test_consumer_kill_redelivers_only_what_was_in_flight(standalone: Any,
     assert set(second) | acked == everything
     assert len(second) == len(set(second))  # nothing twice to the survivor either
     # The group's offsets followed the acknowledgements: its lag reads 0.
-    wait_for(lambda: all(p.lag == 0 for p in admin.group_progress("g-popcrash")
+    wait_until(lambda: all(p.lag == 0 for p in admin.group_progress("g-popcrash")
                          if p.topic == "popcrash"), what="lag 0")
     admin.close()
     run_report.append(f"pop consumer SIGKILL: {len(received)} received, {len(acked)} acked, "

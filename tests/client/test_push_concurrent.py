@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, single_queue, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, single_queue
 
 from conftest import start_standalone
 from ferrymq import (
@@ -24,6 +24,7 @@ from ferrymq.client.errors import NoRouteError
 from ferrymq.common import props as P
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import SCHEDULE_TOPIC, dlq_topic, retry_topic
+from waits import wait_until
 
 
 def _send_n(
@@ -80,8 +81,8 @@ def test_partial_batch_ack_index_sends_back_only_the_messages_after_it(standalon
     consumer.subscribe("ack")
     consumer.register_listener(listener)
     with consumer:
-        wait_for(lambda: sum(len(b) for b in batches) >= 6, what="the two retried messages")
-        wait_for(
+        wait_until(lambda: sum(len(b) for b in batches) >= 6, what="the two retried messages")
+        wait_until(
             lambda: admin.query_consumer_offset("g-ack", single_queue("ack")) == 4,
             what="offset 4 committed",
         )
@@ -129,14 +130,14 @@ def test_failed_send_back_is_kept_and_consumed_again_locally(standalone: Any) ->
         broker_port = int(standalone.broker.rsplit(":", 1)[1])
         standalone.stop()
         release.set()
-        wait_for(lambda: len(seen) >= 2, what="the local re-consumption")
+        wait_until(lambda: len(seen) >= 2, what="the local re-consumption")
         assert seen[1].msg_id == msg_id and seen[1].reconsume_times == 1
         # Back up on the same ports: the consumer commits, and nothing went to %RETRY%.
         restarted = start_standalone(
             standalone.store_dir, namesrv_port=ns_port, broker_port=broker_port
         )
         with AdminClient(restarted.namesrv) as admin2:
-            wait_for(
+            wait_until(
                 lambda: admin2.query_consumer_offset("g-local", single_queue("local")) == 1,
                 what="the offset after the local retry",
             )
@@ -173,7 +174,7 @@ def test_sixteen_failures_pass_every_delay_level_in_order_then_the_dlq(standalon
     consumer.register_listener(listener)
     dlq = MessageQueue(dlq_topic("g-doomed"), "broker-a", 0)
     with consumer:
-        wait_for(lambda: _dlq_size(admin, dlq) == 1, timeout=60, what="the message in the DLQ")
+        wait_until(lambda: _dlq_size(admin, dlq) == 1, timeout=60, what="the message in the DLQ")
     deliveries = rec.snapshot()
     assert [m.reconsume_times for m in deliveries] == list(range(17))
     assert {m.msg_id for m in deliveries} == {msg_id}
@@ -210,7 +211,7 @@ def test_new_groups_start_from_first_last_or_timestamp(standalone: Any) -> None:
     q = single_queue("starts")
     _send_n(standalone.namesrv, "starts", 3, prefix="old")
     last_old = admin.pull(q, 2, 1).messages[0].store_timestamp
-    wait_for(lambda: time.time() * 1000 > last_old + 1, what="the clock to pass the old messages")
+    wait_until(lambda: time.time() * 1000 > last_old + 1, what="the clock to pass the old messages")
     _send_n(standalone.namesrv, "starts", 3, prefix="mid")
     first_mid = admin.pull(q, 3, 1).messages[0].store_timestamp
 
@@ -232,9 +233,9 @@ def test_new_groups_start_from_first_last_or_timestamp(standalone: Any) -> None:
         consumers.append(c.start())
     try:
         _send_n(standalone.namesrv, "starts", 2, prefix="new")
-        wait_for(lambda: recorders["first"].count() == 8, what="all 8 from the first offset")
-        wait_for(lambda: recorders["timestamp"].count() == 5, what="5 from the timestamp")
-        wait_for(lambda: recorders["last"].count() == 2, what="2 from the last offset")
+        wait_until(lambda: recorders["first"].count() == 8, what="all 8 from the first offset")
+        wait_until(lambda: recorders["timestamp"].count() == 5, what="5 from the timestamp")
+        wait_until(lambda: recorders["last"].count() == 2, what="2 from the last offset")
     finally:
         for c in consumers:
             c.shutdown()
@@ -270,11 +271,11 @@ def test_graceful_shutdown_and_restart_consumes_every_message_exactly_once(stand
         return c
 
     a = make(first).start()
-    wait_for(lambda: first.count() >= 100, what="a third of the messages")
+    wait_until(lambda: first.count() >= 100, what="a third of the messages")
     a.shutdown()
     assert first.count() < 300  # it stopped mid-stream
     b = make(second).start()
-    wait_for(lambda: first.count() + second.count() >= 300, what="the rest after the restart")
+    wait_until(lambda: first.count() + second.count() >= 300, what="the rest after the restart")
     b.shutdown()
     seen = first.bodies() + second.bodies()
     assert len(seen) == len(set(seen)) == 300  # nothing twice, nothing lost

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import (
     AdminClient,
@@ -21,6 +21,7 @@ from ferrymq import (
     PushConsumer,
 )
 from ferrymq.client.lifecycle import State
+from waits import wait_until
 
 
 class Seen:
@@ -83,11 +84,11 @@ def test_a_member_joining_costs_no_more_duplicates_than_were_in_the_listener(
 
     with member():
         # Every queue is pulled up to its buffer before the second member comes.
-        wait_for(lambda: seen.total() >= 200, what="the first member to be consuming")
+        wait_until(lambda: seen.total() >= 200, what="the first member to be consuming")
         with member() as second:
-            wait_for(lambda: len(second.assignment()) >= 4, what="the second member's queues")
+            wait_until(lambda: len(second.assignment()) >= 4, what="the second member's queues")
             moved = len(second.assignment())
-            wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
+            wait_until(lambda: seen.distinct() >= total, timeout=60, what="every message")
     # The new owner starts from what the old owner released (broker/handover.py), and the old
     # owner releases a queue once the listener calls running on it finished: everything it
     # consumed is acknowledged in the release and skipped by the new owner. Measured: 0 in
@@ -138,19 +139,19 @@ def test_orderly_handover_while_the_old_owner_is_busy_consumes_nothing_twice(
         return c
 
     with member() as first:
-        wait_for(lambda: seen.total() >= 10, what="the first member to be consuming")
+        wait_until(lambda: seen.total() >= 10, what="the first member to be consuming")
         hold.set()
-        wait_for(lambda: len(blocked) == 2, what="both queues busy in the listener")
+        wait_until(lambda: len(blocked) == 2, what="both queues busy in the listener")
         with member() as second:
             # The first member gave one queue up but keeps its lock until the batch ends.
-            wait_for(
+            wait_until(
                 lambda: len([q for q in first.assignment() if q.topic == "ohandover"]) == 1,
                 what="one queue handed over",
             )
             assert not [q for q in second.assignment() if q.topic == "ohandover"]
             release.set()
-            wait_for(lambda: seen.distinct() >= total, timeout=60, what="every message")
-            wait_for(
+            wait_until(lambda: seen.distinct() >= total, timeout=60, what="every message")
+            wait_until(
                 lambda: len([q for q in second.assignment() if q.topic == "ohandover"]) == 1,
                 what="the second member to own its queue",
             )
@@ -205,13 +206,13 @@ def test_a_listener_call_outliving_the_release_wait_does_not_stall_the_new_owner
     case = StuckFirstCalls(standalone.namesrv, "slowhandover")
     try:
         with case.member():
-            wait_for(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
+            wait_until(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
             with case.member() as second:
-                wait_for(lambda: len(case.queues(second)) == 1, what="the second member's queue")
+                wait_until(lambda: len(case.queues(second)) == 1, what="the second member's queue")
                 mine = case.queues(second)[0]
                 # Every message of its queue (32) is consumed while the old owner's call on
                 # that queue is still stuck.
-                wait_for(lambda: len([1 for (q, _) in list(case.seen.counts) if q == mine]) >= 32,
+                wait_until(lambda: len([1 for (q, _) in list(case.seen.counts) if q == mine]) >= 32,
                          timeout=30, what="the new owner to consume its whole queue")
                 assert not case.unblock.is_set()
                 case.unblock.set()  # before the members stop: a stopping member waits for its calls
@@ -230,15 +231,15 @@ def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(stand
     first = member().start()
     second = member()
     try:
-        wait_for(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
+        wait_until(lambda: len(case.stuck) == 2, what="a call stuck on each queue of the first member")
         # start() returns after its first rebalance, whose question for the queue taken over
         # waits for the release: started on a thread of its own.
         starting = threading.Thread(target=second.start)
         starting.start()
-        wait_for(lambda: len(case.queues(first)) == 1, what="the first member to give a queue up")
+        wait_until(lambda: len(case.queues(first)) == 1, what="the first member to give a queue up")
 
         def unblock_once_stopping() -> None:
-            wait_for(lambda: first._impl.state is not State.RUNNING, what="the first member to stop")
+            wait_until(lambda: first._impl.state is not State.RUNNING, what="the first member to stop")
             unblock.set()
 
         t = threading.Thread(target=unblock_once_stopping)
@@ -246,7 +247,7 @@ def test_a_member_stopping_right_after_giving_a_queue_up_still_releases_it(stand
         first.shutdown()  # its stuck calls end while it stops, and its release goes out
         t.join(30)
         starting.join(30)
-        wait_for(lambda: seen.distinct() >= 64, timeout=30, what="every message")
+        wait_until(lambda: seen.distinct() >= 64, timeout=30, what="every message")
         run_out = int(next(iter(admin.cluster_list())).runtime.get("consumerHandoverWaitsRunOut", "-1"))
         assert run_out == 0, "the new owner was answered before the release"
     finally:

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import (
     AdminClient,
@@ -25,6 +25,7 @@ from ferrymq.client.producer_async import hash_queue_index
 from ferrymq.common import props as P
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import dlq_topic, retry_topic
+from waits import wait_until
 
 
 def test_broadcasting_gives_every_member_everything_and_resumes_from_its_file(
@@ -63,13 +64,13 @@ def test_broadcasting_gives_every_member_everything_and_resumes_from_its_file(
     with Producer("p", standalone.namesrv, **FAST_PRODUCER) as producer:
         for i in range(10):
             producer.send(Message("news", f"n{i}".encode()))
-        wait_for(lambda: recs[0].count() == 10 and recs[1].count() == 10, what="10 each")
+        wait_until(lambda: recs[0].count() == 10 and recs[1].count() == 10, what="10 each")
         b.shutdown()
         for i in range(10, 15):
             producer.send(Message("news", f"n{i}".encode()))
-        wait_for(lambda: recs[0].count() == 15, what="member 0 to see the new five")
+        wait_until(lambda: recs[0].count() == 15, what="member 0 to see the new five")
         b = make(1).start()
-        wait_for(lambda: recs[1].count() == 15, what="member 1 to resume after its file")
+        wait_until(lambda: recs[1].count() == 15, what="member 1 to resume after its file")
     a.shutdown()
     b.shutdown()
     for rec in recs:
@@ -119,7 +120,7 @@ def test_orderly_consumes_each_sharding_key_in_send_order(standalone: Any) -> No
         for seq in range(25):
             for key in keys:
                 producer.send_orderly(Message("ledger", f"{key}:{seq}".encode()), key)
-        wait_for(lambda: sum(len(v) for v in seen.values()) >= 200, what="200 messages")
+        wait_until(lambda: sum(len(v) for v in seen.values()) >= 200, what="200 messages")
     assert {k: v for k, v in seen.items()} == {k: list(range(25)) for k in keys}
     admin.close()
 
@@ -154,7 +155,7 @@ def test_orderly_failure_suspends_only_its_queue_then_dead_letters(standalone: A
             producer.send_orderly(Message("ordered-fail", f"{bad_key}:{seq}".encode()), bad_key)
             producer.send_orderly(Message("ordered-fail", f"{good_key}:{seq}".encode()), good_key)
     with consumer:
-        wait_for(
+        wait_until(
             lambda: len([e for e in events if e[0] == bad_key]) >= 8, what="the bad key to finish"
         )
     bad = [(seq, rt) for key, seq, rt in events if key == bad_key]
@@ -200,7 +201,7 @@ def test_orderly_dead_letter_copy_counts_the_attempts_the_listener_saw(standalon
             return []
 
     with consumer:
-        (dead,) = wait_for(dead_lettered, what="the message in the dead-letter queue")
+        (dead,) = wait_until(dead_lettered, what="the message in the dead-letter queue")
     # Three attempts (0, 1, 2), then the DLQ: its copy names the last attempt, as the
     # listener saw it and as RocketMQ's orderly consumer stores it.
     assert seen == [0, 1, 2]

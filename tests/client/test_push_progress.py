@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from conftest import start_standalone
 from ferrymq import (
@@ -20,6 +20,7 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from waits import wait_until
 
 HERE = Path(__file__).parent
 
@@ -38,9 +39,9 @@ def test_group_progress_reads_true_soon_after_everything_was_consumed(standalone
     consumer.subscribe("lag")
     consumer.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with consumer:
-        wait_for(lambda: rec.count() >= 40, what="every message")
+        wait_until(lambda: rec.count() >= 40, what="every message")
         # Neither the persist interval nor the next held pull's piggy-back comes within this.
-        wait_for(
+        wait_until(
             lambda: all(p.lag == 0 for p in admin.group_progress("g-lag") if p.topic == "lag"),
             timeout=5.0,
             what="lag 0 on every queue while the consumer runs",
@@ -88,7 +89,7 @@ def test_a_killed_consumer_redelivers_only_what_was_in_flight(standalone: Any) -
                     return False
             return True
 
-        wait_for(broker_has_everything_but_the_stuck_one, what="the progress on the broker")
+        wait_until(broker_has_everything_but_the_stuck_one, what="the progress on the broker")
     finally:
         child.kill()  # SIGKILL: no shutdown
         child.wait()
@@ -101,9 +102,9 @@ def test_a_killed_consumer_redelivers_only_what_was_in_flight(standalone: Any) -
     survivor.subscribe("crash2")
     survivor.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with survivor:
-        wait_for(lambda: rec.count() >= 1, what="the in-flight message again")
+        wait_until(lambda: rec.count() >= 1, what="the in-flight message again")
         # Give the survivor the time it needs to pull every queue once past the stuck one.
-        wait_for(
+        wait_until(
             lambda: all(p.lag == 0 for p in admin.group_progress("g-crash2") if p.topic == "crash2"),
             what="the survivor's progress",
         )
@@ -134,7 +135,7 @@ def test_a_last_offset_group_misses_nothing_after_a_broker_kill(tmp_path: Path) 
         consumer.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
         with consumer:
             mq = admin.message_queues("lastoff")[0]
-            wait_for(lambda: admin.query_consumer_offset("g-lastoff", mq) == 1, what="the start")
+            wait_until(lambda: admin.query_consumer_offset("g-lastoff", mq) == 1, what="the start")
         admin.close()
     finally:
         server.kill()  # SIGKILL: the broker writes no snapshot
@@ -146,7 +147,7 @@ def test_a_last_offset_group_misses_nothing_after_a_broker_kill(tmp_path: Path) 
         consumer.subscribe("lastoff")
         consumer.register_listener(lambda msgs, ctx: rec.add(msgs) or ConsumeStatus.CONSUME_SUCCESS)
         with consumer:
-            wait_for(lambda: rec.count() >= 1, what="the message sent while it was away")
+            wait_until(lambda: rec.count() >= 1, what="the message sent while it was away")
         assert rec.bodies() == [b"while the consumer was away"]
     finally:
         server.stop()

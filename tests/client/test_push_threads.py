@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import (
     AdminClient,
@@ -18,6 +18,7 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from waits import wait_until
 
 
 def test_a_backlog_for_a_slow_listener_spreads_over_the_consume_threads(standalone: Any) -> None:
@@ -52,6 +53,6 @@ def test_a_backlog_for_a_slow_listener_spreads_over_the_consume_threads(standalo
     consumer.subscribe("slow")
     consumer.register_listener(listener)
     with consumer:
-        wait_for(lambda: done[0] >= total, what="the backlog")
+        wait_until(lambda: done[0] >= total, what="the backlog")
     assert most[0] >= 2
     admin.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, committed, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, committed
 
 from ferrymq import (
     AdminClient,
@@ -21,6 +21,7 @@ from ferrymq import (
     SelectorError,
     SimpleConsumer,
 )
+from waits import wait_until
 
 SELECTOR = "region = 'EU' AND amount BETWEEN 10 AND 40 OR TAGS = 'vip'"
 
@@ -65,10 +66,10 @@ def test_a_push_consumer_with_an_sql92_selector_receives_exactly_the_matching_me
                 producer.send(m)
         want = _matching(msgs)
         assert 10 < len(want) < 50
-        wait_for(lambda: rec.count() >= len(want), what="the matching messages")
+        wait_until(lambda: rec.count() >= len(want), what="the matching messages")
         # The group's offsets reach the end of every queue: the rest were passed over, not held.
         ends = {mq.queue_id: admin.max_offset(mq) for mq in admin.message_queues(topic)}
-        wait_for(lambda: committed(admin, group, topic) == ends, what="offsets at the end of every queue")
+        wait_until(lambda: committed(admin, group, topic) == ends, what="offsets at the end of every queue")
         assert sorted(rec.bodies()) == sorted(want)
         for m in rec.snapshot():
             assert m.properties.get("region") == "EU" or m.tags == "vip"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, wait_for
+from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from conftest import Standalone, start_standalone
 from ferrymq import (
@@ -30,6 +30,7 @@ from ferrymq import (
     TransactionProducer,
     aio,
 )
+from waits import wait_until
 
 COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
                             LocalTransactionState.UNKNOW)
@@ -113,10 +114,10 @@ def test_commit_is_consumed_once_and_rollback_never(server: Standalone) -> None:
             assert listener.executed == [b"paid", b"cancelled", b"failed"]
             # The failed one stays open: the broker asks, the listener says roll back.
             listener.check_answer = ROLLBACK
-            wait_for(lambda: listener.checked, 15, "the check of the failed transaction")
+            wait_until(lambda: listener.checked, 15, "the check of the failed transaction")
             assert {m.body for m in listener.checked} == {b"failed"}
             _fence(server.namesrv, "tx-a")
-            wait_for(lambda: b"fence" in rec.bodies(), 15, "the fence")
+            wait_until(lambda: b"fence" in rec.bodies(), 15, "the fence")
         assert rec.bodies() == [b"paid", b"fence"]
         (paid,) = [m for m in rec.snapshot() if m.body == b"paid"]
         assert paid.msg_id == ok.msg_id and paid.tags == "order" and "TRAN_MSG" not in paid.properties
@@ -132,11 +133,11 @@ def test_an_undecided_transaction_is_committed_by_the_check(server: Standalone) 
         with TransactionProducer("tx-b-producer", server.namesrv, listener=listener, **FAST_PRODUCER) as p:
             sent = p.send_message_in_transaction(Message("tx-b", b"later", keys="k1"), UNKNOW)
             assert sent.local_transaction_state is UNKNOW
-            wait_for(lambda: b"later" in rec.bodies(), 15, "the message committed by the check")
+            wait_until(lambda: b"later" in rec.bodies(), 15, "the message committed by the check")
             checked = listener.checked[0]
             assert checked.topic == "tx-b" and checked.msg_id == sent.msg_id and checked.keys == "k1"
             _fence(server.namesrv, "tx-b")
-            wait_for(lambda: b"fence" in rec.bodies(), 15, "the fence")
+            wait_until(lambda: b"fence" in rec.bodies(), 15, "the fence")
         # A check may be asked again before the first answer lands; it is committed once.
         assert rec.bodies() == [b"later", b"fence"]
         assert {m.msg_id for m in listener.checked} == {sent.msg_id}
@@ -163,10 +164,10 @@ def test_a_new_producer_of_the_group_answers_for_one_killed_with_its_transaction
     consumer, rec = _consumer(server.namesrv, "tx-c", "tx-c-consumers")
     try:
         with TransactionProducer("tx-c-producer", server.namesrv, listener=listener, **FAST_PRODUCER):
-            wait_for(lambda: b"orphan" in rec.bodies(), 15, "the orphan committed by the new producer")
+            wait_until(lambda: b"orphan" in rec.bodies(), 15, "the orphan committed by the new producer")
             assert {m.msg_id for m in listener.checked} == {sent[1]}
             _fence(server.namesrv, "tx-c")
-            wait_for(lambda: b"fence" in rec.bodies(), 15, "the fence")
+            wait_until(lambda: b"fence" in rec.bodies(), 15, "the fence")
         assert rec.bodies() == [b"orphan", b"fence"]
     finally:
         consumer.shutdown()
@@ -186,10 +187,10 @@ def test_a_restarted_broker_checks_the_transactions_left_open(tmp_path: Path) ->
     consumer, rec = _consumer(server.namesrv, "tx-d", "tx-d-consumers")
     try:
         with TransactionProducer("tx-d-producer", server.namesrv, listener=listener, **FAST_PRODUCER):
-            wait_for(lambda: b"open" in rec.bodies(), 15, "the open transaction committed after the restart")
+            wait_until(lambda: b"open" in rec.bodies(), 15, "the open transaction committed after the restart")
             assert {m.msg_id for m in listener.checked} == {open_one.msg_id}
             _fence(server.namesrv, "tx-d")
-            wait_for(lambda: b"fence" in rec.bodies(), 15, "the fence")
+            wait_until(lambda: b"fence" in rec.bodies(), 15, "the fence")
         assert rec.bodies() == [b"done", b"open", b"fence"]
     finally:
         consumer.shutdown()

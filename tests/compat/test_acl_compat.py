@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from compat_util import Clients, bodies_received, by_body, max_offsets, run_producer
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient
+from waits import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -73,7 +74,7 @@ def _broker_said(server: Standalone, *texts: str) -> None:
     """The clients report a refusal in their own words (ali-ons: "Send [4] times, still
     failed"); the broker's log says which rule refused it."""
     wait_until(lambda: any(all(t in line for t in texts) for line in server.log_lines), 10,
-               message=f"broker log: {texts}")
+               what=f"broker log: {texts}")
 
 
 # --- ali-ons --------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def test_sdk5_signed_producer_and_simple_consumer_work_on_their_topic(clients: C
     # A new gRPC group starts at the queues' ends at its first receive: wait for that start.
     mqs = admin.message_queues(topic)
     wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
-               message=f"group {group} started")
+               what=f"group {group} started")
     sent = run_producer(clients.sdk5("produce", topic=topic, count=n, **APP), n, 60)
     assert sum(max_offsets(admin, topic).values()) == n
     consumer.wait_received(bodies_received({s["body"] for s in sent}), 60, f"all {n} messages")

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from compat_util import Clients, py5_python_or_skip, run_producer
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.common.message import MessageQueue
+from waits import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -55,7 +56,7 @@ def wait_group_started(admin: AdminClient, group: str, topic: str) -> None:
     wait until the broker has that start for every queue before sending."""
     mqs = admin.message_queues(topic)
     wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
-               message=f"group {group} started on {topic}")
+               what=f"group {group} started on {topic}")
 
 
 def test_simple_consumer_receives_and_acks_each_message_once(clients: Clients, admin: AdminClient) -> None:
@@ -89,7 +90,7 @@ def test_an_unacked_message_comes_back_after_its_invisible_time_then_goes_to_the
     skipped = sent[1]["messageId"]
     dlq = f"%DLQ%{group}"
     wait_until(lambda: dlq in admin.topic_list() and admin.max_offset(MessageQueue(dlq, "broker-a", 0)) == 1, 60,
-               message="the skipped message in the DLQ")
+               what="the skipped message in the DLQ")
     deliveries = [e for e in consumer.of("received") if e["messageId"] == skipped]
     assert [e["deliveryAttempt"] for e in deliveries] == list(range(1, MAX_RECONSUME + 2)), deliveries
     gaps = [b["ts"] - a["ts"] for a, b in itertools.pairwise(deliveries)]

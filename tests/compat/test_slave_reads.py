@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from compat_util import Clients, bodies_received, by_body, cpp_python_or_skip, node_or_skip, run_producer
 
-from conftest import wait_until
 from ferrymq import AdminClient
 from ferrymq.client.admin_async import AsyncAdminClient
 from ferrymq.common.message import MessageQueue
 from ferrymq.embedded import LocalCluster, start_cluster
+from waits import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -91,11 +91,11 @@ def send_and_fail_over(cluster: LocalCluster, clients: Clients, producer: str, t
             # 0, copied to the slave before the master goes.
             for q in range(QUEUES):
                 admin.update_consumer_offset(group_offsets, MessageQueue(topic, BROKER, q), 0)
-    wait_until(lambda: slave_has(cluster, topic, master_max), 30, message="the slave to have every message")
+    wait_until(lambda: slave_has(cluster, topic, master_max), 30, what="the slave to have every message")
     if group_offsets is not None:
         zeros = dict.fromkeys(range(QUEUES), 0)
         wait_until(lambda: slave_has(cluster, topic, zeros, group_offsets), 30,
-                   message="the slave to have the group's offsets")
+                   what="the slave to have the group's offsets")
     cluster.static_master().kill()
     return {s["body"] for s in sent}
 

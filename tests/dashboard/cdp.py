@@ -15,6 +15,8 @@ from typing import Any
 
 from dash_util import CHROMIUM_FLAGS, chromium
 
+from waits import WaitTimedOut, wait_until
+
 
 class CdpError(AssertionError):
     pass
@@ -114,16 +116,12 @@ class Page:
         return result.get("result", {}).get("value")
 
     def wait_for(self, expression: str, timeout: float = 20.0, what: str | None = None) -> Any:
-        """Poll the expression until it is truthy, or fail at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                text = self.evaluate("document.querySelector('main') && document.querySelector('main').innerText")
-                raise CdpError(f"timed out waiting for {what or expression}; the page shows:\n{text}")
-            time.sleep(0.05)
+        """Poll the expression until it is truthy, or fail at the deadline showing the page."""
+        try:
+            return wait_until(lambda: self.evaluate(expression), timeout, what or expression, interval=0.05)
+        except WaitTimedOut as e:
+            text = self.evaluate("document.querySelector('main') && document.querySelector('main').innerText")
+            raise CdpError(f"{e}; the page shows:\n{text}") from None
 
     def text(self, selector: str = "main") -> str:
         return str(self.evaluate(f"document.querySelector({json.dumps(selector)})?.innerText ?? ''"))

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from dash_util import DashClient, cli_json, get_json, http_error, post_json, start_dashboard
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from ferrymq.common.message import MessageQueue
 from ferrymq.embedded.process import ServerProcess
+from waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -161,14 +162,14 @@ def test_group_lag_is_sampled_into_a_history_the_chart_reads(server: Standalone,
         admin.update_consumer_offset("dash-lag-group", mq, 1)
         listed = wait_until(
             lambda: [g for g in get_json(dash, "/api/groups?q=dash-lag")["groups"] if g["lag"] == 4],
-            timeout=20, message="the group sampled with lag 4",
+            timeout=20, what="the group sampled with lag 4",
         )
         assert listed[0]["name"] == "dash-lag-group"
         admin.update_consumer_offset("dash-lag-group", mq, 5)
         history = wait_until(
             lambda: (lambda h: h if h and h[-1]["lag"] == 0 else None)(
                 get_json(dash, "/api/group?name=dash-lag-group")["history"]),
-            timeout=20, message="a sample with lag 0",
+            timeout=20, what="a sample with lag 0",
         )
     lags = [s["lag"] for s in history]
     assert 4 in lags and lags[-1] == 0
@@ -187,7 +188,7 @@ def test_group_shows_its_online_consumers(server: Standalone, dash: str) -> None
         group = wait_until(
             lambda: (lambda g: g if g["connections"]["connections"] else None)(
                 get_json(dash, "/api/group?name=dash-conn-group")),
-            message="the consumer online",
+            what="the consumer online",
         )
         (conn,) = group["connections"]["connections"]
         assert conn["client_addr"].startswith("127.0.0.1:") and conn["language"]
@@ -206,11 +207,11 @@ def test_message_lookup_by_id_and_key_with_its_trace(server: Standalone, dash: s
     consumer.subscribe("dash-msg")
     consumer.register_listener(lambda msgs, ctx: (got.extend(m.msg_id for m in msgs), ConsumeStatus.CONSUME_SUCCESS)[1])
     with consumer:
-        wait_until(lambda: got == [sent.msg_id], message="the message consumed")
+        wait_until(lambda: got == [sent.msg_id], what="the message consumed")
         # Recorded once its offset is committed (the broker writes its trace every few ms).
         wait_until(lambda: any((e["kind"], e["group"]) == ("consumed", "dash-msg-group")
                                for e in get_json(dash, f"/api/message?id={sent.msg_id}")["trace"]["events"][1:]),
-                   message="the consumed event")
+                   what="the consumed event")
     found = get_json(dash, f"/api/message?id={sent.msg_id}")
     msg, trace = found["message"], found["trace"]
     assert (msg["msg_id"], msg["topic"], msg["keys"]) == (sent.msg_id, "dash-msg", "order-42")
@@ -241,7 +242,7 @@ def dead_letter(server: Standalone, group: str, topic: str, count: int, dash: st
         listed: list[dict[str, Any]] = wait_until(
             lambda: (lambda rows: rows if len(rows) == count else None)(
                 get_json(dash, f"/api/dlq?group={group}")["messages"]),
-            timeout=30, message=f"{count} DLQ entries",
+            timeout=30, what=f"{count} DLQ entries",
         )
     return listed
 
@@ -286,7 +287,7 @@ def test_dlq_is_listed_and_re_driven_once_with_the_cli_s_bookkeeping(server: Sta
     healthy.register_listener(listener)
     with healthy:
         wait_until(lambda: {"poison-1", "poison-2", "poison-3"} <= set(got), timeout=30,
-                   message="re-driven messages consumed")
+                   what="re-driven messages consumed")
 
 
 def test_the_dashboard_process_stops_cleanly_on_sigterm(server: Standalone, tmp_path: Path) -> None:
@@ -307,7 +308,7 @@ def test_an_unreachable_cluster_is_reported_not_fatal(tmp_path: Path) -> None:
         status, err = http_error(addr, "/api/cluster")
         assert status == 502 and err["message"], err
         sampler = wait_until(lambda: (lambda s: s if s["last_error"] else None)(
-            get_json(addr, "/api/overview")["sampler"]), message="the sampler's failure")
+            get_json(addr, "/api/overview")["sampler"]), what="the sampler's failure")
         assert sampler["rounds"] == 0
     finally:
         assert proc.stop(timeout=15) == 0

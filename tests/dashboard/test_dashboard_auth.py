@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from dash_util import ACCOUNTS, ADMIN, OPS, VIEWER, DashClient, acl_args, start_acl_server, start_dashboard, write_rules
 
-from conftest import Standalone, wait_until
+from conftest import Standalone
 from ferrymq import AdminClient, Message, Producer
+from waits import wait_until
 
 LEAVING = {"access_key": "leaving001", "secret_key": "leavingSecret1"}
 RULES = ACCOUNTS + """
@@ -183,7 +184,7 @@ def test_a_session_ends_when_its_account_leaves_the_acl_file(cluster: tuple[Stan
     assert client.get("/api/topics?stats=0")[0] == 200
     write_rules(acl, ACCOUNTS)
     wait_until(lambda: client.get("/api/topics?stats=0")[0] == 401, timeout=20,
-               message="the session of the removed account ended")
+               what="the session of the removed account ended")
     assert client.login(**LEAVING)[0] == 401
 
 

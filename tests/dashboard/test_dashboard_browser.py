@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from dash_util import colours, dump_dom, get_json, png_pixels, post_json, screenshot, start_dashboard
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
 from ferrymq.aio import AdminClient as AsyncAdminClient
 from ferrymq.common.message import MessageQueue
 from ferrymq.embedded import start_cluster
+from waits import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -102,7 +103,7 @@ def test_topics_page_stays_usable_with_a_thousand_topics(server: Standalone, das
         for _ in range(3):
             producer.send(Message("many-0999", b"x"))
     wait_until(lambda: get_json(dash, "/api/topics?q=many-&stats=0")["total"] == MANY_TOPICS,
-               message="every topic routed")
+               what="every topic routed")
 
     first = text_of(main_of(dump_dom(f"http://{dash}/#/topics?q=many-", tmp_path)))
     assert f"1–50 of {MANY_TOPICS}" in first
@@ -129,7 +130,7 @@ def test_group_page_shows_lag_a_chart_and_queue_progress(server: Standalone, das
     with AdminClient(server.namesrv) as admin:
         admin.update_consumer_offset("browser-lag-group", MessageQueue("browser-lag", "broker-a", 0), 2)
     wait_until(lambda: len(get_json(dash, "/api/group?name=browser-lag-group")["history"]) >= 3,
-               timeout=20, message="three lag samples")
+               timeout=20, what="three lag samples")
 
     groups = text_of(main_of(dump_dom(f"http://{dash}/#/groups", tmp_path)))
     assert "browser-lag-group 5" in groups
@@ -151,7 +152,7 @@ def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalon
     consumer.register_listener(lambda msgs, ctx: ConsumeStatus.CONSUME_SUCCESS)
     with consumer:
         wait_until(lambda: "consumed" in [e["kind"] for e in get_json(
-            dash, f"/api/message?id={sent.msg_id}")["trace"]["events"]], message="the consumed event recorded")
+            dash, f"/api/message?id={sent.msg_id}")["trace"]["events"]], what="the consumed event recorded")
         url = f"http://{dash}/#/message?id={sent.msg_id}"
         body = main_of(dump_dom(url, tmp_path))  # with the group online
     text = text_of(body)
@@ -177,7 +178,7 @@ def test_cluster_page_shows_a_master_and_its_slave_with_replication_lag(tmp_path
             dash = proc.ready["dashboard"]
             wait_until(lambda: (lambda b: len(b) == 2 and b[1]["replication"]["ha_connected"]
                                 and b[0]["replication"]["in_sync_slaves"] == [1])(
-                get_json(dash, "/api/cluster")["brokers"]), timeout=30, message="the slave in sync")
+                get_json(dash, "/api/cluster")["brokers"]), timeout=30, what="the slave in sync")
             body = main_of(dump_dom(f"http://{dash}/#/cluster", tmp_path))
             rows = dict(re.findall(r'<tr data-addr="([\d.:]+)">(.*?)</tr>', body))
             assert set(rows) == {master.addr, slave.addr}

@@ -13,8 +13,9 @@ import pytest
 from cdp import Browser
 from dash_util import get_json, post_json, start_dashboard
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, Producer, PushConsumer
+from waits import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -92,7 +93,7 @@ def dead_letter(server: Standalone, dash: str, group: str, topic: str, bodies: l
         listed: list[dict[str, Any]] = wait_until(
             lambda: (lambda rows: rows if len(rows) == len(bodies) else None)(
                 get_json(dash, f"/api/dlq?group={group}")["messages"]),
-            timeout=30, message="the DLQ filled",
+            timeout=30, what="the DLQ filled",
         )
     return listed
 

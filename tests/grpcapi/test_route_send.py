@@ -11,11 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
 from ferrymq.grpc.pb import service_pb2_grpc as sgrpc
+from waits import wait_until
 
 _ids = itertools.count()
 
@@ -99,7 +100,7 @@ def test_a_read_only_topic_has_read_queues_and_refuses_sends(stub: sgrpc.Messagi
     admin.create_topic("route-ro", 2)
     admin.update_topic_perm("route-ro", 4)
     resp = wait_until(lambda: (r := route(stub, server, "route-ro")).message_queues
-                      and r.message_queues[0].permission == pb.READ and r, message="read-only route")
+                      and r.message_queues[0].permission == pb.READ and r, what="read-only route")
     assert [q.permission for q in resp.message_queues] == [pb.READ, pb.READ]
     sent = send(stub, message("route-ro"))
     assert sent.status.code == pb.FORBIDDEN

@@ -9,9 +9,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics_endpoint import FAST_PRODUCER, Samples, get, scrape, value
 
-from conftest import wait_until
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.embedded import start_cluster
+from waits import wait_until
 
 FAST_BROKER: dict[str, str | int | float | bool] = {
     "register_broker_interval_ms": 500,
@@ -35,7 +35,7 @@ def test_namesrv_controller_master_and_slave_metrics(tmp_path: Path) -> None:
             alive = [v for (n, _), v in s.items() if n == "ferrymq_controller_replica_alive"]
             return s if value(s, "ferrymq_namesrv_brokers", broker="broker-a") == 2 and alive == [1, 1] else None
 
-        samples = wait_until(ns_view, timeout=30, message="both replicas registered and alive")
+        samples = wait_until(ns_view, timeout=30, what="both replicas registered and alive")
         assert value(samples, "ferrymq_controller_master_id", broker="broker-a") == master.broker_id
         assert value(samples, "ferrymq_controller_epoch", broker="broker-a") >= 1
         assert value(samples, "ferrymq_namesrv_broker_registered", broker_id="0", addr=master.addr) == 1
@@ -53,7 +53,7 @@ def test_namesrv_controller_master_and_slave_metrics(tmp_path: Path) -> None:
             rows = [v for (n, _), v in s.items() if n == "ferrymq_replication_slave_lag_bytes"]
             return s if rows == [0] and value(s, "rocketmq_messages_in_total", topic="mc") == 20 else None
 
-        m = wait_until(caught_up, timeout=30, message="the master to see its slave caught up")
+        m = wait_until(caught_up, timeout=30, what="the master to see its slave caught up")
         assert value(m, "ferrymq_replication_slave_in_sync", slave_id=str(slave.broker_id)) == 1
         assert value(m, "rocketmq_broker_commitlog_diff", broker="broker-a") == 0
         assert value(m, "ferrymq_broker_role", role="ASYNC_MASTER") == 1
@@ -63,7 +63,7 @@ def test_namesrv_controller_master_and_slave_metrics(tmp_path: Path) -> None:
             ok = value(s, "ferrymq_replication_connected") == 1 and value(s, "ferrymq_replication_lag_bytes") == 0
             return s if ok else None
 
-        s = wait_until(slave_view, timeout=30, message="the slave connected and caught up")
+        s = wait_until(slave_view, timeout=30, what="the slave connected and caught up")
         assert value(s, "ferrymq_broker_role", role="SLAVE") == 1
         assert value(s, "ferrymq_store_commitlog_max_offset") == value(m, "ferrymq_store_commitlog_max_offset")
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import start_standalone, wait_until
+from conftest import start_standalone
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
@@ -24,6 +24,7 @@ from ferrymq import (
     PushConsumer,
 )
 from ferrymq.common.message import MessageQueue
+from waits import wait_until
 
 # Client intervals shortened so the test runs in seconds; behaviour is unchanged.
 FAST_CONSUMER: dict[str, Any] = dict(rebalance_interval=0.3, persist_interval=0.2, route_refresh_interval=0.3,
@@ -98,7 +99,7 @@ def test_put_get_and_lag_per_queue(server: Any) -> None:
     consumer.assign([q0])  # queue 1 stays unconsumed: its five messages are the lag
     got: list[MessageExt] = []
     with consumer:
-        wait_until(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 5, timeout=20, message="5 polled")
+        wait_until(lambda: got.extend(consumer.poll(0.2)) or len(got) >= 5, timeout=20, what="5 polled")
         consumer.commit()
     assert len(got) == 5
     after = scrape(server.metrics)
@@ -136,7 +137,7 @@ def test_put_get_and_lag_per_queue(server: Any) -> None:
     assert value(after, "ferrymq_store_commitlog_bytes") >= value(after, "rocketmq_throughput_in_total", topic="mt")
     assert 0 < value(after, "ferrymq_store_disk_used_ratio") <= 1
     wait_until(lambda: value(scrape(server.metrics), "ferrymq_flush_latency_seconds_count") > 0,
-               message="a commit-log fsync in the flush histogram")
+               what="a commit-log fsync in the flush histogram")
     # The name server's side, served by the same endpoint in standalone.
     assert value(after, "ferrymq_namesrv_brokers", broker="broker-a") == 1
     assert value(after, "ferrymq_namesrv_topics") >= 1
@@ -165,7 +166,7 @@ def test_retry_and_dead_letter_counts(server: Any) -> None:
             s = scrape(server.metrics)
             return s if value(s, "rocketmq_send_to_dlq_messages_total", topic="mt-fail") >= 1 else None
 
-        samples = wait_until(dead_lettered, timeout=30, message="the message in the dead-letter queue")
+        samples = wait_until(dead_lettered, timeout=30, what="the message in the dead-letter queue")
     finally:
         consumer.shutdown()
     # Two failures sent it back for retry, the third dead-lettered it; all counted against the
@@ -198,7 +199,7 @@ def test_an_orderly_consumers_dead_letter_is_counted(server: Any) -> None:
             s = scrape(server.metrics)
             return s if value(s, "rocketmq_topic_dlq_offset", group="g-ofail") >= 1 else None
 
-        samples = wait_until(dead_lettered, timeout=30, message="the message in the dead-letter queue")
+        samples = wait_until(dead_lettered, timeout=30, what="the message in the dead-letter queue")
     finally:
         consumer.shutdown()
     assert value(samples, "rocketmq_send_to_dlq_messages_total", topic="mt-ofail", consumer_group="g-ofail") == 1
@@ -220,7 +221,7 @@ def test_pop_deliveries_count_per_group(server: Any) -> None:
                 consumer.ack(view)
             return len(received) >= 6
 
-        wait_until(all_received, timeout=30, message="6 popped")
+        wait_until(all_received, timeout=30, what="6 popped")
     samples = scrape(server.metrics)
     assert value(samples, "rocketmq_messages_out_total", topic="mt-pop", consumer_group="g-pop") == 6
     assert value(samples, "rocketmq_throughput_out_total", topic="mt-pop", consumer_group="g-pop") > 6 * 3

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
 from ferrymq.common.codes import ResponseCode
 from ferrymq.remoting import (
     Connection,
@@ -26,19 +25,10 @@ from ferrymq.remoting import (
     decode_frame,
     encode_frame,
 )
+from waits import eventually, wait_until
 
 ECHO, HOLD = 1, 3
 UNKNOWN = 999
-
-
-async def _poll(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:
-    """Let the loop run until `predicate` holds (a deadline, not a timing assertion)."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
 
 
 class Server:
@@ -108,7 +98,7 @@ async def test_replies_never_read_do_not_grow_the_write_buffer(make_server: Call
     request = encode_frame(RemotingCommand.request(UNKNOWN))
     count = 100_000
     writer.write(request * count)
-    await _poll(lambda: srv.conn_of(writer) is not None, what="accepted")
+    await eventually(lambda: srv.conn_of(writer) is not None, what="accepted")
     conn = srv.conn_of(writer)
     assert conn is not None
     reply_size = len(encode_frame(RemotingCommand.make_response_to(
@@ -116,7 +106,7 @@ async def test_replies_never_read_do_not_grow_the_write_buffer(make_server: Call
         remark=f" request type {UNKNOWN} not supported")))
     bound = high + 2 * reply_size
     # Either the server stops reading (fixed) or its buffer passes the bound (unbounded).
-    await _poll(lambda: conn.reading_paused or conn.write_buffer_size > bound, what="pause or growth")
+    await eventually(lambda: conn.reading_paused or conn.write_buffer_size > bound, what="pause or growth")
     assert conn.write_buffer_size <= bound
     assert srv.server.stats().write_buffer_bytes <= bound
     # Nothing was dropped: once the peer reads, every request is answered, in order.
@@ -154,7 +144,7 @@ async def test_half_sent_frames_are_bounded_by_a_server_wide_budget(make_server:
         reader, writer = await _connect(srv.addr)
         writer.write(half)
         await writer.drain()
-        await _poll(lambda w=writer: (c := srv.conn_of(w)) is not None and c.partial_frame_bytes == len(half),
+        await eventually(lambda w=writer: (c := srv.conn_of(w)) is not None and c.partial_frame_bytes == len(half),
                     what="half frame buffered")
         peers.append((reader, writer))
         assert srv.server.stats().partial_frame_bytes <= budget
@@ -176,7 +166,7 @@ async def test_stop_does_not_wait_forever_for_a_peer_that_never_reads(make_serve
     srv: Server = await make_server(ServerConfig(idle_timeout=0, shutdown_grace=0.2))  # type: ignore[misc]
     _, writer = await _connect(srv.addr, rcvbuf=16 << 10)
     writer.write(encode_frame(RemotingCommand.request(UNKNOWN)) * 50_000)
-    await _poll(lambda: (c := srv.conn_of(writer)) is not None and c.write_buffer_size > 0, what="unsent replies")
+    await eventually(lambda: (c := srv.conn_of(writer)) is not None and c.write_buffer_size > 0, what="unsent replies")
     await asyncio.wait_for(srv.server.stop(), 20.0)
     assert not srv.server.connections
     writer.close()
@@ -198,8 +188,8 @@ async def test_only_connections_idle_past_the_timeout_are_closed(make_server: Ca
     idle_r, idle_w = await _connect(srv.addr)
     held_r, held_w = await _connect(srv.addr)
     held_w.write(encode_frame(RemotingCommand.request(HOLD)))
-    await _poll(lambda: (c := srv.conn_of(held_w)) is not None and c.inflight == 1, what="held request")
-    await _poll(lambda: srv.conn_of(idle_w) is not None, what="accepted")
+    await eventually(lambda: (c := srv.conn_of(held_w)) is not None and c.inflight == 1, what="held request")
+    await eventually(lambda: srv.conn_of(idle_w) is not None, what="accepted")
     now[0] = 100.0
     active_w.write(encode_frame(RemotingCommand.request(ECHO, body=b"hi")))
     assert (await asyncio.wait_for(_read_frame(active_r), 10.0)).body == b"hi"
@@ -274,7 +264,7 @@ def test_running_out_of_file_descriptors_is_logged_and_serving_goes_on(loop_kind
         for _ in range(80):
             socks.append(socket.create_connection(("127.0.0.1", port)))
         wait_until(lambda: b"cannot accept connections" in err_path.read_bytes(), timeout=20,
-                   message="the out-of-descriptors log line")
+                   what="the out-of-descriptors log line")
         assert b"Too many open files" in err_path.read_bytes()
         # Connections already open are still served.
         assert _echo_blocking(first, b"still") == b"still"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import ferrymq.spark  # sets the Spark environment (before any session exists)
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import (
     AdminClient,
     ConsumeFromWhere,
@@ -27,6 +27,7 @@ from ferrymq import (
     PushConsumer,
 )
 from ferrymq.spark.writer import uniq_key
+from waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -237,7 +238,7 @@ def test_batch_read_of_a_dlq_topic(spark: Any, server: Standalone, admin: AdminC
             except Exception:
                 return 0
 
-        wait_until(lambda: dead_lettered() >= 6, timeout=60, message="6 messages in the DLQ")
+        wait_until(lambda: dead_lettered() >= 6, timeout=60, what="6 messages in the DLQ")
     finally:
         consumer.shutdown()
     df = spark.read.format("ferrymq").option("namesrv", server.namesrv).option("topic", dlq).load()
@@ -436,7 +437,7 @@ def gated_query(
     df = stream(spark, server, topic, startingOffsets="earliest", **options)
     name = topic.replace("-", "")
     query = start_memory_query(df, name, cp)
-    wait_until(lambda: count(spark, name) == 10, timeout=120, message="first batch")
+    wait_until(lambda: count(spark, name) == 10, timeout=120, what="first batch")
     return query
 
 
@@ -450,10 +451,10 @@ def test_min_offsets_per_trigger_skips_triggers_until_enough_rows(
     try:
         produce(server.namesrv, "min-rows", 60, start=10)
         since = datetime.now(UTC)
-        wait_until(lambda: triggers_since(query, since) >= 5, timeout=120, message="triggers")
+        wait_until(lambda: triggers_since(query, since) >= 5, timeout=120, what="triggers")
         assert count(spark, "minrows") == 10  # 60 < 100: those triggers were skipped
         produce(server.namesrv, "min-rows", 40, start=70)
-        wait_until(lambda: count(spark, "minrows") == 110, timeout=120, message="second batch")
+        wait_until(lambda: count(spark, "minrows") == 110, timeout=120, what="second batch")
         assert batch_sizes(query) == [10, 100]
         assert query.exception() is None
     finally:
@@ -470,7 +471,7 @@ def test_max_trigger_delay_runs_a_small_batch_once_the_delay_passed(
         produce(server.namesrv, "delayed", 5, start=10)
         # 5 < 1000 rows would wait forever (the default delay is 15 minutes); with a 1 s delay
         # they come in one batch of their own.
-        wait_until(lambda: count(spark, "delayed") == 15, timeout=120, message="delayed batch")
+        wait_until(lambda: count(spark, "delayed") == 15, timeout=120, what="delayed batch")
         assert batch_sizes(query) == [10, 5]
         assert query.exception() is None
     finally:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ferrymq.common.record import decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, StoreConfig, StoreMessage
+from waits import wait_until as wait_until  # the store tests import it from here
 
 SMALL_SEGMENT = 64 * 1024
 
@@ -76,15 +76,6 @@ def crash_image(store: MessageStore, dest: Path) -> Path:
 
 def segment_files(store_dir: Path) -> list[Path]:
     return sorted((store_dir / "commitlog").iterdir())
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0,
-               message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(0.005)
 
 
 def file_size(path: Path) -> int:

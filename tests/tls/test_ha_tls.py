@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.embedded import start_cluster
 from tlscerts import make_tls_files
+from waits import wait_until
 
 
 def test_slave_replicates_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,7 +28,7 @@ def test_slave_replicates_over_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         with AdminClient(cluster.namesrv.addr) as admin:
             wait_until(lambda: any(b.addr == slave.addr and b.runtime.get("haConnected") == "true"
                                    for b in admin.cluster_list()),
-                       timeout=20, message="the slave connected to its master over TLS")
+                       timeout=20, what="the slave connected to its master over TLS")
         with Producer("ha-tls-p", cluster.namesrv.addr, send_timeout=10.0) as producer:
             statuses = [producer.send(Message("ha-tls", f"m{i}".encode())).status.name for i in range(10)]
         assert statuses == ["SEND_OK"] * 10

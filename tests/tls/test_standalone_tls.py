@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from cli.cli_util import ferrymq
-from conftest import Standalone, start_standalone, wait_until
+from conftest import Standalone, start_standalone
 from ferrymq import AdminClient, ConsumeFromWhere, LitePullConsumer, Message, Producer, TlsClientSettings
 from ferrymq.client.errors import FerryMQError
 from tlscerts import TlsFiles, make_tls_files
+from waits import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def send_and_consume(server: Standalone, topic: str, group: str, count: int, **c
     consumer.subscribe(topic)
     with consumer:
         wait_until(lambda: got.extend(m.body for m in consumer.poll(timeout=0.5)) or len(got) >= count,
-                   timeout=20, message=f"{count} messages over {client}")
+                   timeout=20, what=f"{count} messages over {client}")
     return sorted(got)
 
 
