@@ -10,13 +10,17 @@ Policy for a bad record (checksum, size or magic wrong; or zeros where a record 
 if no valid record exists anywhere after it, it is a torn tail and the log is truncated
 there. If a valid record follows, the log is corrupt in the middle: recovery refuses with
 StoreCorruptionError naming the segment file and offset (unless the operator opted into
-truncation). Zero-filled holes are skipped with SEEK_DATA, so the search costs little."""
+truncation). Zero-filled holes are skipped with SEEK_DATA, so the search costs little.
+
+Tail check. A clean checkpoint says where the log ended; the segment files must still hold
+that many bytes. A file cut shorter (a copy interrupted, a file system repaired) is treated as
+a crash tail: recovery verifies the log from the last record that starts before the cut."""
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,6 +28,7 @@ from ..common.names import SCHEDULE_TOPIC
 from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
 from ..common.record.layout import I32, SIZE_AND_MAGIC
 from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
+from .consumequeue import ConsumeQueue
 from .encoder import tag_code
 
 _MAGIC_BYTES = I32.pack(MESSAGE_MAGIC_CODE)
@@ -144,6 +149,33 @@ def find_valid_after(log: CommitLog, pos: int) -> int | None:
         finally:
             mm.close()
     return None
+
+
+def tail_cut(clog: CommitLog, end: int) -> int | None:
+    """The first position below `end` that the segment files no longer hold, or None."""
+    for seg in clog.segments:
+        if seg.start >= end:
+            break
+        held = seg.start + clog.loaded_sizes.get(seg.start, clog.segment_size)
+        if held < min(seg.end, end):
+            return held
+    return None
+
+
+def last_record_before(queues: Iterable[ConsumeQueue], pos: int) -> int | None:
+    """The commit-log position of the last record starting before `pos` that a consume queue
+    points at (every message record is in one), or None."""
+    best: int | None = None
+    for cq in queues:
+        if not cq.files or cq.max_offset <= cq.min_offset:
+            continue
+        at = cq.first_offset_at_or_above(pos, cq.min_offset, cq.max_offset) - 1
+        if at < cq.min_offset:
+            continue
+        entry = cq.entry(at)
+        if entry is not None and (best is None or entry[0] > best):
+            best = entry[0]
+    return best
 
 
 def _data_regions(seg: Segment, start: int, size: int) -> Iterator[tuple[int, int]]:

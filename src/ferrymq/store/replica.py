@@ -25,6 +25,7 @@ from .integrity import ReadGuard
 from .prealloc import Preallocator
 from .reads import store_time_at
 from .recovery import RecordInfo
+from .scrub import Scrubber
 from .visibility import Visibility
 
 log = logging.getLogger("ferrymq.store")
@@ -58,6 +59,7 @@ class ReplicaLog:
     _visibility: Visibility
     _root: Path
     preallocator: Preallocator | None
+    scrubber: Scrubber | None
 
     _checkpoint_lock: threading.Lock
 
@@ -182,8 +184,11 @@ class ReplicaLog:
             # a hole between the records and the end where appends went on, so the slave
             # could no longer take its master's records at the cut.
             self._checkpoint_below(pos)
-            # Reads judge damage under this lock (integrity.py): none reports from bytes cut.
+            # Reads and the scrub report damage under this lock (integrity.py): none reports
+            # from bytes cut, and the scrub's pass ends here.
             self._guard.reports.drop_from(pos)
+            if self.scrubber is not None:
+                self.scrubber.cut(pos)
             if self.preallocator is None:
                 clog.truncate(pos)
             else:

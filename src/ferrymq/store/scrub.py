@@ -1,17 +1,12 @@
-"""Finding damage at rest: the tail check after a clean stop, and the background scrub.
+"""The background scrub: finding damage at rest before a consumer reaches it.
 
-Tail check. A clean checkpoint says where the log ended; the segment files must still hold
-that many bytes. A file cut shorter (a copy interrupted, a file system repaired) is treated as
-a crash tail: recovery verifies the log from the last record that starts before the cut.
-
-Scrub. Recovery after a crash trusts everything below the checkpoint, and a clean start
-trusts everything: a flipped byte in a cold segment would only be noticed when a consumer
-reaches it. The scrub thread walks every record the run did not write once after start, with
+Recovery after a crash trusts everything below the checkpoint, and a clean start trusts
+everything. The scrub thread walks every record the run did not write once after start, with
 recovery's checks, at a bounded rate (it sleeps so that it reads at most `bytes_per_s`), and
-reports what it finds. It holds no lock: segments are read through their own descriptors, a
-segment deleted by retention meanwhile is passed, and where a slave's cut of the log put other
-records (of other sizes) the scrub finds its step again at the end of the record it landed
-in. Reads do not rely on it: they check every record they hand out."""
+reports what it finds. It holds no lock: segments are read through their own descriptors, and
+a segment deleted by retention meanwhile is passed. A slave's cut of the log ends the pass at
+the cut: past it lie the master's records, which this run writes. Reads do not rely on the
+scrub: they check every record they hand out."""
 
 from __future__ import annotations
 
@@ -23,9 +18,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from ..common.record import BLANK_MAGIC_CODE, MessageDecodeError, locate
-from .commitlog import END_FILE_MIN_BLANK, CommitLog, Segment
+from .commitlog import END_FILE_MIN_BLANK, Segment
 from .consumequeue import ConsumeQueue
-from .integrity import ReadGuard, record_covering
+from .integrity import ReadGuard
 from .recovery import check_record, find_valid_after
 
 log = logging.getLogger("ferrymq.store")
@@ -33,33 +28,6 @@ log = logging.getLogger("ferrymq.store")
 _HEAD = struct.Struct(">ii")
 _LOCATE = struct.Struct(">iiiiiq")  # TOTALSIZE MAGIC CRC QUEUEID FLAG QUEUEOFFSET
 _CHUNK = 1 << 20
-
-
-def tail_cut(clog: CommitLog, end: int) -> int | None:
-    """The first position below `end` that the segment files no longer hold, or None."""
-    for seg in clog.segments:
-        if seg.start >= end:
-            break
-        held = seg.start + clog.loaded_sizes.get(seg.start, clog.segment_size)
-        if held < min(seg.end, end):
-            return held
-    return None
-
-
-def last_record_before(queues: Iterable[ConsumeQueue], pos: int) -> int | None:
-    """The commit-log position of the last record starting before `pos` that a consume queue
-    points at (every message record is in one), or None."""
-    best: int | None = None
-    for cq in queues:
-        if not cq.files or cq.max_offset <= cq.min_offset:
-            continue
-        at = cq.first_offset_at_or_above(pos, cq.min_offset, cq.max_offset) - 1
-        if at < cq.min_offset:
-            continue
-        entry = cq.entry(at)
-        if entry is not None and (best is None or entry[0] > best):
-            best = entry[0]
-    return best
 
 
 def queue_naming(queues: Iterable[ConsumeQueue], phys: int, queue_id: int,
@@ -105,6 +73,7 @@ class Scrubber:
         self.found = 0
         self._started = 0.0
         self._paced = 0
+        self._end = 0  # where this pass ends; a cut of the log moves it back (cut)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ferrymq-store-scrub",
@@ -128,13 +97,19 @@ class Scrubber:
         finally:
             self.done.set()
 
+    def cut(self, pos: int) -> None:
+        """The log is cut at `pos` (under the store lock): the pass ends there, and reports
+        of what it read past `pos` are not made (see _report)."""
+        self._end = min(self._end, pos)
+
     def scrub(self, pos: int, end: int) -> None:
         """Check every record in [pos, end), pacing itself to bytes_per_s."""
         clog = self.log
         self._started = time.monotonic()
         self._paced = 0
+        self._end = end
         pos = max(pos, clog.min_offset)
-        while pos < end and not self._stop.is_set():
+        while pos < self._end and not self._stop.is_set():
             seg = clog.segment_for(pos)
             if seg is None:
                 return
@@ -144,34 +119,27 @@ class Scrubber:
                 pos = seg.end
                 continue
             try:
-                pos = self._scrub_segment(seg, mm, pos, end)
+                pos = self._scrub_segment(seg, mm, pos)
             finally:
                 mm.close()
 
-    def _scrub_segment(self, seg: Segment, mm: mmap.mmap, pos: int, end: int) -> int:
+    def _scrub_segment(self, seg: Segment, mm: mmap.mmap, pos: int) -> int:
         """Check records of `seg` from `pos`; returns where to continue."""
         size_o = self.log.segment_size
         o = pos - seg.start
-        stop_o = min(end, seg.end) - seg.start
-        while o < stop_o:
+        while seg.start + o < min(self._end, seg.end):
             if self._stop.is_set() or size_o - o < END_FILE_MIN_BLANK:
                 return seg.end
             if seg.start + o >= self.log.write_pos:
-                return end  # a slave's cut: the zeros past it are where records go next
+                return self._end  # cut: the zeros past it are where records go next
             total, magic = _HEAD.unpack_from(mm, o)
             if magic == BLANK_MAGIC_CODE and total == size_o - o:
                 return seg.end
             checked = check_record(mm, o, seg.start + o, size_o, False)
             if isinstance(checked, str):
-                covered = record_covering(self.log, seg.start + o)
-                if covered is not None:  # a cut put other records here: step again from them
-                    if covered >= seg.end:
-                        return covered
-                    o = covered - seg.start
-                    continue
                 nxt = find_valid_after(self.log, seg.start + o)
                 self._report(mm, o, seg.start + o, checked, nxt)
-                return end if nxt is None else nxt
+                return self._end if nxt is None else nxt
             o += checked[0]
             self.scanned_bytes += checked[0]
             self._pace()
@@ -199,8 +167,8 @@ class Scrubber:
         elif qid >= 0:  # no entry names it: the record's own fields, if they still parse
             topic = record_topic(mm, o, clog.segment_size - END_FILE_MIN_BLANK)
 
-        def still_damaged() -> bool:  # under the store lock: no cut removed it meanwhile
-            return phys < clog.write_pos and isinstance(
+        def still_damaged() -> bool:  # under the store lock: no cut came since the read
+            return phys < min(self._end, clog.write_pos) and isinstance(
                 check_record(mm, o, phys, clog.segment_size, False), str)
 
         if self.guard.report_if(self.guard.damage(phys, size, reason, "scrub", topic, qid, qo),

@@ -39,10 +39,17 @@ from .integrity import ReadGuard
 from .model import PutResult, PutStatus, StoreMessage
 from .prealloc import Preallocator
 from .queries import Queries
-from .recovery import RecordInfo, Scanner, entry_tag, find_valid_after
+from .recovery import (
+    RecordInfo,
+    Scanner,
+    entry_tag,
+    find_valid_after,
+    last_record_before,
+    tail_cut,
+)
 from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
-from .scrub import Scrubber, last_record_before, tail_cut
+from .scrub import Scrubber
 from .visibility import Visibility
 
 log = logging.getLogger("ferrymq.store")
