@@ -1,9 +1,14 @@
-"""Driving the third-party client scripts (js/*.js with node, cpp/*.py with the compat venv's
-Python) from pytest: start them with a JSON config, collect their JSON event lines, and wait for
-events with deadlines."""
+"""The harness every third-party client suite uses: the server fixtures, the client scripts
+(js/*.js with node, cpp/*.py and py5/sdk.py with their venvs' Pythons) started with a JSON config,
+their JSON event lines collected and waited for with deadlines, and the broker-side checks.
+
+A suite defines its module-scoped `server` (with `serve`) and imports the shared fixtures under
+their own names, which is how pytest registers them for the module:
+`from compat_util import admin as admin, clients as clients`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -12,13 +17,15 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ferrymq import AdminClient
+from conftest import Standalone, start_standalone
+from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
+from waits import WaitTimedOut, wait_until
 
 COMPAT = Path(__file__).resolve().parent
 JS_DIR = COMPAT / "js"
@@ -73,6 +80,21 @@ def py5_python_or_skip() -> str:
     if problem is not None:
         pytest.skip(problem)
     return str(PY5_PYTHON)
+
+
+@contextlib.contextmanager
+def serve(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str,
+          needs: Callable[[], object] | None = None) -> Iterator[Standalone]:
+    """For a suite's module-scoped `server` fixture: one standalone (with the tests' short delay
+    levels and `args`) for the module, whose tests use their own topics and groups. `needs`
+    skips the module before a server is started for nothing."""
+    if needs is not None:
+        needs()
+    server = start_standalone(tmp_path_factory.mktemp(name) / "store", *args)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class ClientProcess:
@@ -151,8 +173,11 @@ class ClientProcess:
                 self._cond.wait(min(left, 0.2))
 
     def wait_event(self, kind: str, timeout: float = 30.0) -> Event:
-        return self.wait_for(lambda evs: next((e for e in evs if e.get("event") == kind), None), timeout,
-                             f"a {kind!r} event")
+        return self.wait_any((kind,), timeout, f"a {kind!r} event")
+
+    def wait_any(self, kinds: tuple[str, ...], timeout: float, what: str) -> Event:
+        """The first event of any of `kinds` (a run's end, say, whether it succeeded or not)."""
+        return self.wait_for(lambda evs: next((e for e in evs if e.get("event") in kinds), None), timeout, what)
 
     def wait_received(self, predicate: Callable[[list[Event]], Any], timeout: float, what: str) -> Any:
         return self.wait_for(lambda evs: predicate([e for e in evs if e.get("event") == "received"]), timeout,
@@ -186,9 +211,7 @@ class ClientProcess:
         rc = self.wait_exit(timeout)
         # Let the reader thread take the last lines.
         with self._cond:
-            end = time.monotonic() + 5
-            while not self._closed and time.monotonic() < end:
-                self._cond.wait(0.1)
+            self._cond.wait_for(lambda: self._closed, 5)
         return rc
 
     def kill(self) -> None:
@@ -254,6 +277,21 @@ class Clients:
             p.kill()
 
 
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> Iterator[AdminClient]:
+    with AdminClient(server.namesrv) as client:
+        yield client
+
+
+@pytest.fixture
+def clients(server: Any, tmp_path: Path) -> Iterator[Clients]:
+    c = Clients(server, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 def run_producer(proc: ClientProcess, count: int, timeout: float = 60.0) -> list[Event]:
     """Wait for a producer run to finish; every send must have succeeded."""
     done = proc.wait_event("done", timeout)
@@ -288,3 +326,70 @@ def max_offsets(admin: AdminClient, topic: str) -> dict[int, int]:
 
 def bodies_received(want: set[str]) -> Any:
     return lambda evs: want <= {e["body"] for e in evs}
+
+
+def wait_group_started(admin: AdminClient, group: str, topic: str) -> None:
+    """A new gRPC group starts at the queues' ends (ConsumeInitMode.MAX) at its first receive:
+    wait until the broker has that start for every queue before sending."""
+    mqs = admin.message_queues(topic)
+    wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
+               what=f"group {group} started on {topic}")
+
+
+def wait_members(admin: AdminClient, group: str, count: int, timeout: float = 20.0) -> list[str]:
+    """The broker lists `count` consumers of `group`."""
+    return wait_until(lambda: (lambda ids: ids if len(ids) == count else None)(admin.consumer_ids(group)),
+                      timeout, f"{count} consumers of {group} at the broker")
+
+
+class Split:
+    """Consumers of one group, by name: which of them received which bodies from which queue."""
+
+    def __init__(self, **consumers: ClientProcess) -> None:
+        self.consumers = consumers
+
+    def _owners(self, bodies: list[str]) -> dict[int, set[str]] | None:
+        received: dict[str, list[tuple[int, str]]] = {}
+        for who, proc in self.consumers.items():
+            for e in proc.received():
+                received.setdefault(e["body"], []).append((int(e["queueId"]), who))
+        if not all(b in received for b in bodies):
+            return None
+        owners: dict[int, set[str]] = {}
+        for b in bodies:
+            for queue_id, who in received[b]:
+                owners.setdefault(queue_id, set()).add(who)
+        return owners
+
+    def owners(self, bodies: list[str], timeout: float = 20.0) -> dict[int, set[str]]:
+        """Once every body was received: per queue, the consumers its bodies went to."""
+        try:
+            return wait_until(lambda: self._owners(bodies), timeout, f"{bodies[0]}... delivered")
+        except WaitTimedOut as e:
+            raise AssertionError("\n".join([str(e), *(p.diag() for p in self.consumers.values())])) from None
+
+
+def consume_with_ferrymq(server: Any, topic: str, group: str, count: int, timeout: float = 30.0) -> list[MessageExt]:
+    """ferrymq's 4.x PushConsumer reads the topic from its start until it has `count` distinct
+    messages; every delivery is returned."""
+    got: list[MessageExt] = []
+    lock = threading.Lock()
+    all_in = threading.Event()
+
+    def listener(msgs: list[MessageExt], _ctx: object) -> ConsumeStatus:
+        with lock:
+            got.extend(msgs)
+            if len({m.msg_id for m in got}) >= count:
+                all_in.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        assert all_in.wait(timeout), f"ferrymq consumer got {len({m.msg_id for m in got})} of {count}"
+    finally:
+        consumer.shutdown()
+    with lock:
+        return list(got)

@@ -8,13 +8,13 @@ credentials at all."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from compat_util import Clients, bodies_received, by_body, max_offsets, run_producer
+from compat_util import Clients, bodies_received, by_body, max_offsets, run_producer, serve, wait_group_started
+from compat_util import clients as clients
 
-from conftest import Standalone, start_standalone
+from conftest import Standalone
 from ferrymq import AdminClient
 from waits import wait_until
 
@@ -40,30 +40,19 @@ TOPICS = ("ons-acl-rw", "ons-acl-ro", "cpp-acl-rw", "cpp-acl-ro", "sdk-acl-rw", 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    home = tmp_path_factory.mktemp("acl-compat")
-    (home / "plain_acl.yml").write_text(RULES)
-    srv = start_standalone(home / "store", "--acl-file", str(home / "plain_acl.yml"))
-    try:
+    rules = tmp_path_factory.mktemp("acl-rules") / "plain_acl.yml"
+    rules.write_text(RULES)
+    with serve(tmp_path_factory, "acl-compat", "--acl-file", str(rules)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def admin(server: Standalone) -> Iterator[AdminClient]:
+    """The shared `admin`, signing as the admin account, with the tests' topics created."""
     with AdminClient(server.namesrv, **ADMIN) as client:
         for topic in TOPICS:
             client.create_topic(topic, 2)
         yield client
-
-
-@pytest.fixture
-def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
-    c = Clients(server, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def _errors(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,7 +91,7 @@ def test_ali_ons_denied_send_stores_nothing(server: Standalone, clients: Clients
 def test_ali_ons_without_valid_credentials_is_refused(server: Standalone, clients: Clients, admin: AdminClient,
                                                       creds: dict[str, str]) -> None:
     producer = clients.ons_producer(topic="ons-acl-rw", count=1, sendMsgTimeout=2000, **creds)
-    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    producer.wait_any(("done", "fatal"), 60, "the producer to give up")
     assert not producer.of("sent"), producer.diag()
     _broker_said(server, "signature check failed for accessKey=appKey01" if creds else "carries no AccessKey")
     assert sum(max_offsets(admin, "ons-acl-rw").values()) == 50  # what the allowed test sent, no more
@@ -130,7 +119,7 @@ def test_cpp_denied_send_stores_nothing(server: Standalone, clients: Clients, ad
 
 def test_cpp_wrong_secret_is_refused(server: Standalone, clients: Clients, admin: AdminClient) -> None:
     producer = clients.cpp_producer(topic="cpp-acl-rw", count=1, accessKey="appKey01", secretKey="wrongSecret")
-    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    producer.wait_any(("done", "fatal"), 60, "the producer to give up")
     assert not producer.of("sent"), producer.diag()
     _broker_said(server, "signature check failed for accessKey=appKey01")
     assert sum(max_offsets(admin, "cpp-acl-rw").values()) == 50
@@ -141,10 +130,7 @@ def test_sdk5_signed_producer_and_simple_consumer_work_on_their_topic(clients: C
     topic, group, n = "sdk-acl-rw", "sdk-acl-g", 20
     consumer = clients.sdk5("simple", topic=topic, group=group, expect=n, awaitSec=2, **APP)
     consumer.wait_event("ready", 30)
-    # A new gRPC group starts at the queues' ends at its first receive: wait for that start.
-    mqs = admin.message_queues(topic)
-    wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
-               what=f"group {group} started")
+    wait_group_started(admin, group, topic)
     sent = run_producer(clients.sdk5("produce", topic=topic, count=n, **APP), n, 60)
     assert sum(max_offsets(admin, topic).values()) == n
     consumer.wait_received(bodies_received({s["body"] for s in sent}), 60, f"all {n} messages")
@@ -153,7 +139,7 @@ def test_sdk5_signed_producer_and_simple_consumer_work_on_their_topic(clients: C
 
 def test_sdk5_denied_send_stores_nothing(server: Standalone, clients: Clients, admin: AdminClient) -> None:
     producer = clients.sdk5("produce", topic="sdk-acl-ro", count=1, **APP)
-    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    producer.wait_any(("done", "fatal"), 60, "the producer to give up")
     assert not producer.of("sent"), producer.diag()
     _broker_said(server, "accessKey=appKey01 has no PUB permission on topic sdk-acl-ro")
     assert sum(max_offsets(admin, "sdk-acl-ro").values()) == 0
@@ -162,11 +148,10 @@ def test_sdk5_denied_send_stores_nothing(server: Standalone, clients: Clients, a
 def test_sdk5_wrong_secret_and_denied_group_are_refused(server: Standalone, clients: Clients,
                                                         admin: AdminClient) -> None:
     producer = clients.sdk5("produce", topic="sdk-acl-rw", count=1, accessKey="appKey01", secretKey="wrongSecret")
-    producer.wait_for(lambda evs: any(e["event"] in ("done", "fatal") for e in evs), 60, "the producer to give up")
+    producer.wait_any(("done", "fatal"), 60, "the producer to give up")
     assert not producer.of("sent"), producer.diag()
     _broker_said(server, "refused gRPC call", "signature check failed for accessKey=appKey01")
     consumer = clients.sdk5("simple", topic="sdk-acl-rw", group="sdk-acl-banned", idleExitMs=3_000, **APP)
-    consumer.wait_for(lambda evs: any(e["event"] in ("receive_error", "fatal", "closed") for e in evs), 60,
-                      "the banned group's consumer to be refused")
+    consumer.wait_any(("receive_error", "fatal", "closed"), 60, "the banned group's consumer to be refused")
     assert not consumer.of("received"), consumer.diag()
     _broker_said(server, "accessKey=appKey01 has no SUB permission on group sdk-acl-banned")

@@ -7,26 +7,30 @@ module; each test uses its own topics and groups."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from compat_util import (
     Clients,
     Event,
+    Split,
     bodies_received,
     by_body,
     committed,
+    consume_with_ferrymq,
     max_offsets,
     node_or_skip,
     run_producer,
+    serve,
+    wait_members,
 )
+from compat_util import admin as admin
+from compat_util import clients as clients
 
-from conftest import Standalone, start_standalone
-from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from conftest import Standalone
+from ferrymq import AdminClient, Message, Producer
 from ferrymq.common.message import MessageQueue
 
 pytestmark = pytest.mark.compat
@@ -36,27 +40,8 @@ BROKER = "broker-a"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    node_or_skip()
-    srv = start_standalone(tmp_path_factory.mktemp("ali-ons") / "store")
-    try:
+    with serve(tmp_path_factory, "ali-ons", needs=node_or_skip) as srv:
         yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(server: Standalone) -> Iterator[AdminClient]:
-    with AdminClient(server.namesrv) as client:
-        yield client
-
-
-@pytest.fixture
-def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
-    c = Clients(server, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_producer_sends_1000_with_tags_and_keys_and_a_consumer_receives_all(
@@ -172,16 +157,6 @@ def test_delay_level_messages_arrive_after_their_delay_on_their_own_queue(client
     assert consumer.stop() == 0
 
 
-def _owners(received: dict[str, list[Event]], bodies: list[str]) -> dict[int, set[str]] | None:
-    owners: dict[int, set[str]] = {}
-    for b in bodies:
-        if b not in received:
-            return None
-        for e in received[b]:
-            owners.setdefault(int(e["queueId"]), set()).add(e["_who"])
-    return owners
-
-
 def test_two_consumers_in_one_group_split_the_queues(clients: Clients, admin: AdminClient,
                                                       server: Standalone) -> None:
     topic, group = "ons-split", "ons-split-g"
@@ -192,24 +167,8 @@ def test_two_consumers_in_one_group_split_the_queues(clients: Clients, admin: Ad
     a.wait_event("ready", 30)
     b = clients.ons_consumer(**fast)
     b.wait_event("ready", 30)
-    deadline = time.monotonic() + 20
-    while len(admin.consumer_ids(group)) != 2:
-        assert time.monotonic() < deadline, f"broker lists {admin.consumer_ids(group)} for {group}"
-        time.sleep(0.05)
-
-    def all_received() -> dict[str, list[Event]]:
-        out: dict[str, list[Event]] = {}
-        for who, proc in (("a", a), ("b", b)):
-            for e in proc.received():
-                out.setdefault(e["body"], []).append({**e, "_who": who})
-        return out
-
-    def wait_owners(bodies: list[str]) -> dict[int, set[str]]:
-        limit = time.monotonic() + 20
-        while (owners := _owners(all_received(), bodies)) is None:
-            assert time.monotonic() < limit, f"{bodies[0]}... not delivered\n{a.diag()}\n{b.diag()}"
-            time.sleep(0.02)
-        return owners
+    wait_members(admin, group, 2)
+    split = Split(a=a, b=b)
 
     queues = [MessageQueue(topic, BROKER, q) for q in range(4)]
     with Producer("ons-split-p", server.namesrv) as producer:
@@ -224,7 +183,7 @@ def test_two_consumers_in_one_group_split_the_queues(clients: Clients, admin: Ad
             bodies = [f"r{rnd}-q{mq.queue_id}" for mq in queues]
             for body, mq in zip(bodies, queues, strict=True):
                 producer.send_to_queue(Message(topic, body.encode(), tags="S"), mq)
-            owners = wait_owners(bodies)
+            owners = split.owners(bodies)
             clean = all(len(w) == 1 for w in owners.values()) and set().union(*owners.values()) == {"a", "b"}
             current = {q: next(iter(w)) for q, w in owners.items()} if clean else None
             if current is not None and current == previous:
@@ -238,7 +197,7 @@ def test_two_consumers_in_one_group_split_the_queues(clients: Clients, admin: Ad
         final = [f"final-{i}-q{mq.queue_id}" for i in range(10) for mq in queues]
         for i, body in enumerate(final):
             producer.send_to_queue(Message(topic, body.encode(), tags="S"), queues[i % 4])
-        final_owners = wait_owners(final)
+        final_owners = split.owners(final)
     got = {q: next(iter(w)) for q, w in final_owners.items() if len(w) == 1}
     assert got == stable, f"queue owners changed: {final_owners} vs {stable}"
     a_queues = {q for q, w in stable.items() if w == "a"}
@@ -283,26 +242,8 @@ def test_ali_ons_producer_to_ferrymq_push_consumer(clients: Clients, admin: Admi
                                              properties={"color": "c-{i}"}), 50)
     # Bodies of 4096 bytes and more are zlib-compressed by ali-ons (sysFlag bit 0).
     sent += run_producer(clients.ons_producer(topic=topic, count=3, startIndex=50, bodyPadTo=10_000, tags="Big"), 3)
-    got: dict[int, MessageExt] = {}
-    lock = threading.Lock()
-    all_in = threading.Event()
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
-        with lock:
-            for m in msgs:
-                got[int(m.body.split(b"-", 1)[1].rstrip(b"x"))] = m
-            if len(got) >= 53:
-                all_in.set()
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer("ons-to-py-g", server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    consumer.subscribe(topic)
-    consumer.register_listener(listener)
-    consumer.start()
-    try:
-        assert all_in.wait(30), f"ferrymq consumer got {len(got)} of 53"
-    finally:
-        consumer.shutdown()
+    got = {int(m.body.split(b"-", 1)[1].rstrip(b"x")): m
+           for m in consume_with_ferrymq(server, topic, "ons-to-py-g", 53)}
     for s in sent:
         m = got[s["index"]]
         body = f"msg-{s['index']}"

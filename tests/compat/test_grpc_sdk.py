@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from compat_util import Clients, by_body, py5_python_or_skip, run_producer
+from compat_util import Clients, by_body, consume_with_ferrymq, py5_python_or_skip, run_producer, serve
+from compat_util import admin as admin
+from compat_util import clients as clients
 
-from conftest import Standalone, start_standalone
+from conftest import Standalone
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, MessageExt, PushConsumer
 
 pytestmark = pytest.mark.compat
@@ -22,52 +23,9 @@ pytestmark = pytest.mark.compat
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    py5_python_or_skip()
-    srv = start_standalone(tmp_path_factory.mktemp("grpc-sdk") / "store")
-    assert srv.grpc, "the standalone server prints grpc=HOST:PORT on its ready line"
-    try:
+    with serve(tmp_path_factory, "grpc-sdk", needs=py5_python_or_skip) as srv:
+        assert srv.grpc, "the standalone server prints grpc=HOST:PORT on its ready line"
         yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(server: Standalone) -> Iterator[AdminClient]:
-    with AdminClient(server.namesrv) as client:
-        yield client
-
-
-@pytest.fixture
-def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
-    c = Clients(server, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def consume_all(server: Standalone, topic: str, group: str, count: int, timeout: float = 30.0) -> list[MessageExt]:
-    """ferrymq's 4.x PushConsumer reads `count` messages of the topic from its start."""
-    got: list[MessageExt] = []
-    lock = threading.Lock()
-    all_in = threading.Event()
-
-    def listener(msgs: list[MessageExt], _ctx: object) -> ConsumeStatus:
-        with lock:
-            got.extend(msgs)
-            if len(got) >= count:
-                all_in.set()
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    consumer = PushConsumer(group, server.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    consumer.subscribe(topic)
-    consumer.register_listener(listener)
-    consumer.start()
-    try:
-        assert all_in.wait(timeout), f"ferrymq consumer got {len(got)} of {count}"
-    finally:
-        consumer.shutdown()
-    return got
 
 
 class Collector:
@@ -121,7 +79,7 @@ def test_sdk_producer_messages_reach_ferrymq_and_ali_ons_consumers(clients: Clie
     assert len(ids) == n
     assert sum(admin.max_offset(mq) for mq in admin.message_queues(topic)) == n
 
-    got = consume_all(server, topic, "sdk5-normal-py", n)
+    got = consume_with_ferrymq(server, topic, "sdk5-normal-py", n)
     by_id = {m.msg_id: m for m in got}
     assert set(by_id) == ids, "the SDK's message id is the stored UNIQ_KEY, the 4.x msg_id"
     for s in sent:
@@ -146,7 +104,7 @@ def test_fifo_message_groups_each_go_to_one_queue_in_send_order(clients: Clients
     n = len(groups) * per_group
     producer = clients.sdk5("produce", topic=topic, count=n, messageGroup=groups, body="{i}")
     sent = run_producer(producer, n, 60)
-    got = consume_all(server, topic, "sdk5-fifo-py", n)
+    got = consume_with_ferrymq(server, topic, "sdk5-fifo-py", n)
     assert len({m.msg_id for m in got}) == n
     for g_index, group in enumerate(groups):
         mine = sorted((m for m in got if m.properties.get("__SHARDINGKEY") == group), key=lambda m: m.queue_offset)
@@ -187,5 +145,5 @@ def test_messages_of_4x_clients_keep_their_ids_for_grpc(clients: Clients, admin:
     run_producer(clients.ons_producer(topic=topic, count=3), 3, 60)
     sent = run_producer(clients.sdk5("produce", topic=topic, count=3, startIndex=3), 3, 60)
     assert [s["offset"] for s in sent] == [3, 4, 5]
-    got = consume_all(server, topic, "sdk5-mixed-py", 6)
+    got = consume_with_ferrymq(server, topic, "sdk5-mixed-py", 6)
     assert by_body([{"body": m.body.decode()} for m in got]).keys() == {f"msg-{i}" for i in range(6)}

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from compat_util import Clients, py5_python_or_skip, run_producer
+from compat_util import Clients, py5_python_or_skip, run_producer, serve, wait_group_started
+from compat_util import admin as admin
+from compat_util import clients as clients
 
-from conftest import Standalone, start_standalone
+from conftest import Standalone
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.common.message import MessageQueue
 from waits import wait_until
@@ -25,38 +26,11 @@ MAX_RECONSUME = 2  # deliveries: the first and two more, then the dead-letter qu
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    py5_python_or_skip()
-    base = tmp_path_factory.mktemp("grpc-consume")
-    config = base / "broker.toml"
+    config = tmp_path_factory.mktemp("grpc-consume-config") / "broker.toml"
     config.write_text("transaction_check_interval_ms = 500\ntransaction_timeout_ms = 1000\n")
-    srv = start_standalone(base / "store", "--config", str(config), "--max-reconsume-times", str(MAX_RECONSUME))
-    try:
+    with serve(tmp_path_factory, "grpc-consume", "--config", str(config), "--max-reconsume-times",
+               str(MAX_RECONSUME), needs=py5_python_or_skip) as srv:
         yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(server: Standalone) -> Iterator[AdminClient]:
-    with AdminClient(server.namesrv) as client:
-        yield client
-
-
-@pytest.fixture
-def clients(server: Standalone, tmp_path: Path) -> Iterator[Clients]:
-    c = Clients(server, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def wait_group_started(admin: AdminClient, group: str, topic: str) -> None:
-    """A new gRPC group starts at the queues' ends (ConsumeInitMode.MAX) at its first receive:
-    wait until the broker has that start for every queue before sending."""
-    mqs = admin.message_queues(topic)
-    wait_until(lambda: all(admin.query_consumer_offset(group, mq) >= 0 for mq in mqs), 30,
-               what=f"group {group} started on {topic}")
 
 
 def test_simple_consumer_receives_and_acks_each_message_once(clients: Clients, admin: AdminClient) -> None:

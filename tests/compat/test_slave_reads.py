@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from compat_util import Clients, bodies_received, by_body, cpp_python_or_skip, node_or_skip, run_producer
+from compat_util import clients as clients
 
 from ferrymq import AdminClient
 from ferrymq.client.admin_async import AsyncAdminClient
@@ -32,7 +33,7 @@ FAST_BROKER: dict[str, str | int | float | bool] = {
 
 
 class ClusterServer:
-    """What compat_util's Clients needs from a server: the name server and a log to show."""
+    """What compat_util's `clients` needs from a `server`: the name server and a log to show."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
@@ -50,12 +51,8 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def clients(cluster: LocalCluster, tmp_path: Path) -> Iterator[Clients]:
-    c = Clients(ClusterServer(cluster), tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
+def server(cluster: LocalCluster) -> ClusterServer:
+    return ClusterServer(cluster)
 
 
 async def _on_slave(namesrv: str, slave: str, topic: str, group: str | None) -> dict[int, int]:
