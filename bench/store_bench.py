@@ -102,7 +102,7 @@ def read_all(store: MessageStore, expected: int) -> float:
     offset = count = 0
     t0 = time.perf_counter()
     while True:
-        r = store.get_messages(TOPIC, 0, offset, 32)
+        r = store.reads.get_messages(TOPIC, 0, offset, 32)
         if r.status is not GetStatus.FOUND:
             break
         count += r.count

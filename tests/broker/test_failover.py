@@ -110,7 +110,7 @@ async def test_failover_elects_the_in_sync_slave_and_the_old_master_rejoins(setu
     assert ok.code == ResponseCode.SUCCESS, ok.remark
     assert b1.store is not None and b2.store is not None
     assert b1.store.max_phy_offset == b2.store.max_phy_offset
-    assert b1.store.epochs.entries() == b2.store.epochs.entries()
+    assert b1.store.replica.epochs.entries() == b2.store.replica.epochs.entries()
     refused = await setup.wire(b1).send("F", b"to the old master")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
 
@@ -135,7 +135,7 @@ async def test_a_promoted_slave_delivers_the_pending_timers_once_and_not_the_del
                                  props={"TIMER_DELIVER_MS": str(at), "UNIQ_KEY": f"{name}-{i}"})
             assert resp.code == ResponseCode.SUCCESS, resp.remark
     assert b1.store is not None and b2.store is not None
-    await eventually(lambda: _true(b1.store.get_max_offset("TM", 0) == 5), what="the early timers delivered")
+    await eventually(lambda: _true(b1.store.reads.get_max_offset("TM", 0) == 5), what="the early timers delivered")
     # The slave has copied the master's wheel position past the early ones.
     await eventually(lambda: _true(b2.replication.master_timer is not None
                                    and b2.replication.master_timer[0] > early), what="the timer position copied")
@@ -145,7 +145,7 @@ async def test_a_promoted_slave_delivers_the_pending_timers_once_and_not_the_del
     w2 = setup.wire(b2)
 
     async def all_late() -> bool:
-        return b2.store is not None and b2.store.get_max_offset("TM", 0) >= 10
+        return b2.store is not None and b2.store.reads.get_max_offset("TM", 0) >= 10
 
     await eventually(all_late, timeout=15, what="the late timers delivered by the new master")
     bodies = sorted(m.body.decode() for m in decode_records((await w2.pull("TM", 0, 0, max_nums=32)).body or b""))

@@ -294,7 +294,7 @@ async def test_an_entry_pointing_at_another_topics_record_is_rebuilt_not_popped(
         assert resp.code == ResponseCode.SUCCESS, resp.remark
     store = env.broker.store
     assert store is not None
-    mine, theirs = store.read_queue_entries(TOPIC, 0, 0, 4), store.read_queue_entries(other, 0, 0, 4)
+    mine, theirs = store.reads.read_queue_entries(TOPIC, 0, 0, 4), store.reads.read_queue_entries(other, 0, 0, 4)
     assert mine[2].size == theirs[1].size
     queue_file = env.broker.config.store_dir / "consumequeue" / TOPIC / "0" / f"{0:020d}"
     with open(queue_file, "r+b") as f:
@@ -304,7 +304,7 @@ async def test_an_entry_pointing_at_another_topics_record_is_rebuilt_not_popped(
     got = await c.receive(10, invisible_duration=30)
     assert _bodies(got) == ["m0", "m1", "m2", "m3"]
     assert store.damaged_records() == []
-    assert [m.body for m in decode_records(store.get_messages(other, 0, 0, 32).data)] == [
+    assert [m.body for m in decode_records(store.reads.get_messages(other, 0, 0, 32).data)] == [
         b"x0", b"x1", b"x2", b"x3"]
 
 
@@ -318,8 +318,8 @@ async def test_an_entry_naming_bytes_retention_removed_is_passed_over_not_held(
             resp = await env.wire.send(TOPIC, b"m%03d" % i + b"." * 700, queue_id=0)
             assert resp.code == ResponseCode.SUCCESS, resp.remark
         store = env.broker.store
-        assert store is not None and store._delete_segments(1)
-        first = store.get_min_offset(TOPIC, 0)
+        assert store is not None and store.retention.delete_segments(1)
+        first = store.reads.get_min_offset(TOPIC, 0)
         bad = first + 3
         per_file = env.broker.config.mapped_file_size_consume_queue_entries
         queue_dir = env.broker.config.store_dir / "consumequeue" / TOPIC / "0"

@@ -141,7 +141,7 @@ async def test_returning_master_data_beyond_the_agreed_epoch_is_cut(group: Group
     from ferrymq.store import MessageStore, StoreConfig, StoreMessage
     st = MessageStore(StoreConfig(tmp_path / "s", store_host="127.0.0.1:1"))
     st.start()
-    st.epochs.begin(7, st.max_phy_offset)
+    st.replica.epochs.begin(7, st.max_phy_offset)
     st.put_messages([StoreMessage("E", 0, b"never replicated", {})])
     assert st.max_phy_offset > agreed
     st.shutdown()

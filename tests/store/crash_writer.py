@@ -39,7 +39,7 @@ def report(store: MessageStore, res: PutResult) -> None:
         return
     lines = []
     for a in res.messages:
-        raw = store.read_record(a.phys_offset, a.size)
+        raw = store.reads.read_record(a.phys_offset, a.size)
         assert raw is not None
         lines.append(f"{a.phys_offset} {a.size} {hashlib.sha256(raw).hexdigest()}\n")
     sys.stdout.write("".join(lines))

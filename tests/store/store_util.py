@@ -85,9 +85,9 @@ def file_size(path: Path) -> int:
 def queue_bodies(store: MessageStore, topic: str = "T", qid: int = 0) -> list[bytes]:
     """The bodies of every message a queue gives, read from its first offset to its end."""
     out: list[bytes] = []
-    offset = store.get_min_offset(topic, qid)
+    offset = store.reads.get_min_offset(topic, qid)
     while True:
-        r = store.get_messages(topic, qid, offset, 1000)
+        r = store.reads.get_messages(topic, qid, offset, 1000)
         if r.status is not GetStatus.FOUND:
             return out
         out += [m.body for m in decode_records(r.data)]

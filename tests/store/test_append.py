@@ -42,13 +42,13 @@ def test_layout_and_offsets(tmp_path: Path) -> None:
         assert (root / "consumequeue" / "T" / "0" / ("0" * 20)).stat().st_size == 40
         assert (root / "consumequeue" / "T" / "1" / ("0" * 20)).stat().st_size == 20
         assert (root / "abort").exists()
-        raw = store.read_record(r1.messages[1].phys_offset)
+        raw = store.reads.read_record(r1.messages[1].phys_offset)
         assert raw is not None
         m = decode_record(raw, check_crc=True)
         assert (m.body, m.queue_offset, m.commit_log_offset) == (b"b" * 20, 1, len(raw) and
                                                                  r1.messages[1].phys_offset)
         assert m.store_host == "127.0.0.1:10911" and m.born_host == "10.0.0.7:4321"
-        assert store.queues() == {"T": [0, 1], "U": [0]}
+        assert store.reads.queues() == {"T": [0, 1], "U": [0]}
     finally:
         store.shutdown()
     assert not (tmp_path / "s" / "abort").exists()
@@ -100,7 +100,7 @@ def test_roll_over_fills_segment_end_with_blank(tmp_path: Path) -> None:
         pulled = []
         offset = 0
         while offset < 200:
-            got = store.get_messages("T", 0, offset, 1000)
+            got = store.reads.get_messages("T", 0, offset, 1000)
             assert got.count == min(64, 200 - offset)
             pulled += decode_records(got.data)
             offset = got.next_begin_offset
@@ -126,7 +126,7 @@ def test_illegal_messages_leave_no_trace(tmp_path: Path) -> None:
             assert res.status is status, res
             assert res.reason
             assert store.max_phy_offset == before
-        assert store.get_max_offset("T", 0) == 1
+        assert store.reads.get_max_offset("T", 0) == 1
         store2 = open_store(tmp_path / "p", max_message_size=1 << 20)
         try:
             big = store2.put_messages([msg(p="v" * 40000)])
@@ -149,9 +149,9 @@ def test_schedule_topic_tag_code_is_delivery_time(tmp_path: Path) -> None:
             msg("T", 0, tags="TagA"),
         ])
         ts = res.messages[0].store_timestamp
-        (e1,) = store.read_queue_entries(SCHEDULE_TOPIC, 1, 0, 10)
-        (e2,) = store.read_queue_entries(SCHEDULE_TOPIC, 2, 0, 10)
-        (e3,) = store.read_queue_entries("T", 0, 0, 10)
+        (e1,) = store.reads.read_queue_entries(SCHEDULE_TOPIC, 1, 0, 10)
+        (e2,) = store.reads.read_queue_entries(SCHEDULE_TOPIC, 2, 0, 10)
+        (e3,) = store.reads.read_queue_entries("T", 0, 0, 10)
         assert e1.tag_code == ts + 5000
         assert e2.tag_code == ts + 10000
         assert e3.tag_code == java_string_hash("TagA")
@@ -169,7 +169,7 @@ def test_ipv6_hosts_and_arrival_listener(tmp_path: Path) -> None:
         res = store.put_messages([m, msg("T", 3)])
         assert res.status is PutStatus.PUT_OK
         assert calls == [("T", 3, 2)]
-        raw = store.read_record(res.messages[0].phys_offset)
+        raw = store.reads.read_record(res.messages[0].phys_offset)
         assert raw is not None
         d = decode_record(raw, check_crc=True)
         assert d.store_host == "::1:10911" and d.born_host == "fe80::1:77"
@@ -182,11 +182,11 @@ def test_read_record_edges(tmp_path: Path) -> None:
     try:
         res = store.put_messages([msg(body=b"a" * 50), msg(body=b"b" * 50)])
         a, _b = res.messages
-        assert store.read_record(a.phys_offset, a.size) == store.read_record(a.phys_offset)
-        assert store.read_record(a.phys_offset, a.size + 1) is None
-        assert store.read_record(a.phys_offset + 3) is None  # not a record boundary
-        assert store.read_record(res.end_offset) is None
-        assert store.read_record(-5) is None
-        assert store.read_record(10**12) is None
+        assert store.reads.read_record(a.phys_offset, a.size) == store.reads.read_record(a.phys_offset)
+        assert store.reads.read_record(a.phys_offset, a.size + 1) is None
+        assert store.reads.read_record(a.phys_offset + 3) is None  # not a record boundary
+        assert store.reads.read_record(res.end_offset) is None
+        assert store.reads.read_record(-5) is None
+        assert store.reads.read_record(10**12) is None
     finally:
         store.shutdown()

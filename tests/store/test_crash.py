@@ -73,20 +73,20 @@ def test_sigkill_rounds_lose_no_acknowledged_record(tmp_path: Path) -> None:
         try:
             assert store.recovered_abnormally
             for phys, (size, sha) in acked.items():
-                raw = store.read_record(phys, size)
+                raw = store.reads.read_record(phys, size)
                 assert raw is not None, f"round {round_no}: acked record at {phys} is gone"
                 assert hashlib.sha256(raw).hexdigest() == sha, f"record at {phys} changed"
             # the newest acknowledged records are reachable through their queues
             for phys in sorted(acked)[-20:]:
-                raw = store.read_record(phys)
+                raw = store.reads.read_record(phys)
                 assert raw is not None
                 m = decode_record(raw, check_crc=True)
-                got = store.get_messages(m.topic, m.queue_id, m.queue_offset, 1)
+                got = store.reads.get_messages(m.topic, m.queue_id, m.queue_offset, 1)
                 assert got.status is GetStatus.FOUND and got.data == raw
-                assert store.query_by_uniq_key(m.topic, m.properties["UNIQ_KEY"]) == [phys]
+                assert store.reads.query_by_uniq_key(m.topic, m.properties["UNIQ_KEY"]) == [phys]
             res = store.put_messages([StoreMessage("T0", 0, b"after-crash")])
             assert res.status is PutStatus.PUT_OK
-            raw = store.read_record(res.messages[0].phys_offset)
+            raw = store.reads.read_record(res.messages[0].phys_offset)
             assert raw is not None and decode_record(raw).body == b"after-crash"
         finally:
             store.shutdown()

@@ -40,7 +40,7 @@ class FailingIO(FileIO):
 
 
 def bodies(store: MessageStore, topic: str = "T") -> list[bytes]:
-    r = store.get_messages(topic, 0, 0, 1000)
+    r = store.reads.get_messages(topic, 0, 0, 1000)
     return [m.body for m in decode_records(r.data)] if r.status is GetStatus.FOUND else []
 
 
@@ -51,7 +51,7 @@ def test_injected_enospc(tmp_path: Path, case: str) -> None:
     try:
         for i in range(5):
             assert s.put_messages([msg(body=b"ok%d" % i)]).status is PutStatus.PUT_OK
-        end, max_q = s.max_phy_offset, s.get_max_offset("T", 0)
+        end, max_q = s.max_phy_offset, s.reads.get_max_offset("T", 0)
         if case == "log_write":
             io.arm(1)
         elif case == "log_partial_write":
@@ -61,7 +61,7 @@ def test_injected_enospc(tmp_path: Path, case: str) -> None:
         res = s.put_messages([msg(body=b"lost-1"), msg(body=b"lost-2")])
         assert res.status is PutStatus.DISK_FULL
         assert "no space left" in res.reason and res.messages == []
-        assert (s.max_phy_offset, s.get_max_offset("T", 0)) == (end, max_q)
+        assert (s.max_phy_offset, s.reads.get_max_offset("T", 0)) == (end, max_q)
         assert bodies(s) == [b"ok%d" % i for i in range(5)]
         image = crash_image(s, tmp_path / "img")  # no half-batch may survive a crash either
         res = s.put_messages([msg(body=b"resumed")])
@@ -101,14 +101,14 @@ def test_real_enospc_on_small_tmpfs(tmp_path: Path) -> None:
             assert len(acked) > 1000
             end = s.max_phy_offset
             for phys, body in acked:
-                raw = s.read_record(phys)
+                raw = s.reads.read_record(phys)
                 assert raw is not None and decode_records(raw)[0].body == body
             # the same batch is refused again while full, without moving anything (a smaller
             # one may still fit in what is left of the last block)
             assert s.put_messages([msg(body=body), msg(body=body[::-1])]).status is PutStatus.DISK_FULL
             assert s.max_phy_offset == end
             # space comes back: drop the oldest segments as retention would
-            s.run_cleanup(now_ms=2**62)
+            s.retention.run_cleanup(now_ms=2**62)
             res = s.put_messages([msg(body=b"after")])
             assert res.status is PutStatus.PUT_OK, res.reason
             assert res.messages[0].phys_offset >= end
@@ -117,7 +117,7 @@ def test_real_enospc_on_small_tmpfs(tmp_path: Path) -> None:
         r = open_store(mnt / "store", commitlog_segment_size=1 << 20)
         try:
             assert not r.recovered_abnormally
-            raw = r.read_record(acked[-1][0])
+            raw = r.reads.read_record(acked[-1][0])
             assert raw is not None and decode_records(raw)[0].body == acked[-1][1]
         finally:
             r.shutdown()

@@ -41,8 +41,8 @@ def _bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
     at the end."""
     out: list[bytes] = []
     offset = 0
-    while offset < store.get_max_offset(topic, queue_id):
-        got = store.get_messages(topic, queue_id, offset, 32)
+    while offset < store.reads.get_max_offset(topic, queue_id):
+        got = store.reads.get_messages(topic, queue_id, offset, 32)
         out += [m.body for m in decode_records(got.data)]
         if got.next_begin_offset == offset:
             break
@@ -168,16 +168,16 @@ def test_stop_policy_holds_a_queue_at_an_entry_that_cannot_be_rebuilt(tmp_path: 
     try:
         phys = _fill(store)
         _damage_queue_field_of_record_2_of_a0(tmp_path / "s", phys, "queue id")
-        got = store.get_messages("A", 0, 0, 32)
+        got = store.reads.get_messages("A", 0, 0, 32)
         assert [m.body for m in decode_records(got.data)] == _expected("A", 0)[:2]
         assert got.next_begin_offset == 2
-        held = store.get_messages("A", 0, 2, 32)
+        held = store.reads.get_messages("A", 0, 2, 32)
         assert (held.status, held.count, held.next_begin_offset) == (
             GetStatus.MESSAGE_DAMAGED, 0, 2)
         assert _bodies(store, "B", 0) == _expected("B", 0)
         store.skip_range("A", 0, 2, 3)
-        assert store.get_messages("A", 0, 2, 32).next_begin_offset == 3
-        got = store.get_messages("A", 0, 3, 32)
+        assert store.reads.get_messages("A", 0, 2, 32).next_begin_offset == 3
+        got = store.reads.get_messages("A", 0, 3, 32)
         assert [m.body for m in decode_records(got.data)] == _expected("A", 0)[3:]
     finally:
         store.shutdown()
@@ -264,10 +264,10 @@ def test_lookups_by_key_leave_out_a_record_damaged_at_rest(tmp_path: Path) -> No
         f.write(b"#")
     store = open_store(tmp_path / "s", scrub_bytes_per_s=0)
     try:
-        assert store.find_by_key("T", "K1", 8) == []
-        assert store.find_by_uniq_key("T", "U1") == []
+        assert store.reads.find_by_key("T", "K1", 8) == []
+        assert store.reads.find_by_uniq_key("T", "U1") == []
         assert [r.phys_offset for r in store.damaged_records()] == [at]
-        assert store.get_messages("T", 0, 0, 8).count == 0
+        assert store.reads.get_messages("T", 0, 0, 8).count == 0
     finally:
         store.shutdown()
 
@@ -285,7 +285,7 @@ def test_a_past_end_entry_does_not_hide_the_record_written_there_later(
         assert _bodies(store, "T", 0) == [b"m%d" % i for i in range(5)]
         later = [store.put_messages([msg("T", 0, b"m%d" % i)]).messages[0] for i in range(5, 10)]
         assert later[2].phys_offset == future
-        got = store.get_messages("T", 0, 3, 32)
+        got = store.reads.get_messages("T", 0, 3, 32)
         assert [m.body for m in decode_records(got.data)] == [b"m%d" % i for i in range(3, 10)]
     finally:
         store.shutdown()

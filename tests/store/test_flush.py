@@ -70,7 +70,7 @@ def test_sync_flush_timeout(tmp_path: Path) -> None:
         res = s.put_messages([msg()])
         assert res.status is PutStatus.PUT_OK
         # the stored-but-late messages are there
-        assert s.get_max_offset("T", 0) == 3
+        assert s.reads.get_max_offset("T", 0) == 3
     finally:
         io.gate.set()
         s.shutdown()

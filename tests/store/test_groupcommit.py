@@ -52,7 +52,7 @@ async def put_together(store: MessageStore,
 
 
 def stored(store: MessageStore, queue_id: int = 0) -> list[bytes]:
-    r = store.get_messages("T", queue_id, 0, 1000)
+    r = store.reads.get_messages("T", queue_id, 0, 1000)
     return [m.body for m in decode_records(r.data)] if r.status is GetStatus.FOUND else []
 
 
@@ -82,7 +82,7 @@ def test_concurrent_puts_are_one_write_and_each_gets_its_own_result(tmp_path: Pa
             last = r.messages[-1]
             assert r.end_offset == last.phys_offset + last.size
             for sent, appended in zip(put, r.messages, strict=True):
-                raw = s.read_record(appended.phys_offset, appended.size)
+                raw = s.reads.read_record(appended.phys_offset, appended.size)
                 assert raw is not None
                 back = decode_record(raw)
                 assert back.body == sent.body and back.queue_offset == appended.queue_offset
@@ -163,12 +163,12 @@ def test_a_full_disk_refuses_every_put_of_the_group(tmp_path: Path, flush: Flush
     s = open_store(tmp_path / "s", flush_disk_type=flush, file_io=io)
     try:
         assert s.put_messages([msg(body=b"ok")]).ok
-        end, max_q = s.max_phy_offset, s.get_max_offset("T", 0)
+        end, max_q = s.max_phy_offset, s.reads.get_max_offset("T", 0)
         io.fail_next_pwrite = True  # the group's commit-log write
         results = asyncio.run(put_together(s, [[msg(body=b"lost-%d" % i)] for i in range(6)]))
         assert [r.status for r in results] == [PutStatus.DISK_FULL] * 6
         assert all(r.messages == [] and "no space left" in r.reason for r in results)
-        assert (s.max_phy_offset, s.get_max_offset("T", 0)) == (end, max_q)
+        assert (s.max_phy_offset, s.reads.get_max_offset("T", 0)) == (end, max_q)
         image = crash_image(s, tmp_path / "img")
         results = asyncio.run(put_together(s, [[msg(body=b"resumed")], [msg(body=b"too")]]))
         assert [r.messages[0].queue_offset for r in results] == [1, 2]

@@ -218,8 +218,8 @@ def test_store_queries_find_every_key_of_batches_and_of_a_slave(tmp_path: Path) 
                     expected.setdefault((m.topic, k), []).append(a.phys_offset)
                 uniq[(m.topic, m.properties["UNIQ_KEY"])] = a.phys_offset
         pos = 0
-        while (span := store.read_span(pos, 4096)) is not None:
-            slave.append_replicated(span)
+        while (span := store.replica.read_span(pos, 4096)) is not None:
+            slave.replica.append_replicated(span)
             pos = span.next_pos
         # Recovery with neither index nor checkpoint re-indexes the whole log.
         store.shutdown()
@@ -232,10 +232,10 @@ def test_store_queries_find_every_key_of_batches_and_of_a_slave(tmp_path: Path) 
         assert store.recovered_abnormally
         for s in (store, slave):
             for (topic, key), phys in expected.items():
-                assert s.query_by_key(topic, key, 1000) == sorted(phys), (topic, key)
+                assert s.reads.query_by_key(topic, key, 1000) == sorted(phys), (topic, key)
             for (topic, key), at in uniq.items():
-                assert s.query_by_uniq_key(topic, key) == [at], (topic, key)
-            assert len(s._index.files) > 1  # the tiny files rolled
+                assert s.reads.query_by_uniq_key(topic, key) == [at], (topic, key)
+            assert len(s.index.files) > 1  # the tiny files rolled
     finally:
         store.shutdown()
         slave.shutdown()

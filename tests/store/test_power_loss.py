@@ -80,7 +80,7 @@ def assert_keys_found(image: Path, where: dict[int, int]) -> None:
     r = open_store(image, index_max_entries=16, **QUIET)
     try:
         for i, phys in where.items():
-            assert r.query_by_key("T", f"k{i}", 5) == [phys], i
+            assert r.reads.query_by_key("T", f"k{i}", 5) == [phys], i
     finally:
         r.shutdown()
 
@@ -226,7 +226,7 @@ def test_a_checkpoint_whose_index_fsync_failed_does_not_pass_the_keys(
     r = open_store(image, **QUIET)
     try:
         for i in range(10):
-            assert r.query_by_key("T", f"k{i}", 5) == [where[i]], i
+            assert r.reads.query_by_key("T", f"k{i}", 5) == [where[i]], i
     finally:
         r.shutdown()
 

@@ -25,9 +25,9 @@ from ferrymq.store.prealloc import CHUNK
 
 def _bodies(store: MessageStore) -> list[bytes]:
     out: list[bytes] = []
-    offset = store.get_min_offset("T", 0)  # retention may have taken the oldest
+    offset = store.reads.get_min_offset("T", 0)  # retention may have taken the oldest
     while True:
-        r = store.get_messages("T", 0, offset, 64)
+        r = store.reads.get_messages("T", 0, offset, 64)
         if r.status is not GetStatus.FOUND:
             return out
         out += [m.body for m in decode_records(r.data)]
@@ -70,11 +70,11 @@ def test_the_next_segment_is_created_ahead_and_retention_keeps_the_current_one(
         wait_until(lambda: len(segment_files(tmp_path / "s")) == 3,
                    message="the segment after the current one preallocated")
         current = s.max_phy_offset
-        report = s.run_cleanup(now_ms=2**62)  # everything is expired
+        report = s.retention.run_cleanup(now_ms=2**62)  # everything is expired
         assert len(report.deleted_segments) == 1  # the full one; not current, not the next
         res = s.put_messages([msg(body=b"after cleanup")])
         assert res.ok and res.messages[0].phys_offset == current
-        raw = s.read_record(current)
+        raw = s.reads.read_record(current)
         assert raw is not None and decode_records(raw)[0].body == b"after cleanup"
     finally:
         s.shutdown()
@@ -163,7 +163,7 @@ def test_an_empty_log_with_a_filler_can_still_start_at_its_masters_first_offset(
         assert pre is not None
         wait_until(lambda: pre.wakes > 0, message="the filler's first look")
         start = 5 * SMALL_SEGMENT + 128
-        s.restart_at(start)
+        s.replica.restart_at(start)
         res = s.put_messages([msg(body=b"at the master's first offset")])
         assert res.ok and res.messages[0].phys_offset == start
         assert _bodies(s) == [b"at the master's first offset"]
@@ -261,7 +261,7 @@ def test_a_cut_waits_for_the_range_being_zeroed(tmp_path: Path) -> None:
         io.armed = True
         s.put_messages([msg(body=b"x" * 200)])  # wakes the filler towards segment 1
         assert io.waiting.wait(10), "the filler never reached the next segment"
-        cut = threading.Thread(target=s.truncate_log, args=(cut_at,))
+        cut = threading.Thread(target=s.replica.truncate_log, args=(cut_at,))
         cut.start()
         cut.join(0.5)  # a cut that does not wait is over by now
         fd = os.open(victim, os.O_RDWR | os.O_CREAT, 0o644)
@@ -283,7 +283,7 @@ def test_a_cut_waits_for_the_range_being_zeroed(tmp_path: Path) -> None:
 
 
 def segment_fds(store: MessageStore) -> list[int]:
-    return [seg.fd for seg in store._log.segments]
+    return [seg.fd for seg in store.commitlog.segments]
 
 
 class ZerosGatedAt(FileIO):
@@ -389,7 +389,7 @@ def test_a_cut_and_the_fillers_new_segment_keep_the_log_contiguous(tmp_path: Pat
         while s.max_phy_offset < SMALL_SEGMENT:  # the writer goes on into segment 1
             assert s.put_messages([msg(body=b"c" * 500)]).ok
         assert io.waiting.wait(10), "the filler never created segment 2"
-        cut = threading.Thread(target=s.truncate_log, args=(cut_at,))
+        cut = threading.Thread(target=s.replica.truncate_log, args=(cut_at,))
         cut.start()
         cut.join(1.0)  # a cut that does not wait for the new segment is over by now
         io.gate.set()
@@ -495,7 +495,7 @@ def test_a_real_full_disk_under_the_filler_loses_no_acknowledged_record(tmp_path
             assert status is PutStatus.DISK_FULL, res.reason
             assert s.preallocator is not None and s.preallocator.zeroed_bytes > 0
             assert _bodies(s) == acked
-            s.run_cleanup(now_ms=2**62)  # space comes back as retention frees it
+            s.retention.run_cleanup(now_ms=2**62)  # space comes back as retention frees it
             kept = _bodies(s)
             assert kept == acked[len(acked) - len(kept):]
             res = s.put_messages([msg(body=b"after")])

@@ -60,8 +60,8 @@ def test_crash_rebuilds_queues_and_index(tmp_path: Path) -> None:
         assert r.recovered_abnormally
         assert r.last_recovery is not None and r.last_recovery.records == 300
         assert queue_bodies(r) == [body(j) for j in range(300)]
-        assert r.query_by_uniq_key("T", "U123") == [positions[123][0]]
-        assert r.query_by_key("T", "k299", 5) == [positions[299][0]]
+        assert r.reads.query_by_uniq_key("T", "U123") == [positions[123][0]]
+        assert r.reads.query_by_key("T", "k299", 5) == [positions[299][0]]
         assert r.put_messages([msg()]).messages[0].queue_offset == 300
     finally:
         r.shutdown()
@@ -78,10 +78,10 @@ def test_queue_entries_beyond_the_log_are_dropped(tmp_path: Path) -> None:
     os.truncate(seg, cut_at - int(seg.name))
     r = open_store(image, **NO_CHECKPOINTS)
     try:
-        assert r.get_max_offset("T", 0) == 25
+        assert r.reads.get_max_offset("T", 0) == 25
         assert r.max_phy_offset == positions[25][0]
         assert queue_bodies(r) == [body(j) for j in range(25)]
-        assert r.query_by_uniq_key("T", "U27") == []  # stale index entry filtered out
+        assert r.reads.query_by_uniq_key("T", "U27") == []  # stale index entry filtered out
         res = r.put_messages([msg(body=b"after")])
         assert (res.messages[0].queue_offset, res.messages[0].phys_offset) == (25, cut_at - 10)
     finally:
@@ -196,7 +196,7 @@ def test_an_index_file_killed_before_it_was_sized_is_dropped(tmp_path: Path) -> 
     (image / "index" / f"{r.end_offset:020d}").write_bytes(b"")
     s = open_store(image)
     try:
-        assert s.query_by_key("T", "k1", 4) == [r.messages[0].phys_offset]
+        assert s.reads.query_by_key("T", "k1", 4) == [r.messages[0].phys_offset]
         assert not (image / "index" / f"{r.end_offset:020d}").exists()
     finally:
         s.shutdown()
@@ -228,6 +228,6 @@ def test_keys_put_after_recovery_cut_the_log_below_the_index_are_indexed_after_a
     r = open_store(again, **NO_CHECKPOINTS)
     try:
         assert queue_bodies(r)[-1] == b"after the cut"
-        assert r.query_by_key("T", "fresh", 5) == [cut_at]
+        assert r.reads.query_by_key("T", "fresh", 5) == [cut_at]
     finally:
         r.shutdown()

@@ -21,10 +21,10 @@ from ferrymq.store.scrub import Scrubber
 def copy_all(master: MessageStore, slave: MessageStore, max_bytes: int = 4096) -> int:
     spans = 0
     while True:
-        span = master.read_span(slave.max_phy_offset, max_bytes)
+        span = master.replica.read_span(slave.max_phy_offset, max_bytes)
         if span is None:
             return spans
-        slave.append_replicated(span)
+        slave.replica.append_replicated(span)
         spans += 1
 
 
@@ -47,14 +47,14 @@ def test_copy_is_byte_identical_across_segments(tmp_path: Path) -> None:
             assert a.name == b.name
             assert a.read_bytes()[: SMALL_SEGMENT] == b.read_bytes()[: SMALL_SEGMENT]
         for q in range(3):
-            assert slave.get_max_offset("T", q) == master.get_max_offset("T", q)
-            got = slave.get_messages("T", q, 0, 500, max_bytes=1 << 30)
-            want = master.get_messages("T", q, 0, 500, max_bytes=1 << 30)
+            assert slave.reads.get_max_offset("T", q) == master.reads.get_max_offset("T", q)
+            got = slave.reads.get_messages("T", q, 0, 500, max_bytes=1 << 30)
+            want = master.reads.get_messages("T", q, 0, 500, max_bytes=1 << 30)
             assert got.status == want.status and got.data == want.data and got.count > 50
-        assert slave.query_by_uniq_key("T", "U000123") == master.query_by_uniq_key("T", "U000123")
+        assert slave.reads.query_by_uniq_key("T", "U000123") == master.reads.query_by_uniq_key("T", "U000123")
         fill(master, 5)
         copy_all(master, slave)
-        assert slave.get_max_offset("T", 0) == master.get_max_offset("T", 0)
+        assert slave.reads.get_max_offset("T", 0) == master.reads.get_max_offset("T", 0)
     finally:
         master.shutdown()
         slave.shutdown()
@@ -64,11 +64,11 @@ def test_span_holds_whole_records_even_one_larger_than_asked(tmp_path: Path) -> 
     master = open_store(tmp_path / "m")
     try:
         fill(master, 3, body=5000)
-        span = master.read_span(0, 100)
+        span = master.replica.read_span(0, 100)
         assert span is not None and span.next_pos == len(span.data) > 5000
-        nxt = master.read_span(span.next_pos, 12_000)
+        nxt = master.replica.read_span(span.next_pos, 12_000)
         assert nxt is not None and nxt.next_pos == master.max_phy_offset
-        assert master.read_span(master.max_phy_offset, 100) is None
+        assert master.replica.read_span(master.max_phy_offset, 100) is None
     finally:
         master.shutdown()
 
@@ -78,18 +78,18 @@ def test_slave_refuses_gaps_and_damaged_records(tmp_path: Path) -> None:
     slave = open_store(tmp_path / "s")
     try:
         fill(master, 4)
-        first = master.read_span(0, 800)
+        first = master.replica.read_span(0, 800)
         assert first is not None
-        second = master.read_span(first.next_pos, 800)
+        second = master.replica.read_span(first.next_pos, 800)
         assert second is not None
         with pytest.raises(ReplicaError, match="ends at 0"):
-            slave.append_replicated(second)
+            slave.replica.append_replicated(second)
         bad = bytearray(first.data)
         bad[first.data.index(b"A" * 700) + 10] ^= 0xFF  # inside the body: CRC no longer matches
         with pytest.raises(ReplicaError, match="CRC"):
-            slave.append_replicated(Span(0, bytes(bad), first.next_pos))
-        assert slave.max_phy_offset == 0 and slave.get_max_offset("T", 0) == 0
-        slave.append_replicated(first)
+            slave.replica.append_replicated(Span(0, bytes(bad), first.next_pos))
+        assert slave.max_phy_offset == 0 and slave.reads.get_max_offset("T", 0) == 0
+        slave.replica.append_replicated(first)
         assert slave.max_phy_offset == first.next_pos
     finally:
         master.shutdown()
@@ -99,12 +99,12 @@ def test_slave_refuses_gaps_and_damaged_records(tmp_path: Path) -> None:
 def test_truncate_cuts_log_queues_and_survives_restart(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s")
     fill(store, 10)
-    keep = store.get_messages("T", 0, 0, 100).next_begin_offset
-    cut_at = store.read_queue_entries("T", 1, 2, 1)[0].phys_offset
-    assert store.truncate_log(cut_at) > 0
+    keep = store.reads.get_messages("T", 0, 0, 100).next_begin_offset
+    cut_at = store.reads.read_queue_entries("T", 1, 2, 1)[0].phys_offset
+    assert store.replica.truncate_log(cut_at) > 0
     assert store.max_phy_offset == cut_at
-    assert store.get_max_offset("T", 1) == 2
-    assert store.get_max_offset("T", 0) <= keep
+    assert store.reads.get_max_offset("T", 1) == 2
+    assert store.reads.get_max_offset("T", 0) <= keep
     fill(store, 1)  # appends go on from the cut
     end = store.max_phy_offset
     store.shutdown()
@@ -119,15 +119,15 @@ def test_truncate_then_crash_recovers_at_the_cut(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s")
     fill(store, 20)
     store.checkpoint()
-    cut_at = store.read_queue_entries("T", 0, 1, 1)[0].phys_offset
-    store.truncate_log(cut_at)
+    cut_at = store.reads.read_queue_entries("T", 0, 1, 1)[0].phys_offset
+    store.replica.truncate_log(cut_at)
     # No shutdown: the next start recovers as after a crash (the kernel would drop the lock).
     store._flusher.stop()
     store._dir_lock.release()
     again = open_store(tmp_path / "s")
     try:
         assert again.max_phy_offset == cut_at
-        assert again.get_max_offset("T", 0) == 1
+        assert again.reads.get_max_offset("T", 0) == 1
     finally:
         again.shutdown()
 
@@ -169,11 +169,11 @@ def test_keys_of_records_replicated_after_a_cut_are_found(tmp_path: Path) -> Non
         for i in range(3):
             r = master.put_messages([msg("T", 0, b"y" * 300, keys=f"new{i}")])
             assert r.status is PutStatus.PUT_OK
-        assert slave.truncate_log(common) > 0
+        assert slave.replica.truncate_log(common) > 0
         copy_all(master, slave)
         assert slave.max_phy_offset == master.max_phy_offset
         for i in range(3):
-            assert slave.query_by_key("T", f"new{i}", 5) == master.query_by_key(
+            assert slave.reads.query_by_key("T", f"new{i}", 5) == master.reads.query_by_key(
                 "T", f"new{i}", 5) != [], i
     finally:
         master.shutdown()
@@ -198,16 +198,16 @@ def test_a_kill_right_after_truncate_cuts_the_log_recovers_at_the_cut(
         fill(store, 20)  # the tail its master never had
         wait_until(lambda: store.flushed_offset == store.max_phy_offset, message="flush")
         assert store.checkpoint().consistent > cut_at
-        real_truncate = store._log.truncate
+        real_truncate = store.commitlog.truncate
 
         def truncate_then_die(pos: int) -> None:
             real_truncate(pos)
             crash_image(store, image)  # what a SIGKILL here leaves
             raise Killed
 
-        monkeypatch.setattr(store._log, "truncate", truncate_then_die)
+        monkeypatch.setattr(store.commitlog, "truncate", truncate_then_die)
         with pytest.raises(Killed):
-            store.truncate_log(cut_at)
+            store.replica.truncate_log(cut_at)
     finally:
         store.shutdown()
     fill(master, 5)
@@ -216,7 +216,7 @@ def test_a_kill_right_after_truncate_cuts_the_log_recovers_at_the_cut(
         assert again.max_phy_offset == cut_at
         copy_all(master, again)
         assert again.max_phy_offset == master.max_phy_offset
-        assert again.get_max_offset("T", 0) == master.get_max_offset("T", 0)
+        assert again.reads.get_max_offset("T", 0) == master.reads.get_max_offset("T", 0)
     finally:
         again.shutdown()
         master.shutdown()
@@ -239,7 +239,7 @@ def diverged(tmp_path: Path) -> Iterator[Diverged]:
     try:
         fill(master, 4)
         copy_all(master, slave)
-        d = Diverged(master, slave, slave.max_phy_offset, slave.get_max_offset("T", 0))
+        d = Diverged(master, slave, slave.max_phy_offset, slave.reads.get_max_offset("T", 0))
         fill(slave, 20)
         yield d
     finally:
@@ -250,8 +250,8 @@ def diverged(tmp_path: Path) -> Iterator[Diverged]:
 def _assert_slave_reads_as_master(master: MessageStore, slave: MessageStore) -> None:
     assert slave.damaged_records() == []
     for qid in range(3):
-        got = slave.get_messages("T", qid, 0, 100)
-        want = master.get_messages("T", qid, 0, 100)
+        got = slave.reads.get_messages("T", qid, 0, 100)
+        want = master.reads.get_messages("T", qid, 0, 100)
         assert (got.status, got.count, got.data) == (want.status, want.count, want.data), qid
 
 
@@ -270,9 +270,9 @@ def test_a_scrub_under_way_when_a_slave_cuts_its_log_reports_nothing_past_the_cu
     (reads leave out every record at a position the registry names)."""
     with diverged(tmp_path) as d:
         end = d.slave.max_phy_offset
-        assert d.slave.truncate_log(d.cut_at) > 0
+        assert d.slave.replica.truncate_log(d.cut_at) > 0
         # The scrub of the start, still under way at the cut: it was to check up to `end`.
-        scrub = Scrubber(d.slave._guard, 1 << 30, lambda: end)
+        scrub = Scrubber(d.slave.guard, 1 << 30, lambda: end)
         scrub.scrub(d.slave.min_phy_offset, end)
         _master_writes_on(d)
 
@@ -292,12 +292,12 @@ def test_damage_the_scrub_found_before_a_cut_and_reports_after_it_is_not_recorde
             got = checked(mm, o, pos, *rest)  # type: ignore[arg-type]
             if pos < d.cut_at:
                 return got
-            assert d.slave.truncate_log(d.cut_at) > 0  # between the check and the report
+            assert d.slave.replica.truncate_log(d.cut_at) > 0  # between the check and the report
             monkeypatch.setattr(scrub_module, "check_record", checked)
             return "body CRC mismatch"  # what the check of the tail found
 
         monkeypatch.setattr(scrub_module, "check_record", check_then_cut)
-        scrub = Scrubber(d.slave._guard, 1 << 30, lambda: end)
+        scrub = Scrubber(d.slave.guard, 1 << 30, lambda: end)
         scrub.scrub(d.slave.min_phy_offset, end)
         assert d.slave.max_phy_offset == d.cut_at
         _master_writes_on(d)
@@ -317,11 +317,11 @@ def test_damage_a_read_found_in_bytes_a_cut_removed_meanwhile_is_not_recorded(
             monkeypatch.setattr(reads_module, "_read_runs", read_runs)
             data = read_runs(log, runs, total)  # type: ignore[arg-type]
             assert data is not None
-            assert d.slave.truncate_log(d.cut_at) > 0  # while the pread ran: it read zeros
+            assert d.slave.replica.truncate_log(d.cut_at) > 0  # while the pread ran: it read zeros
             return bytes(len(data))
 
         monkeypatch.setattr(reads_module, "_read_runs", read_under_a_cut)
-        got = d.slave.get_messages("T", 0, d.first, 100)
+        got = d.slave.reads.get_messages("T", 0, d.first, 100)
         assert got.count == 0, got.status
         _master_writes_on(d)
 
@@ -344,7 +344,7 @@ def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
             return raw
 
         def pull() -> None:
-            pulled.append(d.slave.get_messages("T", 0, d.first, 100))
+            pulled.append(d.slave.reads.get_messages("T", 0, d.first, 100))
 
         def pull_then_cut_queue(self: ConsumeQueue, pos: int) -> None:
             if not entries_read.is_set():  # the log is cut, the queues not yet
@@ -356,7 +356,7 @@ def test_a_pull_between_the_cut_of_the_log_and_of_its_queues_reports_nothing(
 
         reader = threading.Thread(target=pull)
         monkeypatch.setattr(ConsumeQueue, "truncate_phys", pull_then_cut_queue)
-        assert d.slave.truncate_log(d.cut_at) > 0
+        assert d.slave.replica.truncate_log(d.cut_at) > 0
         reader.join(30)
         assert pulled and pulled[0].count == 0
         assert pulled[0].next_begin_offset == d.first  # nothing passed over
@@ -374,18 +374,18 @@ def test_a_pull_while_a_span_is_dispatched_sees_no_entry_past_the_logs_end(
     try:
         fill(master, 4)
         copy_all(master, slave)
-        first = slave.get_max_offset("T", 0)
+        first = slave.reads.get_max_offset("T", 0)
         fill(master, 3)
-        write_pending = slave._write_pending
+        write_pending = slave.write_pending
         pulled = []
 
         def write_then_pull(*args: object, **kw: object) -> object:
             written = write_pending(*args, **kw)  # type: ignore[arg-type]
             if not pulled:  # a reader thread running now (readers take no lock)
-                pulled.append(slave.get_messages("T", 0, first, 100))
+                pulled.append(slave.reads.get_messages("T", 0, first, 100))
             return written
 
-        monkeypatch.setattr(slave, "_write_pending", write_then_pull)
+        monkeypatch.setattr(slave, "write_pending", write_then_pull)
         copy_all(master, slave)
         assert pulled
         _assert_slave_reads_as_master(master, slave)
@@ -426,13 +426,13 @@ def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
         assert paused.wait(30)
         for i in range(8):  # other sizes: the old boundaries fall inside these records
             master.put_messages([msg("T", 0, b"y" * (137 + 13 * i))])
-        slave.truncate_log(cut_at)
+        slave.replica.truncate_log(cut_at)
         copy_all(master, slave)
         go.set()
         assert slave.scrubber is not None
         wait_until(slave.scrubber.done.is_set, message="the scrub's pass ended")
         assert slave.damaged_records() == []
-        assert slave.get_messages("T", 0, 0, 32).count == 10
+        assert slave.reads.get_messages("T", 0, 0, 32).count == 10
     finally:
         go.set()
         slave.shutdown()

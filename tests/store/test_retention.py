@@ -36,26 +36,26 @@ def test_expired_segments_deleted_never_the_active_one(tmp_path: Path) -> None:
     s = open_store(tmp_path / "s", clock=clock, disk_usage=disk, file_reserved_time_hours=72)
     try:
         fill_segments(s, 4)
-        report = s.run_cleanup(now_ms=0)  # ...but "now" before them: nothing has expired
+        report = s.retention.run_cleanup(now_ms=0)  # ...but "now" before them: nothing has expired
         assert report.deleted_segments == [] and len(segment_files(tmp_path / "s")) == 4
-        before_max = s.get_max_offset("T", 0)
-        first_uniq_phys = s.query_by_uniq_key("T", "U0")
+        before_max = s.reads.get_max_offset("T", 0)
+        first_uniq_phys = s.reads.query_by_uniq_key("T", "U0")
         assert first_uniq_phys
-        report = s.run_cleanup()
+        report = s.retention.run_cleanup()
         assert len(report.deleted_segments) == 3
         files = segment_files(tmp_path / "s")
         assert len(files) == 1 and int(files[0].name) == s.min_phy_offset
-        assert s.get_max_offset("T", 0) == before_max
-        min_t = s.get_min_offset("T", 0)
+        assert s.reads.get_max_offset("T", 0) == before_max
+        min_t = s.reads.get_min_offset("T", 0)
         assert 0 < min_t < before_max
-        first = s.read_queue_entries("T", 0, min_t, 1)[0]
+        first = s.reads.read_queue_entries("T", 0, min_t, 1)[0]
         assert first.phys_offset >= s.min_phy_offset
-        assert s.read_queue_entries("T", 0, min_t - 1, 1)[0].queue_offset == min_t
-        r = s.get_messages("T", 0, 0, 10)
+        assert s.reads.read_queue_entries("T", 0, min_t - 1, 1)[0].queue_offset == min_t
+        r = s.reads.get_messages("T", 0, 0, 10)
         assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, min_t)
-        assert s.get_messages("T", 0, min_t, 10).status is GetStatus.FOUND
-        assert s.query_by_uniq_key("T", "U0") == []
-        assert s.read_record(first_uniq_phys[0]) is None
+        assert s.reads.get_messages("T", 0, min_t, 10).status is GetStatus.FOUND
+        assert s.reads.query_by_uniq_key("T", "U0") == []
+        assert s.reads.read_record(first_uniq_phys[0]) is None
         # consume-queue files wholly below the new minimum are gone
         cq_files = sorted((tmp_path / "s" / "consumequeue" / "T" / "0").iterdir())
         assert int(cq_files[0].name) // 20 <= min_t
@@ -65,7 +65,7 @@ def test_expired_segments_deleted_never_the_active_one(tmp_path: Path) -> None:
         s.shutdown()
     s = open_store(tmp_path / "s", clock=clock, disk_usage=disk)
     try:  # minimums survive a restart
-        assert s.get_min_offset("T", 0) == min_t
+        assert s.reads.get_min_offset("T", 0) == min_t
     finally:
         s.shutdown()
 
@@ -78,23 +78,23 @@ def test_disk_ratios_clean_early_force_and_refuse(tmp_path: Path) -> None:
         fill_segments(s, 14)
         clock.now = 0  # nothing is expired by age
         disk.ratio = 0.5
-        assert s.run_cleanup().deleted_segments == []
+        assert s.retention.run_cleanup().deleted_segments == []
         disk.ratio = 0.76  # above the clean ratio: one segment per run
-        assert len(s.run_cleanup().deleted_segments) == 1
+        assert len(s.retention.run_cleanup().deleted_segments) == 1
         assert len(segment_files(tmp_path / "s")) == 13
         disk.ratio = 0.86  # forced: up to ten per run
-        assert len(s.run_cleanup().deleted_segments) == 10
-        assert len(s.run_cleanup().deleted_segments) == 2  # never the active segment
+        assert len(s.retention.run_cleanup().deleted_segments) == 10
+        assert len(s.retention.run_cleanup().deleted_segments) == 2  # never the active segment
         assert len(segment_files(tmp_path / "s")) == 1
         disk.ratio = 0.93
-        report = s.run_cleanup()
+        report = s.retention.run_cleanup()
         assert report.refusing_writes
         end = s.max_phy_offset
         res = s.put_messages([msg(body=b"refused")])
         assert res.status is PutStatus.DISK_FULL and "disk_refuse_ratio" in res.reason
         assert s.max_phy_offset == end
         disk.ratio = 0.5
-        s.run_cleanup()
+        s.retention.run_cleanup()
         assert s.put_messages([msg(body=b"back")]).status is PutStatus.PUT_OK
     finally:
         s.shutdown()

@@ -56,7 +56,7 @@ def test_scrub_finds_a_flipped_byte_in_a_cold_segment(tmp_path: Path) -> None:
         (rec,) = store.damaged_records()
         assert (rec.phys_offset, rec.segment, rec.found_by) == (target, str(first), "scrub")
         assert rec.reason == "body CRC mismatch" and rec.queue_offset == 5
-        got = store.get_messages("T", 0, 0, 32)
+        got = store.reads.get_messages("T", 0, 0, 32)
         assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 31, 32)
         assert b"cold-00005-" not in got.data and b"cold-00006-" in got.data
         # Past the damage the scrub went on: it checked the whole log.
@@ -67,7 +67,7 @@ def test_scrub_finds_a_flipped_byte_in_a_cold_segment(tmp_path: Path) -> None:
     store = open_store(store_dir, scrub_bytes_per_s=0)
     try:
         assert store.damaged_records() == []
-        got = store.get_messages("T", 0, 0, 32)
+        got = store.reads.get_messages("T", 0, 0, 32)
         assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 31, 32)
         assert b"cold-00005-" not in got.data
         assert [(r.phys_offset, r.found_by) for r in store.damaged_records()] == [(target, "read")]
@@ -89,16 +89,16 @@ def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> No
     store = _damaged(tmp_path / "s", 7, True, on_corrupt_record=CorruptPolicy.STOP)
     try:
         for _ in range(2):  # held, however often it is asked
-            r = store.get_messages("T", 0, 7, 32)
+            r = store.reads.get_messages("T", 0, 7, 32)
             assert (r.status, r.next_begin_offset) == (GetStatus.MESSAGE_DAMAGED, 7)
-        r = store.get_messages("T", 0, 0, 32)
+        r = store.reads.get_messages("T", 0, 0, 32)
         assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 7, 7)
-        r = store.get_messages("T", 0, 7, 32)
+        r = store.reads.get_messages("T", 0, 7, 32)
         assert (r.status, r.next_begin_offset) == (GetStatus.MESSAGE_DAMAGED, 7)
         store.skip_range("T", 0, 7, 8)
-        r = store.get_messages("T", 0, 7, 32)
+        r = store.reads.get_messages("T", 0, 7, 32)
         assert (r.status, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 8)
-        r = store.get_messages("T", 0, 8, 32)
+        r = store.reads.get_messages("T", 0, 8, 32)
         assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 12, 20)
         assert [d.queue_offset for d in store.damaged_records()] == [7]
     finally:
@@ -108,7 +108,7 @@ def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> No
     try:
         assert [(s.topic, s.queue_id, s.from_offset, s.to_offset)
                 for s in store.skipped_ranges()] == [("T", 0, 7, 8)]
-        r = store.get_messages("T", 0, 7, 32)
+        r = store.reads.get_messages("T", 0, 7, 32)
         assert (r.status, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 8)
     finally:
         store.shutdown()
@@ -117,7 +117,7 @@ def test_stop_policy_stops_before_the_damage_until_skipped(tmp_path: Path) -> No
 def test_skip_policy_returns_the_good_records_around_the_damage(tmp_path: Path) -> None:
     store = _damaged(tmp_path / "s", 3, False)
     try:
-        r = store.get_messages("T", 0, 0, 32)
+        r = store.reads.get_messages("T", 0, 0, 32)
         assert (r.status, r.count, r.next_begin_offset) == (GetStatus.FOUND, 19, 20)
         assert b"cold-00003-" not in r.data and b"cold-00004-" in r.data
         (rec,) = store.damaged_records()
@@ -138,7 +138,7 @@ def test_a_queue_entry_pointing_back_does_not_cost_the_records_after_it(tmp_path
     queue_file.write_bytes(bytes(entries))
     store = open_store(store_dir, scrub_bytes_per_s=0)  # cold: all checked
     try:
-        got = store.get_messages("T", 0, 1, 3)
+        got = store.reads.get_messages("T", 0, 1, 3)
         assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 3, 4)
         assert [m.queue_offset for m in decode_records(got.data)] == [1, 2, 3]
         assert store.damaged_records() == []
@@ -161,13 +161,13 @@ def test_a_queue_entry_without_a_positive_size_is_rebuilt(tmp_path: Path, size: 
     queue_file.write_bytes(bytes(entries))
     store = open_store(store_dir, scrub_bytes_per_s=0)  # cold: all checked
     try:
-        alone = store.get_messages("T", 0, 1, 1)  # alone in a pull
+        alone = store.reads.get_messages("T", 0, 1, 1)  # alone in a pull
         assert (alone.status, alone.count, alone.next_begin_offset) == (GetStatus.FOUND, 1, 2)
-        got = store.get_messages("T", 0, 0, 4)
+        got = store.reads.get_messages("T", 0, 0, 4)
         assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 4, 4)
         assert [m.queue_offset for m in decode_records(got.data)] == [0, 1, 2, 3]
         assert store.damaged_records() == []
-        assert phys == [e.phys_offset for e in store.read_queue_entries("T", 0, 0, 5)]
+        assert phys == [e.phys_offset for e in store.reads.read_queue_entries("T", 0, 0, 5)]
     finally:
         store.shutdown()
 
@@ -193,10 +193,10 @@ def test_an_ipv6_flag_flipped_on_a_small_last_record_is_damage_not_a_failed_pull
     seg.write_bytes(bytes(data))
     store = open_store(store_dir, scrub_bytes_per_s=0)  # cold: all checked
     try:
-        got = store.get_messages("T", 0, 0, 32)
+        got = store.reads.get_messages("T", 0, 0, 32)
         assert (got.status, got.count, got.next_begin_offset) == (GetStatus.FOUND, 4, 5)
         assert [m.queue_offset for m in decode_records(got.data)] == [0, 1, 2, 3]
-        alone = store.get_messages("T", 0, 4, 32)
+        alone = store.reads.get_messages("T", 0, 4, 32)
         assert (alone.status, alone.count, alone.next_begin_offset) == (
             GetStatus.NO_MATCHED_MESSAGE, 0, 5)
         assert [(r.phys_offset, r.reason) for r in store.damaged_records()] == [
@@ -256,7 +256,7 @@ def test_a_pull_over_bent_queue_entries_delivers_every_record_once(
     assume(not any(struct.unpack_from(">qi", entries, 20 * k) in originals for k in bent))
     store = open_store(work / "s", scrub_bytes_per_s=0)
     try:
-        got = store.get_messages("T", 0, offset, max_nums, max_bytes=max_bytes)
+        got = store.reads.get_messages("T", 0, offset, max_nums, max_bytes=max_bytes)
         assert store.damaged_records() == []
     finally:
         store.shutdown()
@@ -296,9 +296,9 @@ def test_an_entry_pointing_at_another_queues_record_does_not_hide_that_record(
             if scrub:
                 assert store.scrubber is not None
                 wait_until(store.scrubber.done.is_set, message="scrub done")
-            got = store.get_messages("A", 0, 0, 32)
+            got = store.reads.get_messages("A", 0, 0, 32)
             assert [m.body for m in decode_records(got.data)] == [b"a%d" % i * 20 for i in range(4)]
-            got = store.get_messages("B", 0, 0, 32)
+            got = store.reads.get_messages("B", 0, 0, 32)
             assert [m.body for m in decode_records(got.data)] == [b"b%d" % i * 30 for i in range(4)]
             assert store.damaged_records() == []
         finally:
@@ -330,10 +330,10 @@ def test_two_damaged_entries_at_one_offset_are_both_rebuilt(tmp_path: Path) -> N
             if scrub:
                 assert store.scrubber is not None
                 wait_until(store.scrubber.done.is_set, message="scrub done")
-            got = store.get_messages("A", 0, 0, 32)
+            got = store.reads.get_messages("A", 0, 0, 32)
             assert [m.body for m in decode_records(got.data)] == [
                 b"a%d" % i * (21 + 5 * i) for i in range(4)]
-            got = store.get_messages("B", 0, 0, 32)
+            got = store.reads.get_messages("B", 0, 0, 32)
             assert [m.body for m in decode_records(got.data)] == [b"b%d" % i * 30 for i in range(4)]
         finally:
             store.shutdown()
@@ -351,7 +351,7 @@ def test_an_entry_without_a_size_does_not_hide_the_record_written_later_at_its_o
         for i in range(3):
             assert store.put_messages([msg("A", 0, b"a%d" % i * 20)]).ok
         end = store.put_messages([msg("B", 0, b"b0" * 30)]).messages[0].phys_offset
-        end += store.get_messages("B", 0, 0, 1).data.__len__()
+        end += store.reads.get_messages("B", 0, 0, 1).data.__len__()
     finally:
         store.shutdown()
     queue_file = store_dir / "consumequeue" / "A" / "0" / f"{0:020d}"
@@ -360,10 +360,10 @@ def test_an_entry_without_a_size_does_not_hide_the_record_written_later_at_its_o
     queue_file.write_bytes(bytes(entries))
     store = open_store(store_dir, scrub_bytes_per_s=0)
     try:
-        got = store.get_messages("A", 0, 0, 32)
+        got = store.reads.get_messages("A", 0, 0, 32)
         assert [m.body for m in decode_records(got.data)] == [b"a%d" % i * 20 for i in range(3)]
         assert store.put_messages([msg("B", 0, b"b1" * 30)]).messages[0].phys_offset == end
-        got = store.get_messages("B", 0, 0, 32)
+        got = store.reads.get_messages("B", 0, 0, 32)
         assert [m.body for m in decode_records(got.data)] == [b"b0" * 30, b"b1" * 30]
     finally:
         store.shutdown()

@@ -56,10 +56,10 @@ def test_a_mostly_free_small_disk_keeps_taking_keyed_sends(tmp_path: Path) -> No
             assert named is not None, res.reason
             assert Path(named[2]).parent.parent == root and int(named[3]) > 0
             last_phys, last_body = acked[-1]
-            raw = s.read_record(last_phys)
+            raw = s.reads.read_record(last_phys)
             assert raw is not None and decode_records(raw)[0].body == last_body
-            assert s.query_by_key("T", f"k{n - 1}", 4) == [last_phys]
-            assert s.query_by_key("T", "first", 4) == [first.messages[0].phys_offset]
+            assert s.reads.query_by_key("T", f"k{n - 1}", 4) == [last_phys]
+            assert s.reads.query_by_key("T", "first", 4) == [first.messages[0].phys_offset]
         finally:
             s.shutdown()
 
@@ -92,7 +92,7 @@ def test_a_refusal_names_the_index_file_it_could_not_create(tmp_path: Path) -> N
         io.full = False
         res = s.put_messages([msg(keys="k")])
         assert res.status is PutStatus.PUT_OK, res.reason
-        assert s.query_by_key("T", "k", 4) == [0]
+        assert s.reads.query_by_key("T", "k", 4) == [0]
     finally:
         s.shutdown()
 
@@ -125,7 +125,7 @@ def test_index_files_are_sized_to_the_free_space_and_reopen_with_their_own_size(
         s.shutdown()
     r = open_store(root, **DEFAULT_INDEX)
     try:
-        assert r.query_by_key("T", "a", 4) == [0]
-        assert len(r.query_by_key("T", "b", 4)) == 1
+        assert r.reads.query_by_key("T", "a", 4) == [0]
+        assert len(r.reads.query_by_key("T", "b", 4)) == 1
     finally:
         r.shutdown()

@@ -28,7 +28,7 @@ def test_an_open_gate_shows_every_append_at_once(tmp_path: Path) -> None:
     try:
         end = put(store, ("A", 0), ("A", 0), ("B", 1))
         assert store.confirmed_offset is None
-        assert store.get_max_offset("A", 0) == 2 and store.get_max_offset("B", 1) == 1
+        assert store.reads.get_max_offset("A", 0) == 2 and store.reads.get_max_offset("B", 1) == 1
         assert sorted(arrived) == [("A", 0, 2), ("B", 1, 1)]
         assert appends == [end]
     finally:
@@ -52,27 +52,27 @@ def test_records_past_the_confirmed_offset_wait_and_arrive_when_confirmed(tmp_pa
         second = put(store, ("A", 0), ("B", 0))
         third = put(store, ("A", 0))
         assert appends == 3 and arrived == [("A", 0, 1)]  # appends seen, nothing readable yet
-        assert store.get_max_offset("A", 0) == 1
-        assert store.get_max_offset("B", 0) == 0
-        res = store.get_messages("A", 0, 1, 32)
+        assert store.reads.get_max_offset("A", 0) == 1
+        assert store.reads.get_max_offset("B", 0) == 0
+        res = store.reads.get_messages("A", 0, 1, 32)
         assert res.status is GetStatus.OFFSET_OVERFLOW_ONE and res.max_offset == 1
-        assert store.read_queue_entries("A", 0, 0, 10) == store.read_queue_entries("A", 0, 0, 1)
-        assert store.get_store_time("A", 0, 1) == -1
-        assert store.get_messages("A", 0, 0, 32).count == 1
+        assert store.reads.read_queue_entries("A", 0, 0, 10) == store.reads.read_queue_entries("A", 0, 0, 1)
+        assert store.reads.get_store_time("A", 0, 1) == -1
+        assert store.reads.get_messages("A", 0, 0, 32).count == 1
 
         store.set_confirmed(second - 1)  # part of the second batch: it stays held back
-        assert store.get_max_offset("A", 0) == 1 and arrived == [("A", 0, 1)]
+        assert store.reads.get_max_offset("A", 0) == 1 and arrived == [("A", 0, 1)]
         store.set_confirmed(second)
-        assert store.get_max_offset("A", 0) == 2 and store.get_max_offset("B", 0) == 1
+        assert store.reads.get_max_offset("A", 0) == 2 and store.reads.get_max_offset("B", 0) == 1
         assert sorted(arrived[1:]) == [("A", 0, 2), ("B", 0, 1)]
-        assert store.get_messages("A", 0, 1, 32).count == 1
-        assert store.get_store_time("A", 0, 2) == -1
+        assert store.reads.get_messages("A", 0, 1, 32).count == 1
+        assert store.reads.get_store_time("A", 0, 2) == -1
 
         store.set_confirmed(first)  # reports never take back what readers saw
-        assert store.get_max_offset("A", 0) == 2
+        assert store.reads.get_max_offset("A", 0) == 2
         store.set_confirmed(third)
-        assert store.get_max_offset("A", 0) == 3
-        assert store.get_messages("A", 0, 0, 32).count == 3
+        assert store.reads.get_max_offset("A", 0) == 3
+        assert store.reads.get_messages("A", 0, 0, 32).count == 3
         assert arrived[-1] == ("A", 0, 3)
     finally:
         store.shutdown()
@@ -84,11 +84,11 @@ def test_opening_the_gate_releases_everything_held(tmp_path: Path) -> None:
         store.set_confirmed(-1)  # a waited-for slave that has reported nothing yet
         put(store, ("A", 0))
         put(store, ("A", 1))
-        assert store.get_max_offset("A", 0) == 0 and store.get_max_offset("A", 1) == 0
+        assert store.reads.get_max_offset("A", 0) == 0 and store.reads.get_max_offset("A", 1) == 0
         store.set_confirmed(None)
-        assert store.get_max_offset("A", 0) == 1 and store.get_max_offset("A", 1) == 1
+        assert store.reads.get_max_offset("A", 0) == 1 and store.reads.get_max_offset("A", 1) == 1
         put(store, ("A", 0))  # open: readable at once
-        assert store.get_max_offset("A", 0) == 2
+        assert store.reads.get_max_offset("A", 0) == 2
     finally:
         store.shutdown()
 
@@ -100,14 +100,14 @@ def test_a_truncated_log_shows_what_is_left_and_a_deleted_queue_is_forgotten(tmp
         store.set_confirmed(kept)
         put(store, ("A", 0))
         put(store, ("D", 0))
-        assert store.get_max_offset("A", 0) == 1
+        assert store.reads.get_max_offset("A", 0) == 1
         store.delete_queue("D")
-        store.truncate_log(kept)  # a demoted master cuts what its successor never had
+        store.replica.truncate_log(kept)  # a demoted master cuts what its successor never had
         assert store.confirmed_offset is None
-        assert store.get_max_offset("A", 0) == 1
-        assert store.get_messages("A", 0, 1, 32).status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert store.reads.get_max_offset("A", 0) == 1
+        assert store.reads.get_messages("A", 0, 1, 32).status is GetStatus.OFFSET_OVERFLOW_ONE
         put(store, ("A", 0))
-        assert store.get_max_offset("A", 0) == 2
+        assert store.reads.get_max_offset("A", 0) == 2
     finally:
         store.shutdown()
 
@@ -141,13 +141,13 @@ def test_readers_never_see_an_unconfirmed_record_nor_lose_a_seen_one(
                     store.set_confirmed(target)
                     confirm = max(confirm, target)
                 for q in ends:
-                    visible = store.get_max_offset("Q", q) if ends[q] else 0
+                    visible = store.reads.get_max_offset("Q", q) if ends[q] else 0
                     # Exactly the entries whose batch ends at or before the confirmed offset.
                     assert visible == sum(1 for e in ends[q] if e <= confirm)
                     assert visible >= seen[q]
                     seen[q] = visible
                     if visible:
-                        got = store.get_messages("Q", q, 0, 1000)
+                        got = store.reads.get_messages("Q", q, 0, 1000)
                         assert got.count == visible
         finally:
             store.shutdown()

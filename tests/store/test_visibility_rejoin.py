@@ -44,28 +44,28 @@ async def test_a_demoted_master_shows_what_it_held_once_it_agrees_with_its_new_m
     masters: list[HaMaster] = []
     slaves: list[HaSlave] = []
     try:
-        old.epochs.begin(1, 0)
+        old.replica.epochs.begin(1, 0)
         old.set_confirmed(0)  # the gate is closed: readers wait for the replica's acks
         r = old.put_messages([msg("T", 0, f"m{i}".encode()) for i in range(3)])
         assert r.status is PutStatus.PUT_OK
-        assert old.get_max_offset("T", 0) == 0
+        assert old.reads.get_max_offset("T", 0) == 0
 
         # The replica copies all of it; the old master has not taken its acks in yet.
         m_old, s_new = await replicate(old, "old:1", new, 2, "new:1", masters, slaves)
         await until(lambda: new.max_phy_offset == old.max_phy_offset, "the replica to copy the log")
-        assert new.get_max_offset("T", 0) == 3
+        assert new.reads.get_max_offset("T", 0) == 3
         await s_new.stop()
         await m_old.stop()
 
         # The replica is elected; the old master follows it. Its log is a prefix of the new
         # master's, so nothing is truncated.
-        new.epochs.begin(2, new.max_phy_offset)
+        new.replica.epochs.begin(2, new.max_phy_offset)
         _, s_old = await replicate(new, "new:1", old, 1, "old:1", masters, slaves)
         await until(lambda: s_old.connected, "the old master to rejoin as slave")
         assert s_old.truncated_bytes == 0
-        await until(lambda: old.get_max_offset("T", 0) == 3,
+        await until(lambda: old.reads.get_max_offset("T", 0) == 3,
                     "the old master's held entries to become readable")
-        assert [e.queue_offset for e in old.read_queue_entries("T", 0, 0, 10)] == [0, 1, 2]
+        assert [e.queue_offset for e in old.reads.read_queue_entries("T", 0, 0, 10)] == [0, 1, 2]
     finally:
         for s in slaves:
             await s.stop()

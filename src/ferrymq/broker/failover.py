@@ -117,7 +117,7 @@ class ControllerAgent:
         resp = await self._call(RequestCode.BROKER_HEARTBEAT, {
             "clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name,
             "brokerId": cfg.broker_id, "brokerAddr": broker.addr, "haAddr": self.rep.ha_addr,
-            "maxOffset": store.max_phy_offset, "epoch": store.epochs.last_epoch,
+            "maxOffset": store.max_phy_offset, "epoch": store.replica.epochs.last_epoch,
         })
         if resp.code != ResponseCode.SUCCESS:
             log.warning("controller refused the heartbeat: %s", resp.remark)

@@ -33,9 +33,9 @@ def young_queue_start(store: MessageStore, topic: str, queue_id: int, ratio_perc
     """0 when the queue never lost a message (min offset 0) and the record at offset 0 lies
     within in_memory_window(ratio_percent) of the log's end; None when the group's own rule
     (consume-from-where) decides. An empty queue is not young: it has no record yet."""
-    if store.get_min_offset(topic, queue_id) > 0:
+    if store.reads.get_min_offset(topic, queue_id) > 0:
         return None
-    entries = store.read_queue_entries(topic, queue_id, 0, 1)
+    entries = store.reads.read_queue_entries(topic, queue_id, 0, 1)
     if not entries or entries[0].queue_offset != 0:
         return None
     behind = store.max_phy_offset - entries[0].phys_offset

@@ -70,7 +70,7 @@ class Replication:
         elif cfg.broker_role == "SLAVE":
             self.become_slave(cfg.ha_master_address, "")
         else:
-            self.become_master(max(1, store.epochs.last_epoch))
+            self.become_master(max(1, store.replica.epochs.last_epoch))
         return self.ha_addr
 
     async def stop(self) -> None:
@@ -92,7 +92,7 @@ class Replication:
         if self.slave is not None:
             slave, self.slave = self.slave, None
             asyncio.get_running_loop().create_task(slave.stop())
-        store.epochs.begin(epoch, store.max_phy_offset)
+        store.replica.epochs.begin(epoch, store.max_phy_offset)
         self._topics_for_queues()
         self.epoch = epoch
         self.role = MASTER
@@ -107,7 +107,7 @@ class Replication:
         topic it holds messages of, or clients could not find them in its route."""
         store = self.broker.store
         assert store is not None
-        for topic, qids in store.queues().items():
+        for topic, qids in store.reads.queues().items():
             if topic != SCHEDULE_TOPIC and self.broker.topics.get(topic) is None:
                 n = max(qids) + 1
                 self.broker.topics.upsert(TopicConfig(topic, read_queue_nums=n, write_queue_nums=n))
@@ -201,7 +201,7 @@ class Replication:
         if self.role != MASTER or not cfg.slave_read_enable or m is None or not m.in_sync:
             return 0
         assert store is not None
-        entries = store.read_queue_entries(topic, queue_id, next_offset, 1)
+        entries = store.reads.read_queue_entries(topic, queue_id, next_offset, 1)
         if not entries:
             return 0
         behind = store.max_phy_offset - entries[0].phys_offset

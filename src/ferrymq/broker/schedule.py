@@ -97,20 +97,20 @@ class ScheduleService:
         assert store is not None
         queue_id = level - 1
         offset = broker.delay_offsets.get(level)
-        min_offset = store.get_min_offset(SCHEDULE_TOPIC, queue_id)
+        min_offset = store.reads.get_min_offset(SCHEDULE_TOPIC, queue_id)
         if offset < min_offset:
             offset = min_offset
         now = broker.now_ms()
         delivered = 0
         while True:
-            entries = store.read_queue_entries(SCHEDULE_TOPIC, queue_id, offset, BATCH)
+            entries = store.reads.read_queue_entries(SCHEDULE_TOPIC, queue_id, offset, BATCH)
             if not entries:
                 break
             for entry in entries:
                 if entry.tag_code > now:
                     broker.delay_offsets.set(level, offset)
                     return delivered
-                raw = store.read_queue_record(SCHEDULE_TOPIC, queue_id, entry)
+                raw = store.reads.read_queue_record(SCHEDULE_TOPIC, queue_id, entry)
                 if raw is not None:
                     ok = await self._redeliver(raw, entry.phys_offset)
                     if not ok:

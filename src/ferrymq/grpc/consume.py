@@ -172,8 +172,8 @@ class Consumer:
             raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle is of another topic")
         store = broker.store
         assert store is not None
-        entries = store.read_queue_entries(topic, handle.queue_id, handle.offset, 1)
-        raw = store.read_queue_record(topic, handle.queue_id, entries[0]) \
+        entries = store.reads.read_queue_entries(topic, handle.queue_id, handle.offset, 1)
+        raw = store.reads.read_queue_record(topic, handle.queue_id, entries[0]) \
             if entries and entries[0].queue_offset == handle.offset else None
         if raw is None:
             raise GrpcStatusError(Code.MESSAGE_NOT_FOUND, f"no message at {topic}/{handle.queue_id}/{handle.offset}")

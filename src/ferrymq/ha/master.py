@@ -227,7 +227,7 @@ class HaMaster:
 
     def _admit(self, hello: Hello, peer: str, writer: asyncio.StreamWriter) -> SlaveLink:
         store = self.store
-        mine, my_end = store.epochs.entries(), store.max_phy_offset
+        mine, my_end = store.replica.epochs.entries(), store.max_phy_offset
         if hello.epochs and mine:
             cut = agreed_end(mine, my_end, hello.epochs, hello.max_offset)
         else:  # a slave that never heard of an epoch has only ever copied from us
@@ -254,7 +254,7 @@ class HaMaster:
         try:
             while self.links.get(link.slave_id) is link:
                 link.grew.clear()
-                span = self.store.read_span(pos, SPAN_BYTES)
+                span = self.store.replica.read_span(pos, SPAN_BYTES)
                 if span is not None:
                     # One writev: two writes were two sends, and the slave woke for the head alone.
                     writer.writelines((encode_data_head(span.pos, span.next_pos, len(span.data)),
@@ -345,7 +345,7 @@ class HaMaster:
     def lag_ms(self, link: SlaveLink) -> int:
         if link.ack >= self.store.max_phy_offset:
             return 0
-        ts = self.store.record_store_time(link.ack)
+        ts = self.store.replica.record_store_time(link.ack)
         return max(0, self._clock() - ts) if ts > 0 else 0
 
     def slaves_table(self) -> list[dict[str, object]]:

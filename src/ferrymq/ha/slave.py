@@ -127,7 +127,7 @@ class HaSlave:
         store = self.store
         try:
             writer.write(encode_hello(Hello(cfg.broker_name, cfg.broker_id, cfg.addr,
-                                            store.max_phy_offset, store.epochs.entries())))
+                                            store.max_phy_offset, store.replica.epochs.entries())))
             frames = FrameReader()
             welcomed = False
             while True:
@@ -145,7 +145,7 @@ class HaSlave:
                     elif isinstance(frame, Data):
                         if self._stopped:
                             raise ConnectionError("replication stopped")
-                        store.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
+                        store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
                     elif isinstance(frame, Meta):
                         if self._on_metadata is not None:
                             self._on_metadata()
@@ -166,15 +166,15 @@ class HaSlave:
             raise ConnectionError("replication stopped")
         store = self.store
         if w.truncate_to < store.max_phy_offset:
-            self.truncated_bytes += await asyncio.to_thread(store.truncate_log, w.truncate_to)
+            self.truncated_bytes += await asyncio.to_thread(store.replica.truncate_log, w.truncate_to)
         if store.max_phy_offset < w.start_at:
             if store.max_phy_offset > store.min_phy_offset:
-                await asyncio.to_thread(store.truncate_log, store.min_phy_offset)
-            store.restart_at(w.start_at)
+                await asyncio.to_thread(store.replica.truncate_log, store.min_phy_offset)
+            store.replica.restart_at(w.start_at)
         if store.max_phy_offset != w.start_at:
             raise HaProtocolError(f"the stream starts at {w.start_at}, this log ends at "
                                   f"{store.max_phy_offset}")
-        store.epochs.replace(w.epochs, store.max_phy_offset)
+        store.replica.epochs.replace(w.epochs, store.max_phy_offset)
         # This log is now a prefix of the master's. Entries held back while this broker was a
         # master (store/visibility.py) are not cut when the new master already had them, and
         # an idle master sends nothing that would release them.

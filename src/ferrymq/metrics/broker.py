@@ -88,13 +88,13 @@ class BrokerCollector:
             if cfg is None:
                 continue
             for qid in range(cfg.read_queue_nums):
-                broker_offset = store.get_max_offset(topic, qid)
+                broker_offset = store.reads.get_max_offset(topic, qid)
                 consumer_offset = max(b.offsets.query(group, topic, qid), 0)
                 lag_ms = 0
                 if consumer_offset < broker_offset:
-                    first = max(consumer_offset, store.get_min_offset(topic, qid))
+                    first = max(consumer_offset, store.reads.get_min_offset(topic, qid))
                     with contextlib.suppress(Exception):
-                        stored = store.get_store_time(topic, qid, first)
+                        stored = store.reads.get_store_time(topic, qid, first)
                         if stored > 0:
                             lag_ms = max(0, now - stored)
                 out.append(QueueLag(topic, group, qid, broker_offset, consumer_offset, lag_ms))
@@ -181,7 +181,7 @@ class BrokerCollector:
         runtime("put_message_size_total", "Bytes stored since the broker started", stored_bytes)
         runtime("put_message_average_size", "Mean stored message size in bytes",
                 stored_bytes / stored_msgs if stored_msgs else 0.0)
-        ratio = store.disk_ratio()
+        ratio = store.retention.disk_ratio()
         runtime("commitlog_disk_ratio", "Used fraction of the commit log's disk", ratio)
         runtime("consumequeue_disk_ratio", "Used fraction of the consume queues' disk (the same store)", ratio)
         runtime("commitlog_maxoffset", "Commit-log max physical offset", store.max_phy_offset)
@@ -235,10 +235,10 @@ class BrokerCollector:
                                   labels=TOPIC_LABELS)
         dlq = GaugeMetricFamily("rocketmq_topic_dlq_offset", "Sum of the group's dead-letter queue max offsets",
                                 labels=["cluster", "broker", "group"])
-        for n, (topic, qids) in enumerate(sorted(store.queues().items()), 1):
+        for n, (topic, qids) in enumerate(sorted(store.reads.queues().items()), 1):
             if n % SLICE == 0:
                 await asyncio.sleep(0)
-            total = sum(store.get_max_offset(topic, q) for q in qids)
+            total = sum(store.reads.get_max_offset(topic, q) for q in qids)
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 retry.add_metric([cluster, name, topic], total)
             elif topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
@@ -337,7 +337,7 @@ class BrokerCollector:
         gauge("ferrymq_store_commitlog_min_offset", "Commit-log min physical offset", store.min_phy_offset)
         gauge("rocketmq_storage_flush_behind_bytes", "Commit-log bytes written but not yet flushed",
               max(0, store.max_phy_offset - store.flushed_offset), node, NODE_LABELS)
-        gauge("ferrymq_store_disk_used_ratio", "Used fraction of the store's disk", store.disk_ratio())
+        gauge("ferrymq_store_disk_used_ratio", "Used fraction of the store's disk", store.retention.disk_ratio())
         with contextlib.suppress(OSError):
             usage = shutil.disk_usage(store.root)
             gauge("ferrymq_store_disk_total_bytes", "Size of the store's disk", usage.total)

@@ -1,7 +1,6 @@
-"""The store's read side: pulls, consume-queue entries, single records, queue offsets and
-times, and lookups by key. A part of MessageStore kept in its own module; like the store's
-readers it takes no lock (see store.py) and stops at each queue's readable end
-(store/visibility.py)."""
+"""The store's read side (MessageStore.reads): pulls, consume-queue entries, single records,
+queue offsets and times, and lookups by key. Like every reader of the store it takes no lock
+(see store.py) and stops at each queue's readable end (store/visibility.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +20,10 @@ from ..common.record import (
     record_unsound,
 )
 from ..common.record.layout import SIZE_AND_MAGIC
-from .commitlog import CommitLog
-from .consumequeue import ENTRY, ConsumeQueue
+from .consumequeue import ENTRY
+from .core import StoreCore
 from .damage import CorruptPolicy
-from .index import Index
-from .integrity import ReadGuard, Verdict
+from .integrity import Verdict
 from .model import GetResult, GetStatus, QueueEntry
 from .reads import RecordFilter, get_messages, offset_by_time, store_time_at
 
@@ -44,11 +42,13 @@ class KeyHit(NamedTuple):
     message: MessageExt
 
 
-class Queries:
-    _log: CommitLog
-    _cqs: dict[tuple[str, int], ConsumeQueue]
-    _index: Index
-    _guard: ReadGuard
+class StoreReads:
+    def __init__(self, core: StoreCore) -> None:
+        # The core never replaces these (the queue map changes in place).
+        self._log = core.commitlog
+        self._cqs = core.cqs
+        self._index = core.index
+        self._guard = core.guard
 
     # --- reads ---------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_nums: int,

@@ -8,30 +8,18 @@ never had cuts them (`truncate_log`)."""
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
 from ..common.record.layout import SIZE_AND_MAGIC
-from .checkpoint import Checkpoint
-from .commitlog import END_FILE_MIN_BLANK, CommitLog
-from .consumequeue import ConsumeQueue
+from .commitlog import END_FILE_MIN_BLANK
+from .core import Pending, StoreCore
 from .epochs import EpochFile
 from .errors import StoreError
-from .index import Index
-from .integrity import ReadGuard
-from .prealloc import Preallocator
 from .reads import store_time_at
 from .recovery import RecordInfo
-from .scrub import Scrubber
-from .visibility import Visibility
 
 log = logging.getLogger("ferrymq.store")
-
-ArrivalListener = Callable[[str, int, int], None]
-
 
 class ReplicaError(StoreError):
     """Replicated bytes that cannot be applied: the stream and the log disagree."""
@@ -50,41 +38,17 @@ class Span:
 
 
 class ReplicaLog:
-    _log: CommitLog
-    _lock: threading.Lock
-    _cqs: dict[tuple[str, int], ConsumeQueue]
-    _index: Index
-    _guard: ReadGuard
-    _listeners: list[ArrivalListener]
-    _visibility: Visibility
-    _root: Path
-    preallocator: Preallocator | None
-    scrubber: Scrubber | None
+    """The log as a replication source and target (MessageStore.replica)."""
 
-    _checkpoint_lock: threading.Lock
-
-    def checkpoint(self, clean: bool = False) -> Checkpoint:
-        raise NotImplementedError
-
-    def _checkpoint_below(self, pos: int) -> None:
-        raise NotImplementedError
-
-    def _dispatch(self, infos: list[RecordInfo], pending: dict[tuple[str, int], list[bytes]],
-                  keys: bytearray) -> None:
-        raise NotImplementedError
-
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]], keys: bytearray,
-                       commit: bool = True) -> list[ConsumeQueue]:
-        raise NotImplementedError
-
-    def _appended(self, arrivals: list[tuple[str, int, int]]) -> None:
-        raise NotImplementedError
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._epochs: EpochFile | None = None
 
     @property
     def epochs(self) -> EpochFile:
-        epochs: EpochFile | None = getattr(self, "_epochs", None)
+        epochs = self._epochs
         if epochs is None:
-            epochs = EpochFile(self._root / "epochs.json")
+            epochs = EpochFile(self._core.root / "epochs.json")
             epochs.load()
             self._epochs = epochs
         return epochs
@@ -93,7 +57,7 @@ class ReplicaLog:
     def read_span(self, pos: int, max_bytes: int) -> Span | None:
         """Whole records from `pos` (a record boundary), about `max_bytes` of them (at least
         one record, however large), or None when nothing lies past `pos` yet."""
-        clog = self._log
+        clog = self._core.commitlog
         end = clog.write_pos
         if pos >= end:
             return None
@@ -141,8 +105,9 @@ class ReplicaLog:
                 raise ReplicaError(pos + o, info)
             infos.append(info)
             o += info.size
-        clog = self._log
-        with self._lock:
+        core = self._core
+        clog = core.commitlog
+        with core.lock:
             if pos != clog.write_pos:
                 raise ReplicaError(pos, f"the log ends at {clog.write_pos}")
             seg = clog.segment_for(pos) or clog.create(pos - pos % clog.segment_size)
@@ -150,31 +115,32 @@ class ReplicaLog:
                 raise ReplicaError(pos, "the span does not fit the segment")
             if blank_at < 0 and span.next_pos != pos + len(data):
                 raise ReplicaError(pos, f"next position {span.next_pos} is not the span's end")
-            if self.preallocator is not None:
-                self.preallocator.claim(pos + len(data))
+            if core.preallocator is not None:
+                core.preallocator.claim(pos + len(data))
             clog.write(pos, data)
-            pending: dict[tuple[str, int], list[bytes]] = {}
+            pending: Pending = {}
             keys = bytearray()
-            self._dispatch(infos, pending, keys)
+            core.dispatch(infos, pending, keys)
             queues = list(pending)
-            written = self._write_pending(pending, keys, commit=False)
+            written = core.write_pending(pending, keys, commit=False)
             # The log's end first, then the entries readers see (as a master's append does):
             # an entry visible before the bytes it names were in the log read as one naming
             # bytes past the log's end, and was reported as damage.
             clog.write_pos = span.next_pos
             for cq in written:
                 cq.commit()
-            arrivals = [(t, q, self._cqs[(t, q)].max_offset) for t, q in queues]
-        self._appended(arrivals)
+            arrivals = [(t, q, core.cqs[(t, q)].max_offset) for t, q in queues]
+        core.appended(arrivals)
 
     def truncate_log(self, pos: int) -> int:
         """Cut the log, its queues and damage reports at `pos`; returns the bytes cut. A
         checkpoint no further than the cut is written before it, and a full one after it, so
         a crash during or after the cut does not recover past it."""
-        clog = self._log
+        core = self._core
+        clog = core.commitlog
         # The checkpoint lock first (checkpoint's order): no checkpoint may be written
         # between the one below and the cut.
-        with self._checkpoint_lock, self._lock:
+        with core.checkpoint_lock, core.lock:
             end = clog.write_pos
             if pos >= end:
                 return 0
@@ -183,23 +149,23 @@ class ReplicaLog:
             # recovery start in the zeros the cut left and call the log's end there, leaving
             # a hole between the records and the end where appends went on, so the slave
             # could no longer take its master's records at the cut.
-            self._checkpoint_below(pos)
+            core.checkpoint_below(pos)
             # Reads and the scrub report damage under this lock (integrity.py): none reports
             # from bytes cut, and the scrub's pass ends here.
-            self._guard.reports.drop_from(pos)
-            if self.scrubber is not None:
-                self.scrubber.cut(pos)
-            if self.preallocator is None:
+            core.guard.reports.drop_from(pos)
+            if core.scrubber is not None:
+                core.scrubber.cut(pos)
+            if core.preallocator is None:
                 clog.truncate(pos)
             else:
-                with self.preallocator.cutting():
+                with core.preallocator.cutting():
                     clog.truncate(pos)
-            for cq in self._cqs.values():
+            for cq in core.cqs.values():
                 cq.truncate_phys(pos)
-            self._index.cut(pos)
+            core.index.cut(pos)
             # What was held back past the cut is gone; what is left agrees with the master.
-            self._visibility.advance(None)
-        self.checkpoint()
+            core.visibility.advance(None)
+        core.checkpoint()
         log.warning("commit log truncated from %d to %d (%d bytes its master never had)",
                     end, pos, end - pos)
         return end - pos
@@ -207,8 +173,8 @@ class ReplicaLog:
     def restart_at(self, pos: int) -> None:
         """An empty log starts at `pos`, the master's first offset (its older segments are
         gone), instead of 0."""
-        clog = self._log
-        with self._lock:
+        clog = self._core.commitlog
+        with self._core.lock:
             if clog.segments or clog.write_pos == pos:
                 if clog.write_pos != pos:
                     raise ReplicaError(pos, f"the log is not empty (it ends at {clog.write_pos})")
@@ -217,4 +183,4 @@ class ReplicaLog:
 
     def record_store_time(self, phys: int) -> int:
         """STORETIMESTAMP of the record at `phys`; -1 when none starts there."""
-        return store_time_at(self._log, phys)
+        return store_time_at(self._core.commitlog, phys)

@@ -1,13 +1,13 @@
-"""MessageStore: the commit log, consume queues, key index, flushing, checkpoints, recovery
-and retention behind one thread-safe object.
+"""MessageStore: the commit log, consume queues, key index, flushing, checkpoints and recovery
+behind one thread-safe object, the core its parts are built on: the read side (`reads`,
+queries.py), the log as a replication source and target (`replica`, replica.py) and retention
+(`retention`, retention.py), each taking the core in its constructor (core.py says what they
+use of it).
 
 Appends are serialised by one lock and each batch is written with one pwrite; its
 consume-queue entries and index keys are written in the same critical section, so a reader
 that sees a queue offset can always read its record. Readers take no lock: the structures
-they walk are replaced, never mutated, and deleted files stay open for a grace period.
-
-Parts of it live in modules of their own: the read side (queries.py), retention
-(retention.py) and the log as a replication source and target (replica.py)."""
+they walk are replaced, never mutated, and deleted files stay open for a grace period."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
+from .core import Pending
 from .damage import DamagedRecord, SkippedRange, SkippedRanges
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreSpaceError, StoreStateError
@@ -38,7 +39,7 @@ from .index import Index
 from .integrity import ReadGuard
 from .model import PutResult, PutStatus, StoreMessage
 from .prealloc import Preallocator
-from .queries import Queries
+from .queries import StoreReads
 from .recovery import (
     RecordInfo,
     Scanner,
@@ -68,52 +69,52 @@ class RecoveryReport:
     torn_tail: str = ""
 
 
-class MessageStore(Retention, ReplicaLog, Queries):
+class MessageStore:
     def __init__(self, config: StoreConfig, clock: Callable[[], int] | None = None,
                  disk_usage: Callable[[str], float] | None = None, *,
                  file_io: FileIO | None = None) -> None:
         self.config = config
-        self._clock = clock or (lambda: int(time.time() * 1000))
-        self._disk_usage = disk_usage or default_disk_usage
+        self.clock = clock or (lambda: int(time.time() * 1000))
         self._io = file_io or FileIO()
         root = config.root
         self._root = root
         self._dir_lock = DirectoryLock(root, "store")
-        self._log = CommitLog(root / "commitlog", config.commitlog_segment_size, self._io)
+        self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_size, self._io)
         self._cq_root = root / "consumequeue"
-        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
-        self._index = Index(root / "index", config.index_hash_slots, config.index_max_entries,
+        self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self.index = Index(root / "index", config.index_hash_slots, config.index_max_entries,
                             self._io)
         self._encoder = Encoder(config.store_address, config.max_message_size,
                                 config.delay_levels_ms)
         self._sync = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
-        self._flusher = FlushService(self._log, self._sync, config.flush_interval_ms)
+        self._flusher = FlushService(self.commitlog, self._sync, config.flush_interval_ms)
         # A coalesced group stays well inside a segment (a roll-over moves a whole batch).
         self._coalescer = PutCoalescer(self._append, self._flusher, self._sync,
                                        config.sync_flush_timeout_ms,
                                        min(_MAX_GROUP_BYTES, config.commitlog_segment_size // 4))
-        self._lock = threading.Lock()
-        self._checkpoint_lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.checkpoint_lock = threading.Lock()
         self._dirty: set[QueueFile] = set()
-        self._dead_queues: list[ConsumeQueue] = []  # deleted, descriptors not yet closed
+        self.dead_queues: list[ConsumeQueue] = []  # deleted, descriptors not yet closed
         self._listeners: list[ArrivalListener] = []
         self._append_listeners: list[Callable[[], None]] = []
-        self._visibility = Visibility()
+        self.visibility = Visibility()
         self._state = "new"
-        self._refuse_reason = ""
         self._last_store_ts = 0
         self._maint_stop = threading.Event()
         self._maint: threading.Thread | None = None
         self._cp_file = CheckpointFile(config.root / "checkpoint")
         self._last_cp: Checkpoint | None = None  # the last one this run wrote
         self._skips = SkippedRanges(root / "config" / "skipped.json")
-        self._guard = ReadGuard(self._log, self._lock, config.on_corrupt_record, self._skips,
+        self.guard = ReadGuard(self.commitlog, self.lock, config.on_corrupt_record, self._skips,
                                 config.delay_levels_ms, self._rewrite_entries)
         self.scrubber: Scrubber | None = None
         self.preallocator: Preallocator | None = None
-        self._disk_ratio_seen = 0.0
         self.recovered_abnormally = False
         self.last_recovery: RecoveryReport | None = None
+        self.reads = StoreReads(self)
+        self.replica = ReplicaLog(self)
+        self.retention = Retention(self, disk_usage or default_disk_usage)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,42 +132,42 @@ class MessageStore(Retention, ReplicaLog, Queries):
         abort = root / "abort"
         unclean = abort.exists()
         cp = self._cp_file.read()
-        self._log.load()
+        self.commitlog.load()
         self._load_queues()
-        self._index.load()
+        self.index.load()
         self._skips.load()
         if not unclean and cp is not None and cp.clean and self._plausible_end(cp.log_flushed):
-            cut = tail_cut(self._log, cp.log_flushed)
+            cut = tail_cut(self.commitlog, cp.log_flushed)
             if cut is None:
-                self._log.write_pos = self._log.flushed = cp.log_flushed
+                self.commitlog.write_pos = self.commitlog.flushed = cp.log_flushed
             else:
                 self._recover_cut(cp, cut)
-        elif not unclean and cp is None and not self._log.segments:
+        elif not unclean and cp is None and not self.commitlog.segments:
             pass  # a new store
         else:
             self.recovered_abnormally = True
             self._recover(cp)
-        min_phys = self._log.min_offset
-        for cq in self._cqs.values():
+        min_phys = self.commitlog.min_offset
+        for cq in self.cqs.values():
             cq.correct_min(min_phys)
-        self._guard.hot_start = self._log.write_pos
+        self.guard.hot_start = self.commitlog.write_pos
         create_abort(abort)
         self._cp_file.open()
         self._state = "running"
         self.checkpoint()
-        self._refresh_disk()
+        self.retention.refresh_disk()
         self._flusher.start()
         self._maint = threading.Thread(target=self._maintain, name="ferrymq-store-maint",
                                        daemon=True)
         self._maint.start()
         if self.config.preallocate_bytes > 0:
-            self.preallocator = Preallocator(self._log, self._io, self.config.preallocate_bytes,
-                                             self._may_preallocate)
+            self.preallocator = Preallocator(self.commitlog, self._io, self.config.preallocate_bytes,
+                                             self.retention.may_preallocate)
             self.preallocator.start()
         if self.config.scrub_bytes_per_s > 0:
-            cold = self._log.write_pos  # what this run has not written
-            self.scrubber = Scrubber(self._guard, self.config.scrub_bytes_per_s, lambda: cold,
-                                     lambda: list(self._cqs.values()))
+            cold = self.commitlog.write_pos  # what this run has not written
+            self.scrubber = Scrubber(self.guard, self.config.scrub_bytes_per_s, lambda: cold,
+                                     lambda: list(self.cqs.values()))
             self.scrubber.start()
 
     def shutdown(self) -> None:
@@ -180,7 +181,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._maint_stop.set()
         if self._maint is not None:
             self._maint.join()
-        with self._lock:  # waits for a put in progress
+        with self.lock:  # waits for a put in progress
             pass
         self._flusher.stop()
         try:
@@ -190,10 +191,10 @@ class MessageStore(Retention, ReplicaLog, Queries):
             # The abort file stays, so the next start verifies the tail: safe, only slower.
             log.error("final checkpoint failed (%s); the next start will recover", exc)
             clean = False
-        self._index.close()
-        for cq in self._cqs.values():
+        self.index.close()
+        for cq in self.cqs.values():
             cq.close()
-        self._log.close()
+        self.commitlog.close()
         self._cp_file.close()
         if clean:
             remove_abort(self._root / "abort")
@@ -201,9 +202,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
         self._dir_lock.release()
 
     def _plausible_end(self, pos: int) -> bool:
-        segs = self._log.segments
+        segs = self.commitlog.segments
         if not segs:
-            return pos % self._log.segment_size == 0
+            return pos % self.commitlog.segment_size == 0
         return segs[0].start <= pos <= segs[-1].end
 
     def _load_queues(self) -> None:
@@ -217,57 +218,57 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 if qdir.is_dir() and qdir.name.isdigit():
                     cq = ConsumeQueue(tdir.name, int(qdir.name), qdir, per_file, self._io)
                     cq.load()
-                    self._cqs[(tdir.name, int(qdir.name))] = cq
+                    self.cqs[(tdir.name, int(qdir.name))] = cq
 
     def _rewrite_entries(self, cq: ConsumeQueue, at: int, packed: bytes) -> None:
         """Entries rebuilt from the log over a queue's (integrity.py; under the lock)."""
         cq.overwrite(at, packed, self._dirty)
 
     def _queue(self, key: tuple[str, int]) -> ConsumeQueue:
-        cq = self._cqs.get(key)
+        cq = self.cqs.get(key)
         if cq is None:
             topic, qid = key
             cq = ConsumeQueue(topic, qid, self._cq_root / topic / str(qid),
                               self.config.consume_queue_entries_per_file, self._io)
-            self._cqs[key] = cq
+            self.cqs[key] = cq
         return cq
 
     # --- recovery ------------------------------------------------------------------------------
     def _recover_cut(self, cp: Checkpoint, cut: int) -> None:
         """A clean checkpoint reaches `cut` and beyond, but the files end there: recover as
         after a crash, from the last record that starts before the cut."""
-        seg = self._log.segment_for(cut)
+        seg = self.commitlog.segment_for(cut)
         log.error("commit log %s ends at %d, before %d where the clean shutdown left it: the "
                   "tail was cut; verifying it as after a crash", seg.path if seg else "", cut,
                   cp.log_flushed)
         self.recovered_abnormally = True
-        floor = seg.start if seg is not None else self._log.min_offset
-        start = max(floor, last_record_before(self._cqs.values(), cut) or floor)
+        floor = seg.start if seg is not None else self.commitlog.min_offset
+        start = max(floor, last_record_before(self.cqs.values(), cut) or floor)
         self._recover(cp, start)
-        end = self._log.write_pos
-        self._guard.reports.report(DamagedRecord(
+        end = self.commitlog.write_pos
+        self.guard.reports.report(DamagedRecord(
             end, cp.log_flushed - end, str(seg.path) if seg else "",
             f"tail cut at {cut}: {cp.log_flushed - end} bytes of records lost", "tail"))
 
     def _recover(self, cp: Checkpoint | None, start_at: int | None = None) -> None:
         t0 = time.monotonic()
-        clog = self._log
+        clog = self.commitlog
         start = cp.consistent if cp is not None else clog.min_offset
         if start_at is not None:
             start = start_at
         start = max(start, clog.min_offset)
         if clog.segments:
             start = min(start, clog.segments[-1].end)
-        for cq in self._cqs.values():
+        for cq in self.cqs.values():
             cq.truncate_phys(start)
         scanner = Scanner(clog, start)
         records_in = iter(scanner)
-        pending: dict[tuple[str, int], list[bytes]] = {}
+        pending: Pending = {}
         keys = bytearray()
         records = 0
         while chunk := list(itertools.islice(records_in, 50_000)):
-            self._dispatch(chunk, pending, keys)
-            self._write_pending(pending, keys)
+            self.dispatch(chunk, pending, keys)
+            self.write_pending(pending, keys)
             records += len(chunk)
         end = scanner.result.end
         reason = scanner.result.bad_reason
@@ -283,22 +284,21 @@ class MessageStore(Retention, ReplicaLog, Queries):
         if reason:
             log.warning("torn commit-log tail at %d (%s): truncated", end, reason)
         clog.truncate(end)
-        for cq in self._cqs.values():
+        for cq in self.cqs.values():
             cq.truncate_phys(end)
-        self._index.cut(end)  # keys of records lost past `end` (a power loss) may be in it
+        self.index.cut(end)  # keys of records lost past `end` (a power loss) may be in it
         clog.flushed = min(clog.flushed, start)
         clog.flush(end)
         clog.flushed = end
-        self._index.finish_batch()
+        self.index.finish_batch()
         self.last_recovery = RecoveryReport(start, end, records, time.monotonic() - t0, reason)
         log.info("recovered commit log from %d to %d (%d records) in %.3f s", start, end,
                  records, self.last_recovery.seconds)
 
-    def _dispatch(self, infos: list[RecordInfo], pending: dict[tuple[str, int], list[bytes]],
-                  keys: bytearray) -> None:
+    def dispatch(self, infos: list[RecordInfo], pending: Pending, keys: bytearray) -> None:
         """Queue each record's consume-queue entry in `pending` and its key-index entries in
         `keys`; _write_pending writes both. Records already in their queue are passed over."""
-        index_end = self._index.end_phys
+        index_end = self.index.end_phys
         pack = ENTRY.pack
         last_topic: str | None = None
         last_qid = -1
@@ -332,14 +332,14 @@ class MessageStore(Retention, ReplicaLog, Queries):
             if (info.keys or info.uniq) and info.pos > index_end:
                 key_entries(keys, topic, info.keys, info.uniq, info.pos, info.store_ts)
 
-    def _write_pending(self, pending: dict[tuple[str, int], list[bytes]], keys: bytearray,
-                       commit: bool = True) -> list[ConsumeQueue]:
+    def write_pending(self, pending: Pending, keys: bytearray,
+                      commit: bool = True) -> list[ConsumeQueue]:
         """Write the queued entries and keys; returns the queues written. Without `commit`
         readers do not see the entries until the caller commits those queues."""
         written: list[ConsumeQueue] = []
         for key, entries in pending.items():
             if entries:
-                cq = self._cqs[key]
+                cq = self.cqs[key]
                 cq.append(b"".join(entries), self._dirty)
                 if commit:
                     cq.commit()
@@ -347,8 +347,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
         pending.clear()
         if keys:
             _h, first_pos, first_ts = KEY_ENTRY.unpack_from(keys, 0)
-            self._index.ensure_room(1, first_pos, first_ts)
-            self._index.put_entries(keys, 0, 0)
+            self.index.ensure_room(1, first_pos, first_ts)
+            self.index.put_entries(keys, 0, 0)
             del keys[:]
         return written
 
@@ -361,7 +361,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
         """`cb()` after every append to the commit log, readable or not (replication)."""
         self._append_listeners.append(cb)
 
-    def _appended(self, arrivals: list[tuple[str, int, int]]) -> None:
+    def appended(self, arrivals: list[tuple[str, int, int]]) -> None:
         for hook in self._append_listeners:
             try:
                 hook()
@@ -381,24 +381,25 @@ class MessageStore(Retention, ReplicaLog, Queries):
         """Readers may see records up to commit-log `offset` (None: all of them); see
         store/visibility.py. Called by a controller-mode master as its slaves report, and by a
         slave once its log lines up with its new master's."""
-        with self._lock:
-            grown = self._visibility.advance(offset)
+        with self.lock:
+            grown = self.visibility.advance(offset)
             arrivals = [(cq.topic, cq.queue_id, cq.readable_max) for cq in grown]
         self._arrived(arrivals)
 
     @property
     def confirmed_offset(self) -> int | None:
-        return self._visibility.confirm
+        return self.visibility.confirm
 
     def _append(self, msgs: Sequence[StoreMessage]) -> PutResult:
-        clog = self._log
+        clog = self.commitlog
         if self._state != "running":
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, [], clog.write_pos,
                              f"message store is {self._state}")
         if not msgs:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos, "no messages")
-        if self._refuse_reason:
-            return PutResult(PutStatus.DISK_FULL, [], clog.write_pos, self._refuse_reason)
+        refused = self.retention.refuse_reason
+        if refused:
+            return PutResult(PutStatus.DISK_FULL, [], clog.write_pos, refused)
         try:
             enc = encode(self._encoder, msgs)
         except IllegalMessage as exc:
@@ -407,9 +408,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
         if size + 8 > clog.segment_size:
             return PutResult(PutStatus.MESSAGE_ILLEGAL, [], clog.write_pos,
                              f"batch of {size} bytes does not fit a commit-log segment")
-        index = self._index
-        with self._lock:
-            now = self._clock()
+        index = self.index
+        with self.lock:
+            now = self.clock()
             if now < self._last_store_ts:
                 now = self._last_store_ts  # store times never go back: time search relies on it
             self._last_store_ts = now
@@ -435,7 +436,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 return self._io_failure(exc, "consume queue")
             end = pos + len(enc.data)
             clog.write_pos = end
-            visible = self._visibility.appended
+            visible = self.visibility.appended
             arrivals: list[tuple[str, int, int]] = []
             for cq, _ in written:
                 before = cq.max_offset
@@ -447,11 +448,11 @@ class MessageStore(Retention, ReplicaLog, Queries):
                     index.put_entries(enc.keys, pos, now)
                 except OSError as exc:  # the data is stored; only lookups by key miss it
                     log.error("index update failed at %d: %s", pos, exc)
-        self._appended(arrivals)
+        self.appended(arrivals)
         return PutResult(PutStatus.PUT_OK, enc.appended, end)
 
     def _next_offset(self, key: tuple[str, int]) -> int:
-        cq = self._cqs.get(key)
+        cq = self.cqs.get(key)
         return cq.max_offset if cq is not None else 0
 
     def _io_failure(self, exc: OSError, what: str) -> PutResult:
@@ -462,9 +463,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
                       f"({exc.strerror}); nothing of this batch was stored, writes resume "
                       "when space is freed")
             log.error(reason)
-            return PutResult(PutStatus.DISK_FULL, [], self._log.write_pos, reason)
+            return PutResult(PutStatus.DISK_FULL, [], self.commitlog.write_pos, reason)
         log.error("write to the %s failed: %s", what, exc)
-        return PutResult(PutStatus.UNKNOWN_ERROR, [], self._log.write_pos,
+        return PutResult(PutStatus.UNKNOWN_ERROR, [], self.commitlog.write_pos,
                          f"write to the {what} failed: {exc}")
 
     def put_messages(self, msgs: Sequence[StoreMessage]) -> PutResult:
@@ -491,19 +492,19 @@ class MessageStore(Retention, ReplicaLog, Queries):
 
     # --- queues --------------------------------------------------------------------------------
     def delete_queue(self, topic: str) -> None:
-        with self._lock:
-            for key in [k for k in self._cqs if k[0] == topic]:
-                cq = self._cqs.pop(key)
-                self._visibility.forget(cq)
+        with self.lock:
+            for key in [k for k in self.cqs if k[0] == topic]:
+                cq = self.cqs.pop(key)
+                self.visibility.forget(cq)
                 cq.destroy()
-                self._dead_queues.append(cq)
+                self.dead_queues.append(cq)
             with contextlib.suppress(OSError):
                 (self._cq_root / topic).rmdir()
 
     # --- damage --------------------------------------------------------------------------------
     def damaged_records(self) -> list[DamagedRecord]:
         """What reads, the scrub and the tail check found damaged since the start."""
-        return self._guard.reports.records()
+        return self.guard.reports.records()
 
     def skipped_ranges(self) -> list[SkippedRange]:
         return self._skips.all()
@@ -516,18 +517,15 @@ class MessageStore(Retention, ReplicaLog, Queries):
     # --- positions -----------------------------------------------------------------------------
     @property
     def max_phy_offset(self) -> int:
-        return self._log.write_pos
+        return self.commitlog.write_pos
 
     @property
     def min_phy_offset(self) -> int:
-        return self._log.min_offset
+        return self.commitlog.min_offset
 
     @property
     def flushed_offset(self) -> int:
-        return self._log.flushed
-
-    def disk_ratio(self) -> float:
-        return float(self._disk_usage(str(self._root)))
+        return self.commitlog.flushed
 
     @property
     def root(self) -> Path:
@@ -541,9 +539,9 @@ class MessageStore(Retention, ReplicaLog, Queries):
     # --- checkpoint and retention --------------------------------------------------------------
     def checkpoint(self, clean: bool = False) -> Checkpoint:
         """fsync consume queues and index, then record how far everything is on disk."""
-        with self._checkpoint_lock:
-            with self._lock:
-                dispatched = self._log.write_pos
+        with self.checkpoint_lock:
+            with self.lock:
+                dispatched = self.commitlog.write_pos
                 dirty, self._dirty = self._dirty, set()
             failed: list[QueueFile] = []
             for qf in dirty:
@@ -554,8 +552,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
                     err = exc
             if failed:
                 # Files of queues deleted or cut meanwhile have nothing left to keep.
-                with self._lock:
-                    live = {id(f) for cq in self._cqs.values() for f in cq.files}
+                with self.lock:
+                    live = {id(f) for cq in self.cqs.values() for f in cq.files}
                     failed = [qf for qf in failed if id(qf) in live]
                     self._dirty.update(failed)
                 if failed:
@@ -563,10 +561,10 @@ class MessageStore(Retention, ReplicaLog, Queries):
                               "checkpoint stays where it was until it succeeds", len(failed),
                               failed[0].path, err)
             self._sync_queue_names(dirty)
-            index_ok = self._index.flush()
+            index_ok = self.index.flush()
             if clean:
                 self._flusher.flush_now()
-            flushed = self._log.flushed
+            flushed = self.commitlog.flushed
             consistent = min(dispatched, flushed)
             held = bool(failed) or not index_ok
             if held:
@@ -575,18 +573,18 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 # again).
                 last = self._last_cp
                 consistent = min(consistent, last.consistent if last is not None
-                                 else self._log.min_offset)
-            cp = Checkpoint(flushed, consistent, self._clock(), clean and not held)
+                                 else self.commitlog.min_offset)
+            cp = Checkpoint(flushed, consistent, self.clock(), clean and not held)
             self._cp_file.write(cp)
             self._last_cp = cp
             return cp
 
-    def _checkpoint_below(self, pos: int) -> None:
+    def checkpoint_below(self, pos: int) -> None:
         """A checkpoint no further than `pos`, written before the log is cut there (the
         caller holds the checkpoint lock and the store lock)."""
         last = self._last_cp
         consistent = pos if last is None else min(pos, last.consistent)
-        cp = Checkpoint(min(self._log.flushed, pos), consistent, self._clock(), False)
+        cp = Checkpoint(min(self.commitlog.flushed, pos), consistent, self.clock(), False)
         self._cp_file.write(cp)
         self._last_cp = cp
 
@@ -610,7 +608,7 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 with contextlib.suppress(FileNotFoundError):  # a queue deleted meanwhile
                     fsync_dir(d)
         except OSError:
-            with self._lock:
+            with self.lock:
                 self._dirty.update(new)
             raise
         for qf in new:
@@ -625,8 +623,8 @@ class MessageStore(Retention, ReplicaLog, Queries):
                 self.checkpoint()
                 if time.monotonic() >= next_cleanup:
                     next_cleanup = time.monotonic() + cleanup_every
-                    self.run_cleanup()
+                    self.retention.run_cleanup()
                 else:
-                    self._refresh_disk()
+                    self.retention.refresh_disk()
             except Exception:
                 log.exception("store maintenance failed; retrying")

@@ -173,7 +173,9 @@ class PopService:
             store = self.broker.store
             assert store is not None
             use_min = init_mode == INIT_MIN or is_retry_topic(topic)
-            start = store.get_min_offset(topic, queue_id) if use_min else store.get_max_offset(topic, queue_id)
+            reads = store.reads
+            start = (reads.get_min_offset(topic, queue_id) if use_min
+                     else reads.get_max_offset(topic, queue_id))
             seq = offsets.commit(group, topic, queue_id, start, self.broker.now_ms())
             state = self._states[key] = QueuePop(start, [], self._max_inflight())
             return state, seq
@@ -258,7 +260,7 @@ class PopService:
                 seqs.append(self._commit(group, topic, qid, state))
             store = self.broker.store
             assert store is not None
-            rnd.rest += state.backlog(store.get_max_offset(topic, qid))
+            rnd.rest += state.backlog(store.reads.get_max_offset(topic, qid))
         for dead in rnd.dead:
             if await self._dead_letter(group, topic, dead):
                 dead.state.ack(dead.offset)
@@ -274,15 +276,15 @@ class PopService:
         changed (filtered out, gone from the store)."""
         store = self.broker.store
         assert store is not None
-        changed = state.skip_below(store.get_min_offset(topic, qid))
+        changed = state.skip_below(store.reads.get_min_offset(topic, qid))
         max_reconsume = self.broker.config.max_reconsume_times
         by_properties = None if sub is None or sub.selector is None else record_filter(sub.selector)
-        for cand in state.candidates(now, n, store.get_max_offset(topic, qid), order=order):
+        for cand in state.candidates(now, n, store.reads.get_max_offset(topic, qid), order=order):
             if rnd.bytes >= MAX_POP_BYTES:
                 break
-            entries = store.read_queue_entries(topic, qid, cand.offset, 1)
+            entries = store.reads.read_queue_entries(topic, qid, cand.offset, 1)
             if not entries or entries[0].queue_offset != cand.offset:
-                if cand.offset < store.get_min_offset(topic, qid):
+                if cand.offset < store.reads.get_min_offset(topic, qid):
                     state.ack(cand.offset)
                     changed = True
                     continue
@@ -292,8 +294,8 @@ class PopService:
                 state.ack(cand.offset)  # not for this group: consumed, as a pull skips it
                 changed = True
                 continue
-            status, raw = store.read_queue_record_status(topic, qid, entry)
-            if (status is GetStatus.MESSAGE_DAMAGED and store.skips_damaged) or (
+            status, raw = store.reads.read_queue_record_status(topic, qid, entry)
+            if (status is GetStatus.MESSAGE_DAMAGED and store.reads.skips_damaged) or (
                     status is GetStatus.MESSAGE_WAS_REMOVING
                     and entry.phys_offset < store.min_phy_offset):
                 # Damaged (reported), or naming bytes retention removed: passed over, as a

@@ -30,21 +30,21 @@ def _mq_key(topic: str, broker_name: str, queue_id: int) -> FrozenKey:
 async def get_max_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
-    offset = broker.store.get_max_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
+    offset = broker.store.reads.get_max_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
 
 async def get_min_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
-    offset = broker.store.get_min_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
+    offset = broker.store.reads.get_min_offset(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
 
 async def search_offset(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
-    offset = broker.store.get_offset_by_time(req_str(ext, "topic"), req_int(ext, "queueId"),
+    offset = broker.store.reads.get_offset_by_time(req_str(ext, "topic"), req_int(ext, "queueId"),
                                              req_int(ext, "timestamp"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=offset))
 
@@ -52,14 +52,14 @@ async def search_offset(broker: BrokerContext, conn: Connection, req: RemotingCo
 async def earliest_store_time(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     ext = req.ext_fields
     assert broker.store is not None
-    ts = broker.store.get_earliest_store_time(req_str(ext, "topic"), req_int(ext, "queueId"))
+    ts = broker.store.reads.get_earliest_store_time(req_str(ext, "topic"), req_int(ext, "queueId"))
     return reply(req, ResponseCode.SUCCESS, ext_fields=fields(timestamp=ts))
 
 
 async def view_message(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     assert broker.store is not None
     offset = req_int(req.ext_fields, "offset")
-    raw = broker.store.read_record(offset)
+    raw = broker.store.reads.read_record(offset)
     if raw is None:
         return reply(req, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     return reply(req, ResponseCode.SUCCESS, body=raw)
@@ -72,9 +72,9 @@ async def query_message(broker: BrokerContext, conn: Connection, req: RemotingCo
     topic, key = req_str(ext, "topic"), req_str(ext, "key")
     max_num = max(1, min(opt_int(ext, "maxNum", 32), 1000))
     if opt_bool(ext, "_UNIQUE_KEY_QUERY"):
-        hits = store.find_by_uniq_key(topic, key)[:max_num]
+        hits = store.reads.find_by_uniq_key(topic, key)[:max_num]
     else:
-        hits = store.find_by_key(topic, key, max_num, opt_int(ext, "beginTimestamp", 0),
+        hits = store.reads.find_by_key(topic, key, max_num, opt_int(ext, "beginTimestamp", 0),
                                  opt_int(ext, "endTimestamp", 2**63 - 1))
     records = [hit.raw for hit in hits]
     if not records:
@@ -89,7 +89,7 @@ async def view_message_by_msg_id(broker: BrokerContext, msg_id: str) -> bytes | 
     except MessageIdError:
         return None
     assert broker.store is not None
-    return broker.store.read_record(decoded.offset)
+    return broker.store.reads.read_record(decoded.offset)
 
 
 def _reserved(broker: BrokerContext, req: RemotingCommand, topic: str) -> RemotingCommand | None:
@@ -138,7 +138,7 @@ def _check_read_shrink(broker: BrokerContext, topic: str, old_read: int, new_rea
     groups = broker.offsets.groups_of_topic(topic) | set(broker.clients.groups_subscribed_to(topic))
     check_read_shrink(
         topic, old_read, new_read,
-        lambda q: (store.get_min_offset(topic, q), store.get_max_offset(topic, q)),
+        lambda q: (store.reads.get_min_offset(topic, q), store.reads.get_max_offset(topic, q)),
         lambda q: [broker.offsets.query(g, topic, q) for g in groups])
 
 
@@ -167,7 +167,7 @@ async def runtime_info(broker: BrokerContext, conn: Connection, req: RemotingCom
         "bootTimestamp": str(broker.started_ms),
         "commitLogMaxOffset": str(store.max_phy_offset),
         "commitLogMinOffset": str(store.min_phy_offset),
-        "commitLogDiskRatio": f"{store.disk_ratio():.4f}",
+        "commitLogDiskRatio": f"{store.retention.disk_ratio():.4f}",
         "flushedOffset": str(store.flushed_offset),
         "pullHeldRequests": str(broker.waiters.pending() if broker.waiters else 0),
         "topicCount": str(len(broker.topics.topics)),
@@ -193,13 +193,13 @@ def consume_stats(broker: BrokerContext, group: str, topic: str | None) -> dict[
         if cfg is None:
             continue
         for qid in range(cfg.read_queue_nums):
-            broker_offset = store.get_max_offset(t, qid)
+            broker_offset = store.reads.get_max_offset(t, qid)
             consumer_offset = broker.offsets.query(group, t, qid)
             consumer_offset = max(consumer_offset, 0)
             last_ts = 0
             if consumer_offset > 0:
                 with contextlib.suppress(Exception):
-                    last_ts = store.get_store_time(t, qid, consumer_offset - 1)
+                    last_ts = store.reads.get_store_time(t, qid, consumer_offset - 1)
             table[_mq_key(t, broker.config.broker_name, qid)] = {
                 "brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last_ts,
             }
@@ -221,13 +221,13 @@ async def topic_stats(broker: BrokerContext, conn: Connection, req: RemotingComm
         return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
     table: dict[Any, Any] = {}
     for qid in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
-        max_off = store.get_max_offset(topic, qid)
+        max_off = store.reads.get_max_offset(topic, qid)
         last = 0
         if max_off > 0:
             with contextlib.suppress(Exception):
-                last = store.get_store_time(topic, qid, max_off - 1)
+                last = store.reads.get_store_time(topic, qid, max_off - 1)
         table[_mq_key(topic, broker.config.broker_name, qid)] = {
-            "minOffset": store.get_min_offset(topic, qid), "maxOffset": max_off, "lastUpdateTimestamp": last,
+            "minOffset": store.reads.get_min_offset(topic, qid), "maxOffset": max_off, "lastUpdateTimestamp": last,
         }
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"offsetTable": table}))
 
@@ -273,9 +273,9 @@ async def reset_offset(broker: BrokerContext, conn: Connection, req: RemotingCom
     seq = 0
     for qid in range(cfg.read_queue_nums):
         if timestamp < 0:
-            target = store.get_max_offset(topic, qid)
+            target = store.reads.get_max_offset(topic, qid)
         else:
-            target = store.get_offset_by_time(topic, qid, timestamp)
+            target = store.reads.get_offset_by_time(topic, qid, timestamp)
         current = broker.offsets.query(group, topic, qid)
         if force or current < 0 or target < current:
             seq = max(seq, broker.offsets.commit(group, topic, qid, target, broker.now_ms()))

@@ -100,7 +100,7 @@ def _check_queue(broker: BrokerContext, req: RemotingCommand, topic: str, queue_
     if offset is not None:
         store = broker.store
         assert store is not None
-        lo, hi = store.get_min_offset(topic, queue_id), store.get_max_offset(topic, queue_id)
+        lo, hi = store.reads.get_min_offset(topic, queue_id), store.reads.get_max_offset(topic, queue_id)
         if offset < lo or offset >= hi:
             return reply(req, ResponseCode.NO_MESSAGE,
                          f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{lo}~{hi}")
@@ -150,7 +150,7 @@ async def batch_ack_message(broker: BrokerContext, conn: Connection,
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, f"batch ack entry is malformed: {exc}")
         if _check_queue(broker, req, topic, queue_id, None) is not None:
             continue  # RocketMQ skips an entry for a queue it does not have
-        lo, hi = store.get_min_offset(topic, queue_id), store.get_max_offset(topic, queue_id)
+        lo, hi = store.reads.get_min_offset(topic, queue_id), store.reads.get_max_offset(topic, queue_id)
         offsets = [start + i for i in bits if lo <= start + i < hi]
         await pop_service(broker).ack(group, topic, queue_id, offsets)
     return reply(req, ResponseCode.SUCCESS)

@@ -102,7 +102,7 @@ def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, of
     if info is not None and info.message_model == "CLUSTERING":
         seq = broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms())
         if (info.consume_from_where == "CONSUME_FROM_FIRST_OFFSET" and broker.store is not None
-                and offset <= broker.store.get_min_offset(topic, queue_id)):
+                and offset <= broker.store.reads.get_min_offset(topic, queue_id)):
             # Lost in a crash, this start would be computed again as the queue's first offset:
             # the same place or an earlier one, nothing skipped. So the group's first pull
             # (on the path of every new consumer's first message) does not wait for the fsync.
@@ -120,7 +120,7 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
     started = time.perf_counter()
     tag_filter = None if sub.matches_all else sub.accepts
     by_properties = None if sub.selector is None else record_filter(sub.selector)
-    result = store.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter,
+    result = store.reads.get_messages(topic, queue_id, offset, max_nums, tag_filter=tag_filter,
                                 record_filter=by_properties)
     code = _STATUS_CODES.get(result.status)
     if code is None:  # NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE

@@ -243,7 +243,7 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
     phys = req_int(ext, "offset")
     store = broker.store
     assert store is not None
-    raw = store.read_sound_record(phys)  # stored again under a new CRC: damage must stop here
+    raw = store.reads.read_sound_record(phys)  # stored again under a new CRC: damage must stop here
     if raw is None:
         return reply(req, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
     try:

@@ -82,7 +82,7 @@ class TimerService:
         if self._task is not None:
             return
         store = self.store
-        first = store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
+        first = store.reads.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
         self.state = TimerStore(self.cfg, self.now_ms(), first, store.max_phy_offset)
         self._last_flush = time.monotonic()  # the store synced on opening
         self._queue_start(self.state)
@@ -260,8 +260,8 @@ class TimerService:
         linked (a power loss took the commit log's tail, or a slave's log was cut to its new
         master's): the next messages take those offsets again and must be linked."""
         store = self.store
-        offset = max(state.enqueue_offset, store.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
-        end = store.get_max_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
+        offset = max(state.enqueue_offset, store.reads.get_min_offset(TIMER_TOPIC, TIMER_QUEUE_ID))
+        end = store.reads.get_max_offset(TIMER_TOPIC, TIMER_QUEUE_ID)
         if offset > end:
             log.warning("timer queue ends at %d, below the %d the timer had linked: its "
                         "entries from %d were lost with the commit log's tail; linking from there",
@@ -274,12 +274,12 @@ class TimerService:
         store = self.store
         self._hold_until = 0
         offset = self._queue_start(state)
-        entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, ENQUEUE_BATCH)
+        entries = store.reads.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, ENQUEUE_BATCH)
         if not entries:
             return False
         done = 0
         for qe in entries:
-            raw = store.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe)
+            raw = store.reads.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe)
             msg = _decode(raw, qe.phys_offset)
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
@@ -305,9 +305,9 @@ class TimerService:
         store = self.store
         offset = self._queue_start(state)
         n = min(ENQUEUE_BATCH, enqueue_to - offset)
-        entries = store.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, n) if n > 0 else []
+        entries = store.reads.read_queue_entries(TIMER_TOPIC, TIMER_QUEUE_ID, offset, n) if n > 0 else []
         for qe in entries:
-            msg = _decode(store.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe), qe.phys_offset)
+            msg = _decode(store.reads.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe), qe.phys_offset)
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
                 # Already due when the master linked it: the master delivered it then.
@@ -324,7 +324,7 @@ class TimerService:
                           "its link is dropped", e.phys_offset, e.deliver_ms)
                 continue
             # Stored again under a new CRC: damage at rest must stop here.
-            msg = _decode(self.store.read_sound_record(e.phys_offset, e.size), e.phys_offset)
+            msg = _decode(self.store.reads.read_sound_record(e.phys_offset, e.size), e.phys_offset)
             if msg is not None and (msg.topic != TIMER_TOPIC
                                     or deliver_ms_of(msg.properties) != e.deliver_ms):
                 # Not the timer message linked there (its log was cut under the link): the

@@ -45,7 +45,7 @@ class _Record:
 
 def _records(store: MessageStore, key: str) -> list[_Record]:
     out = []
-    for hit in store.find_by_key(C.TRACE_TOPIC, key, MAX_RECORDS_PER_KEY):
+    for hit in store.reads.find_by_key(C.TRACE_TOPIC, key, MAX_RECORDS_PER_KEY):
         phys = hit.phys
         try:
             msg = decode_record(hit.raw)  # again, for the body: the lookup leaves it compressed
@@ -66,10 +66,10 @@ def stored_copies(store: MessageStore, msg_id: str) -> list[dict[str, Any]]:
     """The message's stored copies in every topic of this store, as raw stored events, from
     the store's own unique-key index (one hash lookup per topic)."""
     out: list[dict[str, Any]] = []
-    for topic in sorted(store.queues()):
+    for topic in sorted(store.reads.queues()):
         if topic == C.TRACE_TOPIC:
             continue
-        for hit in store.find_by_uniq_key(topic, msg_id):
+        for hit in store.reads.find_by_uniq_key(topic, msg_id):
             m = hit.message
             props = m.properties
             detail: dict[str, str] = {"offset_msg_id": m.offset_msg_id}

@@ -171,26 +171,26 @@ class TransactionService:
         store = self.broker.store
         assert store is not None
         offset = self.broker.offsets.query(CID_SYS_RMQ_TRANS, topic, queue_id)
-        return max(offset, store.get_min_offset(topic, queue_id))
+        return max(offset, store.reads.get_min_offset(topic, queue_id))
 
     def _read(self, topic: str, queue_id: int, offset: int) -> list[tuple[int, MessageExt]]:
         store = self.broker.store
         assert store is not None
         out: list[tuple[int, MessageExt]] = []
         while True:
-            entries = store.read_queue_entries(topic, queue_id, offset, SCAN_BATCH)
+            entries = store.reads.read_queue_entries(topic, queue_id, offset, SCAN_BATCH)
             if not entries:
                 return out
             for entry in entries:
                 offset = entry.queue_offset + 1
-                msg = self._decode(entry.phys_offset, store.read_queue_record(topic, queue_id, entry))
+                msg = self._decode(entry.phys_offset, store.reads.read_queue_record(topic, queue_id, entry))
                 if msg is not None:
                     out.append((entry.queue_offset, msg))
 
     def _decode_at(self, phys_offset: int) -> MessageExt | None:
         store = self.broker.store
         assert store is not None
-        return self._decode(phys_offset, store.read_record(phys_offset))
+        return self._decode(phys_offset, store.reads.read_record(phys_offset))
 
     @staticmethod
     def _decode(phys_offset: int, raw: bytes | None) -> MessageExt | None:
@@ -295,14 +295,14 @@ class TransactionService:
         await self.ensure_topics()
         start = self.broker.now_ms()
         asked = 0
-        offset = max(self._half_offset, store.get_min_offset(TRANS_HALF_TOPIC, R.HALF_QUEUE_ID))
+        offset = max(self._half_offset, store.reads.get_min_offset(TRANS_HALF_TOPIC, R.HALF_QUEUE_ID))
         stopped = False
         while not stopped:
-            entries = store.read_queue_entries(TRANS_HALF_TOPIC, R.HALF_QUEUE_ID, offset, SCAN_BATCH)
+            entries = store.reads.read_queue_entries(TRANS_HALF_TOPIC, R.HALF_QUEUE_ID, offset, SCAN_BATCH)
             if not entries:
                 break
             for entry in entries:
-                msg = self._decode(entry.phys_offset, store.read_queue_record(
+                msg = self._decode(entry.phys_offset, store.reads.read_queue_record(
                     TRANS_HALF_TOPIC, R.HALF_QUEUE_ID, entry))
                 step = _Step.NEXT
                 if msg is not None:
