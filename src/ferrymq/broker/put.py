@@ -2,8 +2,8 @@
 and a consumer's send-back, the delay schedule, the timer wheel, transactions, the trace
 recorder):
 
-    route (a delay level to the schedule topic, TIMER_* to the timer topic)
-      -> role gate (a slave, or a master that lost its lease, refuses)
+    role gate (a slave, or a master that lost its lease, refuses)
+      -> route (a delay level to the schedule topic, TIMER_* to the timer topic)
       -> the store's coalesced append
       -> the replication wait (SYNC_MASTER answers once an in-sync slave has the batch)
       -> traffic stats and STORED events.
