@@ -16,8 +16,9 @@ from .model import (
     StoreMessage,
 )
 from .reads import RecordFilter
+from .recovery import RecoveryReport
 from .retention import CleanupReport
-from .store import MessageStore, RecoveryReport
+from .store import MessageStore
 
 __all__ = [
     "AppendedMessage",

@@ -11,6 +11,7 @@ free space, so checkpoints keep working on a full disk, and a torn write spoils 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -18,6 +19,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .consumequeue import QueueFile
 from .files import fsync_dir
 
 log = logging.getLogger("ferrymq.store")
@@ -104,3 +106,24 @@ def remove_abort(path: Path) -> None:
     except FileNotFoundError:
         return
     fsync_dir(path.parent)
+
+
+def sync_names(new: list[QueueFile], *dirs: Path) -> None:
+    """fsync the directories of queue files created since the last checkpoint (the queue's,
+    its topic's, and `dirs`: consumequeue/ and the store's, any of which may be new), so that a
+    power loss after the checkpoint cannot take a file whose entries it counts: recovery
+    starts past them and would never write them again (a new topic's messages, or a queue's
+    next 300,000, were lost to reads). Raises OSError, marking none named; the caller keeps
+    them dirty and writes no checkpoint."""
+    if not new:
+        return
+    todo: dict[Path, None] = {}
+    for qf in new:
+        qdir = qf.path.parent
+        for d in (qdir, qdir.parent, *dirs):
+            todo[d] = None
+    for d in todo:
+        with contextlib.suppress(FileNotFoundError):  # a queue deleted meanwhile
+            fsync_dir(d)
+    for qf in new:
+        qf.named = True

@@ -60,6 +60,15 @@ def entry_tag(info: RecordInfo, delay_levels: Sequence[int]) -> int:
     return tag_code(info.tags) if info.tags else 0
 
 
+@dataclass
+class RecoveryReport:
+    start: int
+    end: int
+    records: int
+    seconds: float
+    torn_tail: str = ""
+
+
 @dataclass(slots=True)
 class ScanEnd:
     end: int  # where the valid log ends

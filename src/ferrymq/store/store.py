@@ -17,14 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.dirlock import DirectoryLock
 from ..common.histogram import Histogram
 from ..common.names import SCHEDULE_TOPIC
 from ..common.record import KEY_ENTRY, key_entries
-from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort
+from .checkpoint import Checkpoint, CheckpointFile, create_abort, remove_abort, sync_names
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
 from .consumequeue import ENTRY, ConsumeQueue, QueueFile
@@ -32,7 +31,7 @@ from .core import Pending
 from .damage import DamagedRecord, SkippedRange, SkippedRanges
 from .encoder import Encoder, IllegalMessage, encode, place, tag_code
 from .errors import StoreCorruptionError, StoreSpaceError, StoreStateError
-from .files import FileIO, fsync_dir, is_disk_full
+from .files import FileIO, is_disk_full
 from .flush import FlushService
 from .groupcommit import PutCoalescer
 from .index import Index
@@ -40,14 +39,7 @@ from .integrity import ReadGuard
 from .model import PutResult, PutStatus, StoreMessage
 from .prealloc import Preallocator
 from .queries import StoreReads
-from .recovery import (
-    RecordInfo,
-    Scanner,
-    entry_tag,
-    find_valid_after,
-    last_record_before,
-    tail_cut,
-)
+from .recovery import RecordInfo, RecoveryReport, Scanner, entry_tag, find_valid_after, last_record_before, tail_cut
 from .replica import ReplicaLog
 from .retention import Retention, default_disk_usage
 from .scrub import Scrubber
@@ -58,15 +50,6 @@ log = logging.getLogger("ferrymq.store")
 _MAX_GROUP_BYTES = 4 * 1024 * 1024
 
 ArrivalListener = Callable[[str, int, int], None]
-
-
-@dataclass
-class RecoveryReport:
-    start: int
-    end: int
-    records: int
-    seconds: float
-    torn_tail: str = ""
 
 
 class MessageStore:
@@ -560,7 +543,13 @@ class MessageStore:
                     log.error("fsync of %d consume-queue file(s) failed (%s, %s); the "
                               "checkpoint stays where it was until it succeeds", len(failed),
                               failed[0].path, err)
-            self._sync_queue_names(dirty)
+            new = [qf for qf in dirty if not qf.named]
+            try:
+                sync_names(new, self._cq_root, self._root)
+            except OSError:
+                with self.lock:
+                    self._dirty.update(new)
+                raise
             index_ok = self.index.flush()
             if clean:
                 self._flusher.flush_now()
@@ -587,32 +576,6 @@ class MessageStore:
         cp = Checkpoint(min(self.commitlog.flushed, pos), consistent, self.clock(), False)
         self._cp_file.write(cp)
         self._last_cp = cp
-
-    def _sync_queue_names(self, dirty: set[QueueFile]) -> None:
-        """fsync the directories of the queue files created since the last checkpoint (the
-        queue's, its topic's, consumequeue/ and the store's, any of which may be new), so that
-        a power loss after the checkpoint cannot take a file whose entries it counts: recovery
-        starts past them and would never write them again (a new topic's messages, or a
-        queue's next 300,000, were lost to reads). On failure the files stay dirty and the
-        checkpoint is not written."""
-        new = [qf for qf in dirty if not qf.named]
-        if not new:
-            return
-        dirs: dict[Path, None] = {}
-        for qf in new:
-            qdir = qf.path.parent
-            for d in (qdir, qdir.parent, self._cq_root, self._root):
-                dirs[d] = None
-        try:
-            for d in dirs:
-                with contextlib.suppress(FileNotFoundError):  # a queue deleted meanwhile
-                    fsync_dir(d)
-        except OSError:
-            with self.lock:
-                self._dirty.update(new)
-            raise
-        for qf in new:
-            qf.named = True
 
     def _maintain(self) -> None:
         interval = self.config.checkpoint_interval_ms / 1000
