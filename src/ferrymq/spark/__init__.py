@@ -8,10 +8,9 @@
           .option("namesrv", "127.0.0.1:9876").option("topic", "orders")
           .option("group", "orders-pipeline").load())
 
-Reader options: namesrv, topic (comma list), group, startingOffsets (group | earliest |
-latest | JSON per queue), startingOffsetsByTimestamp, endingOffsets and
-endingOffsetsByTimestamp (batch reads), maxOffsetsPerTrigger, failOnDataLoss, pullBatchSize,
-rowsPerBatch, maxRowsPerPartition, maxPartitions. Sink options: namesrv, topic, producerGroup, sendBatchSize.
+Every option, beside its Kafka equivalent, is in docs/spark.md; an option the reader or
+writer does not take is refused (UnknownOptionError). Batch writes need `.mode("append")`:
+Spark refuses its default mode for every Python data source before the source is asked.
 The row schema is documented in `ferrymq.spark.schema`; the sink's guarantee in
 `ferrymq.spark.writer` (at-least-once with deterministic UNIQ_KEYs)."""
 
@@ -23,7 +22,14 @@ from .env import prepare_environment
 
 prepare_environment()
 
-from .errors import DataLossError, FerryMQSparkError, OffsetFormatError, OptionError  # noqa: E402
+from .errors import (  # noqa: E402
+    DataLossError,
+    FerryMQSparkError,
+    OffsetFormatError,
+    OptionError,
+    SaveModeError,
+    UnknownOptionError,
+)
 from .listener import GroupCommitListener  # noqa: E402
 from .schema import ARROW_SCHEMA, SPARK_SCHEMA  # noqa: E402
 from .source import NAME, FerryMQDataSource  # noqa: E402
@@ -60,6 +66,8 @@ __all__ = [
     "GroupCommitListener",
     "OffsetFormatError",
     "OptionError",
+    "SaveModeError",
+    "UnknownOptionError",
     "register",
     "wait_committed",
 ]

@@ -100,6 +100,9 @@ def check_loss(key: QueueKey, start: int, low: int, fail: bool) -> int:
     if start >= low:
         return start
     if fail:
-        raise DataLossError(str(key), start, low)
-    log.warning("data loss on %s: offsets %d..%d were deleted; skipping them", key, start, low - 1)
+        raise DataLossError(key.topic, key.broker, key.queue_id, start, low)
+    log.warning(
+        "data loss on %s: offsets %d..%d were removed by retention; continuing from %d"
+        " (failOnDataLoss=false)", key, start, low - 1, low,
+    )
     return low

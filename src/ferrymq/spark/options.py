@@ -3,10 +3,14 @@
 Names follow Spark's Kafka source where the meaning is the same (startingOffsets,
 endingOffsets, startingOffsetsByTimestamp, maxOffsetsPerTrigger, minOffsetsPerTrigger,
 maxTriggerDelay, failOnDataLoss); the filter keeps the names of the old RocketMQ Spark
-connector (subExpression, with expressionType TAG or SQL92). Option keys are case-insensitive, as Spark passes them."""
+connector (subExpression, with expressionType TAG or SQL92). Option keys are case-insensitive, as Spark passes them.
+A name the reader or writer does not take is refused (UnknownOptionError, with the closest
+valid name): Spark hands a source every option it was given, so a misspelt one would
+otherwise be ignored without a word."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -18,7 +22,7 @@ from ..client.consumer.subscription import SQL92, SUB_ALL, TAG, Subscription
 from ..common.names import InvalidNameError as TopicNameError
 from ..common.names import validate_group, validate_topic
 from ..common.sql92 import SelectorError, compile_selector
-from .errors import OffsetFormatError, OptionError
+from .errors import OffsetFormatError, OptionError, UnknownOptionError
 from .offsets import EARLIEST, LATEST, QueueKey, parse_queue_json
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -31,6 +35,41 @@ DEFAULT_MAX_TRIGGER_DELAY = "15m"  # Kafka's default
 _DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
 _UNIT_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000,
             "h": 3_600_000, "d": 86_400_000}
+
+
+# Option names, as documented (Spark lower-cases the keys; they are compared lower-cased).
+READER_OPTIONS = (
+    "namesrv", "topic", "group", "startingOffsets", "startingOffsetsByTimestamp",
+    "failOnDataLoss", "includeHeaders", "subExpression", "expressionType", "pullBatchSize",
+    "rowsPerBatch", "maxRowsPerPartition", "maxPartitions",
+)
+STREAM_READER_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+BATCH_READER_OPTIONS = ("endingOffsets", "endingOffsetsByTimestamp")
+WRITER_OPTIONS = ("namesrv", "topic", "producerGroup", "sendBatchSize")
+BATCH_WRITER_OPTIONS = ("queryId", "batchId")
+# What DataStreamWriter puts among a sink's options itself (from .option(), .queryName()).
+SPARK_STREAM_WRITER_OPTIONS = ("checkpointLocation", "queryName")
+
+
+def check_names(options: Mapping[str, str], valid: tuple[str, ...], kind: str,
+                elsewhere: Mapping[str, str] | None = None) -> None:
+    """Refuse a key that is not in `valid` (case-insensitively). `elsewhere` maps names of the
+    other mode (batch or streaming) to why they do not apply here."""
+    lowered = {name.lower(): name for name in valid}
+    for key, value in options.items():
+        low = key.lower()
+        if low in lowered:
+            continue
+        shown = None if value is None else str(value)
+        for name, reason in (elsewhere or {}).items():
+            if name.lower() == low:
+                raise OptionError(name, shown, reason)
+        if low == "path":
+            raise OptionError(key, shown, "ferrymq takes no path (load() and save() without"
+                              " one); name the topic with option('topic', ...)")
+        close = difflib.get_close_matches(low, list(lowered), n=1, cutoff=0.6)
+        raise UnknownOptionError(key, shown, kind, sorted(valid, key=str.lower),
+                                 lowered[close[0]] if close else None)
 
 
 class StartKind(Enum):
@@ -70,6 +109,8 @@ class ReaderOptions:
     tags: frozenset[str] = frozenset()
     sub_expression: str = SUB_ALL
     expression_type: str = TAG  # SQL92: sub_expression is a selector the broker evaluates
+    # Kafka's `headers` column (the properties as array<struct<key, value>>) after the others.
+    include_headers: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +258,12 @@ def parse_position(
 
 
 def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
+    if streaming:
+        check_names(options, READER_OPTIONS + STREAM_READER_OPTIONS, "stream reader",
+                    dict.fromkeys(BATCH_READER_OPTIONS, "is for batch reads only"))
+    else:
+        check_names(options, READER_OPTIONS + BATCH_READER_OPTIONS, "batch reader",
+                    dict.fromkeys(STREAM_READER_OPTIONS, "is for streaming reads only"))
     group = _get(options, "group")
     if group is not None:
         group = group.strip() or None
@@ -234,16 +281,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     if starting.kind is StartKind.GROUP and group is None:
         raise OptionError("startingOffsets", "group", "needs the 'group' option")
     ending = parse_position(options, "ending", StartKind.LATEST, allow_group=False)
-    if streaming and _get(options, "endingOffsets") is not None:
-        raise OptionError(
-            "endingOffsets", _get(options, "endingOffsets"), "is for batch reads only"
-        )
     max_rows = _int(options, "maxOffsetsPerTrigger", None)
     min_rows = _int(options, "minOffsetsPerTrigger", None)
     delay_text = _get(options, "maxTriggerDelay")
-    for name, given in (("minOffsetsPerTrigger", min_rows), ("maxTriggerDelay", delay_text)):
-        if given is not None and not streaming:
-            raise OptionError(name, str(given), "is for streaming reads only")
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
         raise OptionError(
             "minOffsetsPerTrigger",
@@ -271,10 +311,25 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         tags=tags,
         sub_expression=expression,
         expression_type=expression_type,
+        include_headers=include_headers(options),
     )
 
 
-def writer_options(options: Mapping[str, str]) -> WriterOptions:
+def include_headers(options: Mapping[str, str]) -> bool:
+    """What the source's schema depends on. Spark asks for the schema at load(), before it
+    knows whether the read is a stream: names no reader takes are refused here already."""
+    check_names(options, READER_OPTIONS + STREAM_READER_OPTIONS + BATCH_READER_OPTIONS,
+                "reader")
+    return _bool(options, "includeHeaders", False)
+
+
+def writer_options(options: Mapping[str, str], *, streaming: bool = False) -> WriterOptions:
+    if streaming:
+        check_names(options, WRITER_OPTIONS + SPARK_STREAM_WRITER_OPTIONS, "stream writer",
+                    dict.fromkeys(BATCH_WRITER_OPTIONS, "is for batch writes only (a stream's"
+                                  " UNIQ_KEYs derive from its query id and batch id)"))
+    else:
+        check_names(options, WRITER_OPTIONS + BATCH_WRITER_OPTIONS, "batch writer")
     topic = _get(options, "topic")
     if topic is not None:
         topic = topic.strip() or None

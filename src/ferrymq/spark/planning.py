@@ -63,6 +63,7 @@ def plan_ranges(
                     expression=options.sub_expression,
                     tags=options.tags,
                     expression_type=options.expression_type,
+                    include_headers=options.include_headers,
                 )
             )
     return ranges

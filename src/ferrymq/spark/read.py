@@ -29,6 +29,7 @@ from .decode import decode_to_batch
 from .errors import DataLossError
 from .offsets import QueueKey
 from .puller import BrokerPuller, close_connections
+from .schema import with_headers
 
 log = logging.getLogger("ferrymq.spark")
 
@@ -57,6 +58,7 @@ class QueueRange(InputPartition):  # type: ignore[misc]
     expression: str = "*"
     tags: frozenset[str] = frozenset()
     expression_type: str = "TAG"
+    include_headers: bool = False  # add Kafka's `headers` column (schema.with_headers)
 
     @property
     def filtered(self) -> bool:
@@ -165,6 +167,11 @@ def _read(part: QueueRange, admin: Puller) -> Iterator[pa.RecordBatch]:
 
 
 def _decode(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
+    batch = _decode_rows(items, part)
+    return with_headers(batch) if part.include_headers else batch
+
+
+def _decode_rows(items: list[_Item], part: QueueRange) -> pa.RecordBatch:
     if part.filtered:
         return _decode_filtered(items, part)
     batch = decode_to_batch([item[0] for item in items], part.key.broker)
@@ -243,7 +250,7 @@ def _take(
     if res.status is PullStatus.FOUND:
         count = min(res.next_begin_offset, slice_end) - offset
         if count <= 0:
-            raise DataLossError(str(part.key), offset, res.min_offset, "empty found answer")
+            raise _loss(part, offset, res.min_offset, "empty found answer")
         return (res.body, offset, offset + count), offset + count
     if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > offset:
         return None, min(res.next_begin_offset, slice_end)  # filtered out by the broker
@@ -251,15 +258,19 @@ def _take(
     first = res.min_offset
     if offset < first:
         if part.fail_on_data_loss:
-            raise DataLossError(str(part.key), offset, first)
-        log.warning("data loss on %s: skipping offsets %d..%d", part.key, offset, first - 1)
+            raise _loss(part, offset, first)
+        log.warning("data loss on %s: offsets %d..%d were removed by retention; continuing"
+                    " from %d (failOnDataLoss=false)", part.key, offset, first - 1, first)
         return None, first
     if part.fail_on_data_loss:
-        raise DataLossError(
-            str(part.key),
-            offset,
-            first,
+        raise _loss(
+            part, offset, first,
             f"the queue ends at {res.max_offset}, the batch was planned up to {part.end}",
         )
     log.warning("data loss on %s: offsets %d..%d are gone", part.key, offset, part.end - 1)
     return None, part.end
+
+
+def _loss(part: QueueRange, wanted: int, first: int, detail: str = "") -> DataLossError:
+    key = part.key
+    return DataLossError(key.topic, key.broker, key.queue_id, wanted, first, detail)

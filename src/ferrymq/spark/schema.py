@@ -16,6 +16,10 @@ Spark expects from `read()`.
 | store_timestamp | timestamp           | when the broker stored it                                |
 | reconsume_times | int                 | delivery attempts so far (retry and DLQ topics)          |
 
+With the option includeHeaders=true, a last column `headers`, Kafka's
+array<struct<key:string,value:binary>>: the same properties in Kafka's header shape (values
+UTF-8 encoded), null for a message without any.
+
 Spark checks a yielded RecordBatch's schema for equality with
 `to_arrow_schema(schema, timezone="UTC")`, so ARROW_SCHEMA is written to be that, field
 nullability and map entry names included (a unit test holds the two equal)."""
@@ -23,7 +27,9 @@ nullability and map entry names included (a unit test holds the two equal)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -85,6 +91,43 @@ ARROW_SCHEMA = pa.schema(
         pa.field("reconsume_times", pa.int32(), False),
     ]
 )
+
+# Kafka's `headers` column (includeHeaders=true), last as in Kafka's source; Kafka gives null,
+# not an empty array, for a record without headers.
+HEADER = StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)])
+HEADERS_FIELD = StructField("headers", ArrayType(HEADER, True), True)
+ARROW_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+ARROW_HEADERS_FIELD = pa.field("headers", pa.list_(pa.field("element", ARROW_HEADER)), True)
+SPARK_SCHEMA_WITH_HEADERS = StructType([*SPARK_SCHEMA.fields, HEADERS_FIELD])
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(ARROW_HEADERS_FIELD)
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    return SPARK_SCHEMA_WITH_HEADERS if include_headers else SPARK_SCHEMA
+
+
+def with_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` (ARROW_SCHEMA) with the `headers` column built from `properties`: the map's
+    entries become the list's elements, sharing its offsets and key strings."""
+    props = batch.column(COLUMNS.index("properties"))
+    assert isinstance(props, pa.MapArray)
+    offsets = props.offsets  # into the unsliced keys and items, as a slice's are
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first:  # a mask cannot go with offsets that do not start at 0 (Arrow refuses)
+        offsets = pc.subtract(offsets, pa.scalar(first, pa.int32()))
+    entries = pa.StructArray.from_arrays(
+        [props.keys.slice(first, last - first),
+         props.items.slice(first, last - first).cast(pa.binary())],
+        fields=list(ARROW_HEADER),
+    )
+    empty = pc.equal(offsets[1:], offsets[:-1])
+    headers = pa.ListArray.from_arrays(
+        offsets, entries, type=ARROW_HEADERS_FIELD.type, mask=empty
+    )
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, headers], schema=ARROW_SCHEMA_WITH_HEADERS
+    )
+
 
 # What the writer accepts: `body` is required (binary or string); the rest are optional.
 WRITER_REQUIRED = ("body",)

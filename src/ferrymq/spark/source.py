@@ -15,8 +15,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .batch import FerryMQBatchReader
-from .options import reader_options, writer_options
-from .schema import SPARK_SCHEMA
+from .errors import SaveModeError
+from .options import include_headers, reader_options, writer_options
+from .schema import spark_schema
 from .stream import FerryMQStreamReader
 from .writer import FerryMQBatchWriter, FerryMQStreamWriter, check_schema
 
@@ -31,7 +32,7 @@ class FerryMQDataSource(DataSource):  # type: ignore[misc]
         return NAME
 
     def schema(self) -> StructType:
-        return SPARK_SCHEMA
+        return spark_schema(include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FerryMQBatchReader(reader_options(self.options, streaming=False))
@@ -40,11 +41,17 @@ class FerryMQDataSource(DataSource):  # type: ignore[misc]
         return FerryMQStreamReader(reader_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # Spark itself refuses the modes "ignore" and "errorifexists" (the default) before it
+        # asks a Python data source for a writer: only "append" and "overwrite" come here.
+        if overwrite:
+            raise SaveModeError("overwrite")
         options = writer_options(self.options)
         check_schema(schema, options)
         return FerryMQBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = writer_options(self.options)
+        # `overwrite` is the complete output mode: each micro-batch's rows are sent, as Kafka's
+        # sink does; a topic has nothing to truncate.
+        options = writer_options(self.options, streaming=True)
         check_schema(schema, options)
         return FerryMQStreamWriter(options)
