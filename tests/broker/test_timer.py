@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import shutil
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,47 @@ async def test_a_broker_without_the_wheel_stores_messages_that_only_mention_time
         await wire.close()
         await broker.stop()
         await namesrv.stop()
+
+
+async def test_a_timer_linked_through_a_wrong_queue_entry_is_delivered(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """The timer queue's entry names the wrong size when the timer links it (its files went
+    back to before the send): the read rebuilds the entry from the commit log, and the link
+    names the record read, so the timer is delivered at its time."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.stop()
+    nodes.remove(node)
+    saved = tmp_path / "timer-files"
+    for name in ("timerwheel", "timerlog", "config/timercheck"):
+        src = store / name
+        (saved / name).parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, saved / name)
+        elif src.exists():
+            shutil.copy2(src, saved / name)
+    node = await _node(nodes, store, clock)
+    await node.send("t", b"later", _props("W1", TIMER_DELIVER_MS=T0 + 1_000))
+    await node.stop()
+    nodes.remove(node)
+    for name in ("timerwheel", "timerlog", "config/timercheck"):  # the timer forgets the link
+        dst = store / name
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        if (saved / name).is_dir():
+            shutil.copytree(saved / name, dst)
+        elif (saved / name).exists():
+            shutil.copy2(saved / name, dst)
+    (entry_file,) = (store / "consumequeue" / TIMER_TOPIC / "0").iterdir()
+    raw = bytearray(entry_file.read_bytes())
+    phys, size = struct.unpack_from(">qi", raw, 0)
+    struct.pack_into(">i", raw, 8, size + 8)  # the entry's size is wrong
+    entry_file.write_bytes(bytes(raw))
+    again = await _node(nodes, store, clock)
+    await eventually(lambda: again.timer.pending() == 1, what="the timer linked again")
+    await again.advance_to(T0 + 1_000)
+    (msg,) = await eventually(lambda: again.pull("t"), what="the delivery")
+    assert msg.msg_id == "W1" and msg.body == b"later"
+    assert struct.unpack_from(">qi", entry_file.read_bytes(), 0) == (phys, size)  # rebuilt

@@ -278,6 +278,9 @@ class TimerService:
         if not entries:
             return False
         done = 0
+        # A link names the record read, not the entry: an entry found wrong is rebuilt from the
+        # log by the read, and the record returned is the one the queue holds (its position is
+        # checked against its PHYSICALOFFSET).
         for qe in entries:
             raw = store.reads.read_queue_record(TIMER_TOPIC, TIMER_QUEUE_ID, qe)
             msg = _decode(raw, qe.phys_offset)
@@ -290,7 +293,7 @@ class TimerService:
                     # The slot being delivered is read already: this one waits its turn here.
                     self._hold_until = deliver
                     break
-                elif state.link(deliver, qe.phys_offset, qe.size):
+                elif state.link(deliver, msg.commit_log_offset, msg.store_size):
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
             done += 1
@@ -311,7 +314,8 @@ class TimerService:
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
                 # Already due when the master linked it: the master delivered it then.
-                if deliver >= state.read_time_ms and state.link(deliver, qe.phys_offset, qe.size):
+                if deliver >= state.read_time_ms and state.link(deliver, msg.commit_log_offset,
+                                                                msg.store_size):
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
         return bool(entries)
