@@ -398,3 +398,28 @@ async def test_a_timer_message_damaged_at_rest_is_not_delivered_altered(
     assert [m.body for m in await node.pull("t")] == []
     assert node.broker is not None and node.broker.store is not None
     assert node.broker.store.damaged_records() != []
+
+
+async def test_a_sync_counts_deliveries_only_once_their_copies_are_on_disk(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """ASYNC_FLUSH with a commit log flushed rarely: the checkpoint that counts K as delivered
+    reaches the disk only after K's copy in its real topic does (the commit log is flushed for
+    it). Written first, a power loss kept the count and lost the copy: K was never delivered."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock, flush_interval_commitlog_ms=600_000, **SLOW)
+    await node.wire.create_topic("t", 1)  # type: ignore[union-attr]
+    await node.send("t", b"k", _props("K", TIMER_DELIVER_MS=T0 + 1_000))
+    await eventually(lambda: node.timer.pending() == 1, what="K linked")
+    await node.advance_to(T0 + 1_000)
+    await eventually(lambda: _count(node, "t", 1), what="K delivered")
+    assert node.broker is not None and node.broker.store is not None
+    delivered_to = node.broker.store.max_phy_offset
+    on_disk = checkpoint_path(store).read_bytes()
+    node.timer._last_flush = float("-inf")  # the next turn syncs
+    node.timer.poke()
+    await eventually(lambda: checkpoint_path(store).read_bytes() != on_disk,
+                     what="the periodic sync")
+    cp = newest_checkpoint(checkpoint_path(store).read_bytes())
+    assert cp is not None and cp.read_time_ms > T0 + 1_000  # K counted as delivered
+    assert node.broker.store.flushed_offset >= delivered_to

@@ -510,6 +510,11 @@ class MessageStore:
     def flushed_offset(self) -> int:
         return self.commitlog.flushed
 
+    def wait_flushed(self, offset: int, timeout_s: float) -> bool:
+        """Block until the commit log is on disk up to `offset` (the flush thread is woken
+        for it, whatever the flush mode); False when it is not within `timeout_s`."""
+        return self._flusher.wait_flushed(offset, timeout_s)
+
     @property
     def root(self) -> Path:
         return self._root

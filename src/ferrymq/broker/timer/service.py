@@ -60,6 +60,7 @@ class TimerService:
         self._sweep_end = 0
         self._last_flush = 0.0
         self._retry_at = 0
+        self._stored_to = 0  # the commit log's end after the last delivery
         self.delivered = 0
         self.rolled = 0
         # Set on a slave: the master's (read time, enqueue offset) as last copied, or None
@@ -109,6 +110,8 @@ class TimerService:
         state, self.state = self.state, None
         if state is not None:
             try:
+                if not await self._deliveries_on_disk():
+                    raise OSError("the commit log was not flushed past the deliveries")
                 state.close()
             except OSError as exc:  # the broker's stop goes on (the next start recovers)
                 log.error("timer files could not be closed cleanly: %s", exc)
@@ -163,8 +166,9 @@ class TimerService:
             if time.monotonic() - self._last_flush >= self.flush_interval_ms / 1000:
                 self._last_flush = time.monotonic()
                 try:
-                    await asyncio.to_thread(state.sync)
-                    state.drop_expired()
+                    if await self._deliveries_on_disk():
+                        await asyncio.to_thread(state.sync)
+                        state.drop_expired()
                 except OSError as exc:  # the next flush interval tries again
                     log.error("timer files could not be synced: %s; retrying", exc)
             if progressed or self._stopping:
@@ -342,6 +346,16 @@ class TimerService:
                     out.append(restored)
         return await self._put(out)
 
+    async def _deliveries_on_disk(self) -> bool:
+        """Wait until the commit log holds every delivery made so far on disk. A checkpoint
+        counts deliveries as done: written before their copies were flushed (ASYNC_FLUSH), a
+        power loss kept the count and lost the copies, and those timers were never delivered."""
+        store = self.broker.store
+        if store is None or store.flushed_offset >= self._stored_to:
+            return True
+        return await asyncio.to_thread(store.wait_flushed, self._stored_to,
+                                       self.flush_interval_ms / 1000)
+
     async def _put(self, msgs: Sequence[StoreMessage | None]) -> bool:
         batch = [m for m in msgs if m is not None]
         if not batch:
@@ -353,6 +367,7 @@ class TimerService:
             self._retry_at = self.now_ms() + RETRY_MS
             return False
         self.delivered += len(batch)
+        self._stored_to = max(self._stored_to, result.end_offset)
         return True
 
 
