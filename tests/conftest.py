@@ -47,8 +47,23 @@ def start_standalone(store_dir: Path, *extra: str, namesrv_port: int = 0, broker
 
 
 @pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[Standalone]:
+def standalone(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Standalone]:
+    """A server of the test's own; for a test marked `shared_standalone` (and not
+    `own_standalone`), its module's one server."""
+    marks = {m.name for m in request.node.iter_markers()}
+    if "shared_standalone" in marks and "own_standalone" not in marks:
+        yield request.getfixturevalue("_module_standalone")
+        return
     server = start_standalone(tmp_path / "store")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def _module_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    server = start_standalone(tmp_path_factory.mktemp("shared") / "store")
     try:
         yield server
     finally:

@@ -4,6 +4,7 @@ gets a clear error or only its own connection is closed, and nothing stored is l
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -17,6 +18,9 @@ from ferrymq.common.record import decode_records
 from ferrymq.remoting import RemotingCommand, decode_frame, encode_frame
 from waits import eventually
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 @pytest.fixture
 async def wire(standalone: Standalone) -> AsyncIterator[Wire]:
@@ -26,25 +30,30 @@ async def wire(standalone: Standalone) -> AsyncIterator[Wire]:
     await w.close()
 
 
+_STEADY_TOPICS = (f"steady-{i}" for i in itertools.count())
+
+
 class Steady:
-    """A well-behaved client sending and pulling the whole time."""
+    """A well-behaved client sending and pulling the whole time, on a topic of its own."""
 
     def __init__(self, wire: Wire) -> None:
         self.wire = wire
+        self.topic = next(_STEADY_TOPICS)
         self.sent: list[bytes] = []
         self.stop = asyncio.Event()
         self.errors: list[str] = []
 
     async def run(self) -> None:
+        await self.wire.create_topic(self.topic, 1)
         i = 0
         while not self.stop.is_set():
             body = b"steady-%06d" % i
-            resp = await self.wire.send("steady", body)
+            resp = await self.wire.send(self.topic, body)
             if resp.code == ResponseCode.SUCCESS:
                 self.sent.append(body)
             else:
                 self.errors.append(f"send: {resp.code} {resp.remark}")
-            pulled = await self.wire.pull("steady", 0, max(0, len(self.sent) - 1))
+            pulled = await self.wire.pull(self.topic, 0, max(0, len(self.sent) - 1))
             if pulled.code != ResponseCode.SUCCESS:
                 self.errors.append(f"pull: {pulled.code} {pulled.remark}")
             i += 1
@@ -63,7 +72,7 @@ async def _steady_around(wire: Wire, attack) -> Steady:  # type: ignore[no-untyp
         steady.stop.set()
         await task
     assert steady.errors == [] and len(steady.sent) > 0
-    stored = await wire.pull_all("steady", 0)
+    stored = await wire.pull_all(steady.topic, 0)
     assert [m.body for m in stored] == steady.sent  # nothing stored was lost or reordered
     return steady
 

@@ -17,6 +17,9 @@ from ferrymq.common.ids import decode_offset_msg_id
 from ferrymq.common.record import decode_records
 from waits import eventually
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 @pytest.fixture
 async def wire(standalone: Standalone) -> AsyncIterator[Wire]:

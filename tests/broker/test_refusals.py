@@ -20,6 +20,9 @@ from ferrymq.common.message import MessageBatchItem
 from ferrymq.common.props import properties_to_string
 from ferrymq.common.record import encode_batch
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 @pytest.fixture
 async def wire(standalone: Standalone) -> AsyncIterator[Wire]:
@@ -70,6 +73,7 @@ HALF_FORMS = [
 ]
 
 
+@pytest.mark.own_standalone  # it counts the half topic's messages from zero
 @pytest.mark.parametrize("code", [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
 @pytest.mark.parametrize(("props", "sys_flag"), HALF_FORMS)
 async def test_half_messages_are_kept_out_of_their_topic(
@@ -85,6 +89,7 @@ async def test_half_messages_are_kept_out_of_their_topic(
     assert await _max_offset(wire, "RMQ_SYS_TRANS_HALF_TOPIC") == 1
 
 
+@pytest.mark.own_standalone  # it counts its topic's messages from zero
 @pytest.mark.parametrize(("props", "sys_flag"), HALF_FORMS)
 async def test_half_messages_in_a_batch_are_refused_and_not_stored(
         wire: Wire, props: dict[str, str], sys_flag: int) -> None:

@@ -4,6 +4,7 @@ pulls carry only the messages whose properties match, and move past the others."
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from conftest import Standalone, start_standalone
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.record import decode_records
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 
 @pytest.fixture
@@ -82,7 +86,7 @@ async def _pull_filtered(wire: Wire, topic: str, expression: str, *, max_nums: i
     ("region <> 'EU'", lambda i, r, t: r == "US"),  # a missing region is NULL, not 'not EU'
 ])
 async def test_a_pull_carries_exactly_the_matching_messages(wire: Wire, expression: str, wanted: object) -> None:
-    topic, n = "sql-orders", 60
+    topic, n = f"sql-orders-{zlib.crc32(expression.encode())}", 60  # a topic per expression
     await wire.create_topic(topic, queues=1)
     await _send_orders(wire, topic, n)
     bodies, _, end = await _pull_filtered(wire, topic, expression)

@@ -9,10 +9,14 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from cli_util import ferrymq, json_out
 
 from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 
 def test_topic_send_consume_and_progress_print_the_documented_json(standalone: Any) -> None:

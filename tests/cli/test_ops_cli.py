@@ -14,6 +14,9 @@ from ferrymq import ConsumeFromWhere, ConsumeStatus, PushConsumer, __version__
 from ferrymq.common.ids import decode_uniq_id
 from waits import wait_until
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 def test_version() -> None:
     import subprocess
@@ -104,6 +107,7 @@ def test_errors_name_the_operation_and_code_on_one_line_and_json_keeps_the_exit_
     assert missing["type"] == "NoRouteError" and "no route" in missing["message"]
 
 
+@pytest.mark.own_standalone  # it reads the broker's message counters
 def test_cluster_list_and_broker_status(standalone: Any) -> None:
     ferrymq(standalone, "topic", "create", "ops-stat", "--queues", "1")
     for i in range(3):
@@ -215,6 +219,7 @@ def test_reset_offset_refuses_a_group_that_does_not_exist(standalone: Any) -> No
     assert [o["offset"] for o in reset["offsets"]] == [0]
 
 
+@pytest.mark.own_standalone  # it changes the broker's configuration
 def test_broker_config_get_and_runtime_update(standalone: Any) -> None:
     config = json_out(standalone, "broker", "config", "get", "broker-a")
     assert config["brokerName"] == "broker-a" and config["autoCreateTopicEnable"] == "true"

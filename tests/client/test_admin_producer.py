@@ -15,6 +15,9 @@ from ferrymq.common.message import MessageQueue
 from ferrymq.common.record import SYSFLAG_COMPRESSED
 from waits import wait_until
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 def test_admin_reads_routes_offsets_and_single_pulls(standalone: Any) -> None:
     with (

@@ -19,6 +19,9 @@ from ferrymq.client.results import SendResult
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.message import BatchEntry, MessageBatchItem, MessageQueue
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 def test_a_burst_of_sends_shares_requests_and_each_result_is_its_own(standalone: Any) -> None:
     with AdminClient(standalone.namesrv) as admin:

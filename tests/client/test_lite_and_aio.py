@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import (
@@ -19,6 +20,9 @@ from ferrymq import (
 )
 from ferrymq.common.message import MessageQueue
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 
 def _fill(namesrv: str, topic: str, per_queue: int, queues: int) -> None:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import (
@@ -23,6 +24,9 @@ from ferrymq import (
     PushConsumer,
 )
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 HERE = Path(__file__).parent
 

@@ -22,6 +22,9 @@ from ferrymq.client.errors import (
 )
 from ferrymq.client.producer_async import AsyncProducer
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 def test_sending_after_shutdown_says_the_producer_is_shut_down(standalone: Any) -> None:
     producer = Producer("closed-p", standalone.namesrv, **FAST_PRODUCER).start()

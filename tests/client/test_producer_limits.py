@@ -25,6 +25,9 @@ from ferrymq.client.producer_async import AsyncProducer
 from ferrymq.common import props as P
 from ferrymq.common.record import record_size
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 
 async def test_concurrent_first_sends_share_one_route_lookup(standalone: Any) -> None:
     with AdminClient(standalone.namesrv) as admin:

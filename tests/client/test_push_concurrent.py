@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder, single_queue
 
 from conftest import start_standalone
@@ -25,6 +26,9 @@ from ferrymq.common import props as P
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 
 def _send_n(
@@ -95,6 +99,7 @@ def test_partial_batch_ack_index_sends_back_only_the_messages_after_it(standalon
     admin.close()
 
 
+@pytest.mark.own_standalone  # it stops and restarts the server
 def test_failed_send_back_is_kept_and_consumed_again_locally(standalone: Any) -> None:
     """The broker is gone when the listener fails: the send-back fails, the message stays in
     the client and is consumed again after local_retry_delay with reconsume_times + 1."""
@@ -202,6 +207,7 @@ def _dlq_size(admin: AdminClient, mq: MessageQueue) -> int:
         return 0
 
 
+@pytest.mark.own_standalone  # it changes the broker's configuration
 def test_new_groups_start_from_first_last_or_timestamp(standalone: Any) -> None:
     admin = AdminClient(standalone.namesrv)
     # An old queue (its first record no longer "in memory"): on a young one the broker starts

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from ferrymq import (
@@ -26,6 +27,9 @@ from ferrymq.common import props as P
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import dlq_topic, retry_topic
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 
 def test_broadcasting_gives_every_member_everything_and_resumes_from_its_file(

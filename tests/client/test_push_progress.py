@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from scenario_util import FAST_CONSUMER, FAST_PRODUCER, Recorder
 
 from conftest import start_standalone
@@ -21,6 +22,9 @@ from ferrymq import (
     PushConsumer,
 )
 from waits import wait_until
+
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
 
 HERE = Path(__file__).parent
 

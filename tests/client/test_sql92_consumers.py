@@ -23,6 +23,9 @@ from ferrymq import (
 )
 from waits import wait_until
 
+# The tests here each use their own topics and groups: one server serves the module.
+pytestmark = pytest.mark.shared_standalone
+
 SELECTOR = "region = 'EU' AND amount BETWEEN 10 AND 40 OR TAGS = 'vip'"
 
 

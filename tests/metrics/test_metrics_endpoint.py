@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,9 +59,11 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return found[0] if found else 0.0
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Any]:
-    s = start_standalone(tmp_path / "store", "--metrics-port", "0")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One server for the module: the tests use their own topics and groups, and compare
+    broker-wide figures as differences."""
+    s = start_standalone(tmp_path_factory.mktemp("metrics") / "store", "--metrics-port", "0")
     try:
         yield s
     finally:

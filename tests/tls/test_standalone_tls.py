@@ -28,9 +28,11 @@ def tls_flags(certs: TlsFiles, mode: str) -> tuple[str, ...]:
             "--tls-ca", str(certs.ca))
 
 
-@pytest.fixture
-def enforcing(tmp_path: Path, certs: TlsFiles) -> Iterator[Standalone]:
-    server = start_standalone(tmp_path / "store", *tls_flags(certs, "enforcing"), "--grpc-port", "-1")
+@pytest.fixture(scope="module")
+def enforcing(tmp_path_factory: pytest.TempPathFactory, certs: TlsFiles) -> Iterator[Standalone]:
+    """One enforcing server for the tests that use it: each uses its own topics."""
+    server = start_standalone(tmp_path_factory.mktemp("enforcing") / "store", *tls_flags(certs, "enforcing"),
+                              "--grpc-port", "-1")
     try:
         yield server
     finally:
