@@ -7,7 +7,10 @@ committed, rolled back and recovered by the broker's check."""
 from __future__ import annotations
 
 import itertools
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from compat_util import Clients, py5_python_or_skip, run_producer, serve, wait_group_started
@@ -152,3 +155,37 @@ def test_transactions_commit_rollback_and_the_broker_check(clients: Clients, adm
         [s["messageId"] for s in producer.of("sent") if s["body"] == "msg-2"]
     consumer.stop()
     producer.stop()
+
+
+def _readme_grpc_example() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### RocketMQ 5 SDKs (gRPC)", 1)[1]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found, "the README's RocketMQ 5 example"
+    return found.group(1)
+
+
+def test_the_readme_example_receives_what_was_sent_before_the_group_started(
+        admin: AdminClient, server: Standalone) -> None:
+    """The README's RocketMQ 5 example as written: a producer sends, then a SimpleConsumer of a
+    group new to the topic receives it (a young queue starts at 0, as RocketMQ 5's broker does)."""
+    admin.create_topic("orders", 4)
+    code = _readme_grpc_example()
+    assert "127.0.0.1:8081" in code
+    code = code.replace("127.0.0.1:8081", server.grpc)
+    code += "print('RECEIVED', m.body.decode())\nproducer.shutdown()\nconsumer.shutdown()\n"
+    run = subprocess.run([py5_python_or_skip(), "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert 'RECEIVED {"id": 1}' in run.stdout.splitlines()
+    progress = admin.group_progress("audit")
+    assert sum(p.lag for p in progress) == 0 and progress
+
+
+def test_a_new_push_consumer_group_receives_what_was_sent_before_it_started(
+        clients: Clients, admin: AdminClient) -> None:
+    topic, group, n = "pop-push-late", "pop-push-late-g", 6
+    admin.create_topic(topic, 2)
+    sent = run_producer(clients.sdk5("produce", topic=topic, count=n), n, 60)
+    consumer = clients.sdk5("push", topic=topic, group=group, expect=n)
+    assert consumer.wait_exit(60) == 0, consumer.diag()
+    assert sorted(e["body"] for e in consumer.of("received")) == sorted(s["body"] for s in sent)

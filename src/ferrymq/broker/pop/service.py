@@ -5,8 +5,10 @@ onto the same three calls).
 State per (group, topic, queue) is a QueuePop (state.py). What must survive a crash goes
 through the offset manager: the committed offset (the lowest offset not acknowledged, so
 `ferrymq group progress` shows the lag) and the acknowledged ranges above it, journaled and
-fsynced before an acknowledgement is answered. Leases (who holds what until when) live in
-memory only: after a restart every message handed out and not acknowledged is visible again.
+fsynced before an acknowledgement is answered. Leases (who holds what until when) are
+checkpointed in the revive log before a pop or a change of invisible time is answered
+(revive.py) and restored at start: after a restart a message handed out and not acknowledged
+is visible again only once its invisible time has passed.
 
 A lease that expires is handed out again with its reconsume count one higher; once that count
 would pass the broker's max_reconsume_times the message is copied to %DLQ%<group> and
@@ -31,8 +33,10 @@ from ..clients import Subscription
 from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..filters import record_filter
+from ..init_offset import young_queue_start
 from .records import reconsume_times, with_reconsume_times
-from .state import AckOutcome, ChangeOutcome, QueuePop
+from .revive import REVIVE_GROUP, REVIVE_QUEUE, Checkpoint, replay, revive_topic, write_checkpoints
+from .state import AckOutcome, ChangeOutcome, Lease, QueuePop
 
 log = logging.getLogger("ferrymq.broker.pop")
 
@@ -44,6 +48,7 @@ MAX_POP_BYTES = 4 << 20  # a response stops growing past this (it always carries
 # fails the message is handed out again afterwards.
 DLQ_HOLD_MS = 30_000
 MAX_WAIT_SLICE = 1.0  # a held pop looks again at least this often (leases expiring)
+REVIVE_COMMIT_S = 1.0  # the revive offset is committed at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,8 @@ class PopService:
         self._states: dict[tuple[str, str, int], QueuePop] = {}
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
         self._listening = False
+        self._recovered = False
+        self._revive_committed_at = float("-inf")  # loop time of the last revive commit
 
     # --- state -----------------------------------------------------------------------------------
     def _max_inflight(self) -> int:
@@ -172,10 +179,15 @@ class PopService:
         if progress is None or progress.offset < 0:
             store = self.broker.store
             assert store is not None
-            use_min = init_mode == INIT_MIN or is_retry_topic(topic)
             reads = store.reads
-            start = (reads.get_min_offset(topic, queue_id) if use_min
-                     else reads.get_max_offset(topic, queue_id))
+            if init_mode == INIT_MIN or is_retry_topic(topic):
+                start = reads.get_min_offset(topic, queue_id)
+            else:
+                # MAX: a young queue still starts at 0, as RocketMQ's getInitOffset with
+                # initPopOffsetByCheckMsgInMem (a group created after the first sends gets them).
+                young = young_queue_start(store, topic, queue_id,
+                                          self.broker.config.access_message_in_memory_max_ratio)
+                start = reads.get_max_offset(topic, queue_id) if young is None else young
             seq = offsets.commit(group, topic, queue_id, start, self.broker.now_ms())
             state = self._states[key] = QueuePop(start, [], self._max_inflight())
             return state, seq
@@ -190,6 +202,62 @@ class PopService:
     def inflight(self, group: str, topic: str, queue_id: int) -> int:
         state = self._states.get((group, topic, queue_id))
         return 0 if state is None else len(state.leases)
+
+    def _recover(self) -> None:
+        """Once, before the first request is served: the leases of the revive log, from the
+        revive group's committed offset on, into the states of their queues."""
+        store = self.broker.store
+        if self._recovered or store is None:
+            return
+        self._recovered = True
+        cluster = self.broker.config.broker_cluster_name
+        start = self.broker.offsets.query(REVIVE_GROUP, revive_topic(cluster), REVIVE_QUEUE)
+        restored = 0
+        for (group, topic, qid), leases in replay(store, cluster, max(0, start)).items():
+            progress = self.broker.offsets.progress(group, topic, qid)
+            if progress is None or progress.offset < 0:
+                continue
+            key = (group, topic, qid)
+            state = self._states.get(key)
+            if state is None or state.committed != progress.offset:
+                state = self._states[key] = QueuePop(progress.offset, list(progress.acked),
+                                                     self._max_inflight())
+            restored += sum(state.restore(lease) for lease in leases.values())
+        if restored:
+            log.info("pop: %d leases restored from the revive log", restored)
+
+    async def _checkpoint(self, group: str, topic: str,
+                          leases: dict[int, list[Lease]]) -> None:
+        """Checkpoint the leases (by queue) before the request is answered, then commit the
+        revive offset (at most every REVIVE_COMMIT_S)."""
+        items: list[tuple[Checkpoint, list[Lease]]] = []
+        for qid, group_leases in leases.items():
+            # A pop gives one pop time and deadline to all it hands out on a queue.
+            first = group_leases[0]
+            items.append((Checkpoint(group, topic, qid, first.pop_time, first.deadline,
+                                     tuple((le.offset, le.attempts) for le in group_leases)),
+                          group_leases))
+        await write_checkpoints(self.broker, items)
+        loop_now = asyncio.get_running_loop().time()
+        if loop_now - self._revive_committed_at >= REVIVE_COMMIT_S:
+            self._revive_committed_at = loop_now
+            self._commit_revive_offset()
+
+    def _commit_revive_offset(self) -> None:
+        """The lowest revive-log offset a live lease was checkpointed at (the log's end with
+        none): a restart replays from there."""
+        store = self.broker.store
+        if store is None:
+            return
+        topic = revive_topic(self.broker.config.broker_cluster_name)
+        now = self.broker.now_ms()
+        low = store.reads.get_max_offset(topic, REVIVE_QUEUE)
+        for state in self._states.values():
+            for lease in state.leases.values():
+                if lease.deadline > now and 0 <= lease.ck < low:
+                    low = lease.ck
+        if low > self.broker.offsets.query(REVIVE_GROUP, topic, REVIVE_QUEUE):
+            self.broker.offsets.commit(REVIVE_GROUP, topic, REVIVE_QUEUE, low, now)
 
     def _listen(self) -> None:
         if not self._listening and self.broker.store is not None:
@@ -212,6 +280,7 @@ class PopService:
         if invisible_ms <= 0:
             raise PopRefused(f"invisibleTime {invisible_ms} must be > 0")
         max_nums = max(1, min(max_nums, MAX_POP_BATCH))
+        self._recover()
         self._listen()
         loop = asyncio.get_running_loop()
         end = loop.time() + max(0, poll_ms) / 1000
@@ -265,6 +334,13 @@ class PopService:
             if await self._dead_letter(group, topic, dead):
                 dead.state.ack(dead.offset)
                 seqs.append(self._commit(group, topic, dead.queue_id, dead.state))
+        if rnd.messages:
+            by_queue: dict[int, list[Lease]] = defaultdict(list)
+            for m in rnd.messages:
+                lease = self._states[(group, topic, m.queue_id)].leases.get(m.queue_offset)
+                if lease is not None:
+                    by_queue[m.queue_id].append(lease)
+            await self._checkpoint(group, topic, by_queue)
         # A group's start on a queue is durable before it is served: a crash must not move
         # a MAX group past messages it never saw.
         await self.broker.offsets.wait_durable(max(seqs, default=0))
@@ -365,6 +441,7 @@ class PopService:
         message was consumed."""
         if self.broker.offsets.progress(group, topic, queue_id) is None:
             return 0  # the group never popped this queue: nothing to acknowledge
+        self._recover()
         state, seq = self._state(group, topic, queue_id, INIT_MAX)
         done = [o for o in offsets if state.ack(o) is AckOutcome.ACKED]
         acked = len(done)
@@ -382,6 +459,7 @@ class PopService:
                                pop_time: int, invisible_ms: int) -> ChangeResult:
         """A new deadline, now + invisible_ms, for the message handed out at pop_time (its
         receipt handle's); the new handle carries the returned pop_time."""
+        self._recover()
         now = self.broker.now_ms()
         state = self._states.get((group, topic, queue_id))
         progress = self.broker.offsets.progress(group, topic, queue_id)
@@ -389,6 +467,7 @@ class PopService:
             return ChangeResult(ChangeOutcome.NOT_IN_FLIGHT, now, invisible_ms)
         outcome = state.change(offset, pop_time, now, max(0, invisible_ms))
         if outcome is ChangeOutcome.CHANGED:
+            await self._checkpoint(group, topic, {queue_id: [state.leases[offset]]})
             self.waiters.notify(topic)
             if self.broker.events.active:
                 self.broker.events.emit(MessageEvent(
