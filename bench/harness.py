@@ -33,6 +33,7 @@ REGISTRY: list[str] = [
     "metrics_bench",
     "trace_bench",
     "tls_bench",
+    "scale_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")

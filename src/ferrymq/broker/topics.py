@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,16 @@ def check_read_shrink(topic: str, old_read: int, new_read: int,
         raise ReadShrinkRefused(topic, old_read, new_read, tuple(stranded))
 
 
+@dataclass(frozen=True, slots=True)
+class TopicChanges:
+    """The topic table's changes up to `data_version`: changed topics' configs (JSON) and
+    the names of deleted topics."""
+
+    data_version: dict[str, int]
+    changed: dict[str, Any]
+    deleted: list[str]
+
+
 class TopicManager:
     def __init__(self, config_dir: Path, *, default_queue_nums: int = 8,
                  on_change: Callable[[], None] | None = None) -> None:
@@ -111,6 +122,9 @@ class TopicManager:
         self.topics: dict[str, TopicConfig] = {}
         self.default_queue_nums = default_queue_nums
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        # Topic -> the version that last changed it (deleted ones too), oldest first: what
+        # changed since a version is read from the end, in time proportional to the changes.
+        self._touched: OrderedDict[str, int] = OrderedDict()
         self.on_change = on_change
         # When set, a change calls this instead of writing topics.json here (the broker writes
         # coalesced snapshots in a worker thread); without it each change is written at once.
@@ -145,9 +159,12 @@ class TopicManager:
         """Write a snapshot taken by wrapper_json() (safe from a worker thread)."""
         atomic_write(self._path, jsonx.dumps_bytes(snapshot))
 
-    def _changed(self) -> None:
+    def _changed(self, *names: str) -> None:
         self.data_version = {"counter": self.data_version["counter"] + 1,
                              "timestamp": int(time.time() * 1000)}
+        for name in names:
+            self._touched[name] = self.data_version["counter"]
+            self._touched.move_to_end(name)
         if self.on_dirty is not None:
             self.on_dirty()
         else:
@@ -162,31 +179,31 @@ class TopicManager:
         validate_topic(cfg.topic_name)
         with self._lock:
             self.topics[cfg.topic_name] = cfg
-            self._changed()
+            self._changed(cfg.topic_name)
         return cfg
 
     def delete(self, topic: str) -> bool:
         with self._lock:
             if self.topics.pop(topic, None) is None:
                 return False
-            self._changed()
+            self._changed(topic)
             return True
 
     def adopt(self, table: dict[str, Any]) -> int:
         """Make this table the master's (a slave's copy); returns how many topics changed."""
         wanted = {str(name): TopicConfig.from_json(cfg) for name, cfg in table.items()}
-        changed = 0
+        changed: list[str] = []
         with self._lock:
             for name in [n for n in self.topics if n not in wanted]:
                 del self.topics[name]
-                changed += 1
+                changed.append(name)
             for name, cfg in wanted.items():
                 if self.topics.get(name) != cfg:
                     self.topics[name] = cfg
-                    changed += 1
+                    changed.append(name)
             if changed:
-                self._changed()
-        return changed
+                self._changed(*changed)
+        return len(changed)
 
     def create_in_send(self, topic: str, default_topic: str, requested_queue_nums: int) -> TopicConfig | None:
         """Auto-create `topic` from `default_topic` (TBW102) when that topic allows inheriting."""
@@ -200,7 +217,7 @@ class TopicManager:
             nums = max(1, min(requested_queue_nums or self.default_queue_nums, base.write_queue_nums))
             cfg = TopicConfig(topic, nums, nums, base.perm & ~PERM_INHERIT)
             self.topics[topic] = cfg
-            self._changed()
+            self._changed(topic)
             return cfg
 
     def create_group_topic(self, topic: str, queue_nums: int = 1, perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
@@ -211,7 +228,7 @@ class TopicManager:
                 return existing
             cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
             self.topics[topic] = cfg
-            self._changed()
+            self._changed(topic)
             return cfg
 
     def wrapper_json(self) -> dict[str, Any]:
@@ -220,6 +237,22 @@ class TopicManager:
                 "dataVersion": dict(self.data_version),
                 "topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())},
             }
+
+    def changes_since(self, counter: int) -> TopicChanges:
+        """What changed after version `counter` (for an incremental registration): the
+        current configs of the topics changed since, the names of those deleted since."""
+        with self._lock:
+            changed: dict[str, Any] = {}
+            deleted: list[str] = []
+            for name in reversed(self._touched):
+                if self._touched[name] <= counter:
+                    break
+                cfg = self.topics.get(name)
+                if cfg is None:
+                    deleted.append(name)
+                else:
+                    changed[name] = cfg.to_json()
+            return TopicChanges(dict(self.data_version), changed, sorted(deleted))
 
     @staticmethod
     def is_group_topic(topic: str) -> bool:

@@ -51,6 +51,7 @@ class BrokerLive:
     data_version: dict[str, Any]
     ha_server_addr: str
     channel: object | None
+    broker_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ class RouteRegistry:
         self._clock = clock
         self.broker_expire_ms = broker_expire_ms
         self.topic_queues: dict[str, dict[str, QueueData]] = {}
+        # Broker name -> its topics: what a broker's registration or removal touches is found
+        # without scanning every topic.
+        self.broker_topics: dict[str, set[str]] = {}
         self.brokers: dict[str, BrokerData] = {}
         self.clusters: dict[str, set[str]] = {}
         self.live: dict[str, BrokerLive] = {}
@@ -102,17 +106,64 @@ class RouteRegistry:
                 for name, cfg in table.items():
                     self._update_queue_data(broker_name, str(name), cfg)
                 # A topic the master no longer reports has been deleted on that broker.
-                for topic, per_broker in list(self.topic_queues.items()):
-                    if broker_name in per_broker and topic not in table:
-                        del per_broker[broker_name]
-                        if not per_broker:
-                            del self.topic_queues[topic]
-            self.live[broker_addr] = BrokerLive(self._clock(), version, ha_server_addr, channel)
-            master = ""
-            if broker_id != 0:
-                master = bd.broker_addrs.get(0, "")
-            master_live = self.live.get(master) if master else None
-            return RegisterResult(master, master_live.ha_server_addr if master_live else "")
+                for topic in self.broker_topics.get(broker_name, set()) - table.keys():
+                    self._remove_queue_data(broker_name, topic)
+            self.live[broker_addr] = BrokerLive(self._clock(), version, ha_server_addr, channel, broker_id)
+            return self._result(bd, broker_id)
+
+    def register_increment(
+        self,
+        *,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        base_version: dict[str, Any],
+        topic_config: dict[str, Any],
+        deleted: list[str],
+        channel: object | None = None,
+    ) -> RegisterResult | None:
+        """Apply the topics changed since base_version (topic_config holds only those, and the
+        new dataVersion). None, with nothing applied, when this registry does not hold the
+        broker's table as of base_version: the broker must send the whole table."""
+        with self._lock:
+            live = self.live.get(broker_addr)
+            bd = self.brokers.get(broker_name)
+            if (live is None or bd is None or live.broker_id != broker_id
+                    or bd.broker_addrs.get(broker_id) != broker_addr
+                    or not _same_version(live.data_version, base_version)):
+                return None
+            if broker_id == 0:
+                for name, cfg in (topic_config.get("topicConfigTable") or {}).items():
+                    self._update_queue_data(broker_name, str(name), cfg)
+                for topic in deleted:
+                    self._remove_queue_data(broker_name, topic)
+            version = topic_config.get("dataVersion") or {}
+            self.live[broker_addr] = BrokerLive(self._clock(), version, ha_server_addr, channel, broker_id)
+            return self._result(bd, broker_id)
+
+    def _result(self, bd: BrokerData, broker_id: int) -> RegisterResult:
+        master = bd.broker_addrs.get(0, "") if broker_id != 0 else ""
+        master_live = self.live.get(master) if master else None
+        return RegisterResult(master, master_live.ha_server_addr if master_live else "")
+
+    def _remove_queue_data(self, broker_name: str, topic: str) -> None:
+        per_broker = self.topic_queues.get(topic)
+        if per_broker is not None:
+            per_broker.pop(broker_name, None)
+            if not per_broker:
+                del self.topic_queues[topic]
+        topics = self.broker_topics.get(broker_name)
+        if topics is not None:
+            topics.discard(topic)
+            if not topics:
+                del self.broker_topics[broker_name]
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget the topic on every broker (DELETE_TOPIC_IN_NAMESRV)."""
+        with self._lock:
+            for broker_name in list(self.topic_queues.get(topic, {})):
+                self._remove_queue_data(broker_name, topic)
 
     def _update_queue_data(self, broker_name: str, topic: str, cfg: dict[str, Any]) -> None:
         qd = QueueData(
@@ -123,6 +174,7 @@ class RouteRegistry:
             topic_sys_flag=int(cfg.get("topicSysFlag", 0)),
         )
         self.topic_queues.setdefault(topic, {})[broker_name] = qd
+        self.broker_topics.setdefault(broker_name, set()).add(topic)
 
     def unregister_broker(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
         with self._lock:
@@ -141,10 +193,8 @@ class RouteRegistry:
                     self._remove_broker_topics(broker_name)
 
     def _remove_broker_topics(self, broker_name: str) -> None:
-        for topic, per_broker in list(self.topic_queues.items()):
-            per_broker.pop(broker_name, None)
-            if not per_broker:
-                del self.topic_queues[topic]
+        for topic in list(self.broker_topics.get(broker_name, ())):
+            self._remove_queue_data(broker_name, topic)
 
     def _drop_addr(self, addr: str) -> None:
         self.live.pop(addr, None)
@@ -213,3 +263,11 @@ class RouteRegistry:
     def topic_list(self) -> list[str]:
         with self._lock:
             return sorted(self.topic_queues)
+
+
+def _same_version(held: dict[str, Any], base: dict[str, Any]) -> bool:
+    try:
+        return (int(held["counter"]) == int(base["counter"])
+                and int(held.get("timestamp", 0)) == int(base.get("timestamp", 0)))
+    except (KeyError, TypeError, ValueError):
+        return False

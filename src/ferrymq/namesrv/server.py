@@ -13,6 +13,7 @@ from ..common.codes import RequestCode, ResponseCode
 from ..common.dirlock import DirectoryLock
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
 from ..common.paths import OptionalPathField, PathField
+from ..common.registration import FULL_REQUIRED_FIELD, INCREMENT_FIELD
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
 from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
@@ -144,6 +145,24 @@ class NameServer:
         if conn.remote_addr and not getattr(conn, "_ferrymq_watch", False):
             conn.on_close(self._on_close)
             conn._ferrymq_watch = True  # type: ignore[attr-defined]
+        increment = body.get(INCREMENT_FIELD)
+        if isinstance(increment, dict):
+            applied = self.registry.register_increment(
+                broker_addr=req_str(ext, "brokerAddr"),
+                broker_name=req_str(ext, "brokerName"),
+                broker_id=broker_id,
+                ha_server_addr=opt_str(ext, "haServerAddr", "") or "",
+                base_version=increment.get("baseDataVersion") or {},
+                topic_config=wrapper,
+                deleted=[str(t) for t in increment.get("deletedTopics") or []],
+                channel=conn,
+            )
+            if applied is None:
+                return RemotingCommand.make_response_to(
+                    req, ResponseCode.SUCCESS, ext_fields={FULL_REQUIRED_FIELD: "true"})
+            return RemotingCommand.make_response_to(
+                req, ResponseCode.SUCCESS,
+                ext_fields=fields(masterAddr=applied.master_addr, haServerAddr=applied.ha_server_addr))
         result = self.registry.register_broker(
             cluster=req_str(ext, "clusterName"),
             broker_addr=req_str(ext, "brokerAddr"),
@@ -197,6 +216,5 @@ class NameServer:
 
     async def _delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         topic = req_str(req.ext_fields, "topic")
-        with self.registry._lock:
-            self.registry.topic_queues.pop(topic, None)
+        self.registry.delete_topic(topic)
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS)
