@@ -111,3 +111,59 @@ def test_acknowledging_out_of_order_keeps_the_oldest_held_offset() -> None:
     assert pq.acked_ranges() == [(1, 50)]
     assert pq.remove(batch[:1]) == 50
     assert pq.remove(batch[50:]) == 100 and pq.empty and pq.bytes == 0
+
+
+def _ranges_by_scan(held: set[int], top: int, skip: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """What acked_ranges means, computed from scratch: the gaps between held offsets, the
+    tail after the last held one up to what was pulled, the ranges taken over beyond it; all
+    above the commit offset's neighbour."""
+    ranges, last = [], -1
+    for off in sorted(held):
+        if last >= 0 and off > last + 1:
+            ranges.append((last + 1, off))
+        last = off
+    if last >= 0 and top > last:
+        ranges.append((last + 1, top + 1))
+    ranges += [(max(a, top + 1), b) for a, b in skip if b > top + 1]
+    floor = (min(held) if held else top + 1) + 1
+    return [(max(a, floor), b) for a, b in ranges if b > max(a, floor)]
+
+
+_step = st.one_of(
+    st.tuples(st.just("put"), st.lists(st.integers(0, 4), min_size=1, max_size=8), st.integers(0, 3)),
+    st.tuples(st.just("done"), st.lists(st.integers(0, 50), max_size=6), st.just(0)),
+)
+
+
+@given(st.lists(_step, min_size=1, max_size=25), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), max_size=3))
+def test_ranges_kept_as_they_change_are_the_ranges_a_scan_finds(
+    steps: list[tuple[str, list[int], int]], in_order: bool, taken_over: list[tuple[int, int]]
+) -> None:
+    # Pulls with gaps (filtered out) and repeats, acknowledgements in any order (concurrent)
+    # or batch by batch (in order), ranges taken over: reported as a full scan reports them.
+    skip, end = [], 0
+    for gap, length in taken_over:
+        skip.append((end + gap, end + gap + length))
+        end += gap + length
+    pq = ProcessQueue(MQ, in_order=in_order, acked_above=skip)
+    top = -1
+    for kind, values, back in steps:
+        if kind == "put":
+            start, offsets = max(top - back, 0), []
+            for gap in values:
+                start += gap
+                offsets.append(start)
+                start += 1
+            pq.put(msgs(offsets))
+            top = max(top, offsets[-1])
+        elif in_order:
+            pq.take(len(values))
+            pq.commit()
+        else:
+            held = pq.messages()
+            pq.remove([held[i % len(held)] for i in values] if held else [])
+        held_now = {m.queue_offset for m in pq.messages()}
+        assert pq.acked_ranges() == _ranges_by_scan(held_now, top, skip)
+        # Nothing kept below the commit offset: a held offset before each run.
+        assert len(pq._run_end) <= len(held_now)

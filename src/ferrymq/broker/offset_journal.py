@@ -1,7 +1,8 @@
 """The consumer-offset journal: every commit is appended to
 config/consumerOffset.journal.<generation> and fsynced before it is answered, so an answered
 commit survives a broker crash. Appends are grouped (one fsync for whatever arrived while the
-previous one ran) and run off the event loop. consumerOffset.json stays the compacted
+previous one ran; one record per queue committed meanwhile, its progress at the write, which
+covers every commit of it before) and run off the event loop. consumerOffset.json stays the compacted
 snapshot: it records the last journal sequence it covers, a new generation starts with each
 snapshot and older generations are deleted once the snapshot is on disk.
 
@@ -35,12 +36,14 @@ class JournalRecord:
     key: str
     queue_id: int
     offset: int
-    acked: tuple[tuple[int, int], ...] | None  # None: keep the ranges above the new offset
+    # None (journals written before records held the whole progress): keep the ranges above
+    # the new offset.
+    acked: tuple[tuple[int, int], ...] | None
 
 
 def encode_record(rec: JournalRecord) -> bytes:
-    """One line per commit, written on the pull path (a pull carries its queue's offset):
-    the C encoder, whose output for these plain values is jsonx's (6x faster)."""
+    """One line per queue committed since the last write: the C encoder, whose output for
+    these plain values is jsonx's (6x faster)."""
     acked = None if rec.acked is None else [[a, b] for a, b in rec.acked]
     body = json.dumps([rec.seq, rec.key, rec.queue_id, rec.offset, acked],
                       separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -7,10 +7,13 @@ acknowledgement), persisted under a separate key that RocketMQ's tools ignore.
 
 Every commit also goes to the offset journal (offset_journal.py); `wait_durable` lets a
 request handler answer only once its commit is on disk, and starts the journal's write at
-once. A commit nobody waits for (the offset a pull carries, about one per pull) is written
-within `journal_delay` with whatever comes meanwhile: written at once, a consumer's pulls kept
-the broker doing a thread hand-over, a write and an fsync per pull. The JSON file is the
-compacted snapshot written every flush_consumer_offset_interval and at shutdown."""
+once. A commit nobody waits for (the offset a pull carries, a consumer's oneway round sent
+within a millisecond of its completions) is written within `journal_delay` with whatever
+comes meanwhile: written at once, a consumer's pulls kept the broker doing a thread
+hand-over, a write and an fsync per pull. A write holds one record per queue committed since
+the previous one, its progress as it is then: a consumer committing a thousand times a second
+costs the journal what one commit per write does. The JSON file is the compacted snapshot
+written every flush_consumer_offset_interval and at shutdown."""
 
 from __future__ import annotations
 
@@ -107,7 +110,9 @@ class OffsetManager(_SnapshotTable):
         self._journal = OffsetJournal(config_dir)
         self._gen = 0  # journal generation new records go to
         self._seq = 0  # last journal sequence assigned
-        self._buffer: list[bytes] = []  # journal records not written yet
+        # Queues (key, queue id) committed since the last journal write: the write records
+        # their progress as it is then.
+        self._unwritten: dict[tuple[str, int], None] = {}
         self._durable = 0  # every record up to this sequence is on disk
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake: asyncio.Event | None = None  # set while commits are journaled
@@ -230,14 +235,15 @@ class OffsetManager(_SnapshotTable):
         the flusher: every later commit was answered with nothing on disk, and those
         waiting then never were)."""
         with self._lock:
-            data, upto, gen = b"".join(self._buffer), self._seq, self._gen
-            self._buffer.clear()
+            slots, upto, gen = self._unwritten, self._seq, self._gen
+            self._unwritten = {}
+            data = b"".join(self._record(key, qid, upto) for key, qid in slots)
         if data:
             try:
                 await asyncio.to_thread(self._journal.append, gen, data)
             except OSError as exc:
                 with self._lock:
-                    self._buffer.insert(0, data)
+                    self._unwritten.update(slots)  # written with their progress by then
                 self._journal_failed(exc)
                 return False
             if self._failed_errno:
@@ -246,6 +252,14 @@ class OffsetManager(_SnapshotTable):
         self._durable = max(self._durable, upto)
         self._release_waiters()
         return True
+
+    def _record(self, key: str, queue_id: int, seq: int) -> bytes:
+        """The queue's whole progress, as one journal line (the caller holds the lock)."""
+        progress = self.table.get(key, {}).get(queue_id)
+        if progress is None:
+            return b""
+        ranges = tuple(progress.acked)
+        return encode_record(JournalRecord(seq, key, queue_id, progress.offset, ranges))
 
     def _cancel_delayed(self) -> None:
         if self._delayed is not None:
@@ -327,8 +341,7 @@ class OffsetManager(_SnapshotTable):
                 self.local_commits.add((key, queue_id))
             self._seq += 1
             if self._wake is not None:
-                ranges = None if acked is None else tuple(acked)
-                self._buffer.append(encode_record(JournalRecord(self._seq, key, queue_id, offset, ranges)))
+                self._unwritten[(key, queue_id)] = None
                 self._write_soon()
             return self._seq
 

@@ -241,9 +241,10 @@ class ConsumerBase(Lifecycle):
                 log.exception("%s: persisting offsets failed", self.group)
 
     async def _commit_loop(self) -> None:
-        """Acknowledgements reach the broker soon after a batch completes (within
-        commit_delay plus a round trip), coalesced: one request per broker per round, and
-        while one round is out the next one gathers."""
+        """Acknowledgements leave for the broker within commit_delay of a completion, in
+        oneway rounds that wait for no answer (RemoteOffsetStore.commit), coalesced: one
+        request per broker per round, whatever finished meanwhile. So a kill -9 of the
+        consumer leaves little more than what was inside the listener to be consumed again."""
         assert self._commit_soon is not None
         while self.state is State.RUNNING:
             await self._commit_soon.wait()
@@ -254,7 +255,7 @@ class ConsumerBase(Lifecycle):
             if not mqs:
                 continue
             try:
-                await self.offset_store.persist(mqs)
+                await self.offset_store.commit(mqs)
             except Exception:
                 log.exception("%s: committing offsets failed", self.group)
 

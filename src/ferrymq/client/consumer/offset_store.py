@@ -72,6 +72,10 @@ class OffsetStore(Protocol):
     async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
         """`release`: this member gives these queues up; the broker may hand them over now."""
 
+    async def commit(self, mqs: set[MessageQueue]) -> None:
+        """What finished since the last round of the consumer's commit loop, sent without
+        waiting for an answer where the broker allows it."""
+
     def remove(self, mq: MessageQueue) -> None: ...
 
 
@@ -239,18 +243,56 @@ class RemoteOffsetStore(_MemoryTable):
                 raise result
         return failed
 
+    async def commit(self, mqs: set[MessageQueue]) -> None:
+        """A round of the commit loop: one oneway UPDATE_CONSUMER_PROGRESS per broker, which
+        the broker applies on arrival and journals with its next write, nobody waiting. So a
+        round does not wait for the previous one's answer, a round trip and the broker's
+        fsync (what finished meanwhile was consumed again after a kill -9 of the consumer).
+        Rounds are ordered with the pulls and the awaited persists on the broker's one
+        connection. A broker not answered yet is taken for a ferrymq one, as persist does: an
+        Apache RocketMQ broker ignores the request and is known as such after the first
+        awaited persist; from then on, and after a failed send, a round there is the awaited
+        persist."""
+        oneway: dict[str, list[MessageQueue]] = defaultdict(list)
+        awaited: set[MessageQueue] = set()
+        for mq in mqs:
+            if self.offsets.get(mq, -1) < 0:
+                continue
+            try:
+                addr = await self._addr(mq)
+            except FerryMQError:
+                awaited.add(mq)  # persist logs it
+                continue
+            if self._extension.get(addr, True):
+                oneway[addr].append(mq)
+            else:
+                awaited.add(mq)
+        api = self.inst.api
+        for addr, qs in oneway.items():
+            try:
+                await api.invoke_oneway(
+                    addr, RequestCode.UPDATE_CONSUMER_PROGRESS, None, self._progress_body(qs)
+                )
+            except FerryMQError:
+                awaited.update(qs)  # persist refreshes the route of a broker that is gone
+        if awaited:
+            await self.persist(awaited)
+
+    def _progress_body(self, mqs: list[MessageQueue]) -> bytes:
+        updates = []
+        for mq in sorted(mqs):
+            offset = self.offsets[mq]
+            # Sent even with no ranges, so the broker never keeps ranges we no longer hold.
+            acked = tuple(self.acked(mq, offset)) if self.precise_ack else ()
+            updates.append(QueueProgressUpdate(mq.topic, mq.queue_id, offset, acked))
+        return encode_progress(self.group, updates)
+
     async def _persist_broker(self, addr: str, mqs: list[MessageQueue], release: bool) -> None:
         api = self.inst.api
         if self._extension.get(addr, True):
-            updates = []
-            for mq in sorted(mqs):
-                offset = self.offsets[mq]
-                # Sent even with no ranges, so the broker never keeps ranges we no longer hold.
-                acked = tuple(self.acked(mq, offset)) if self.precise_ack else ()
-                updates.append(QueueProgressUpdate(mq.topic, mq.queue_id, offset, acked))
             resp = await api.invoke(
                 addr, RequestCode.UPDATE_CONSUMER_PROGRESS, {RELEASED: "true"} if release else None,
-                encode_progress(self.group, updates),
+                self._progress_body(mqs),
             )
             if resp.code == ResponseCode.SUCCESS:
                 self._extension[addr] = True
@@ -300,6 +342,9 @@ class LocalOffsetStore(_MemoryTable):
 
     async def query_store(self, mq: MessageQueue) -> int:
         return self._stored.get(mq, -1)
+
+    async def commit(self, mqs: set[MessageQueue]) -> None:
+        await self.persist(mqs)
 
     async def persist(self, mqs: set[MessageQueue], *, release: bool = False) -> None:
         for mq in mqs:

@@ -36,9 +36,10 @@ class ConsumerOptions:
     rebalance_interval: float = 20.0
     persist_interval: float = 5.0
     # A consumed batch's offset (and acknowledged ranges) goes to the broker this long after
-    # it completes, coalesced with whatever completes meanwhile; persist_interval is the
-    # fallback that also covers idle queues.
-    commit_delay: float = 0.02
+    # it completes, in a oneway round coalesced with whatever completes meanwhile: a kill -9
+    # consumes again what was inside the listener and what finished within about this long.
+    # persist_interval is the awaited fallback that also covers idle queues.
+    commit_delay: float = 0.001
     local_retry_delay: float = 5.0  # send-back failed: consume again locally after this
     consume_timeout: float = 15 * 60.0  # a message held longer is sent back
     suspend_current_queue_time: float = 1.0  # orderly: pause of a failed queue
