@@ -57,6 +57,7 @@ _EXPORTS = {
     "BrokerError": "ferrymq.client.errors",
     "NoRouteError": "ferrymq.client.errors",
     "NameServerUnreachableError": "ferrymq.client.errors",
+    "NoWritableMasterError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
     "TlsClientSettings": "ferrymq.remoting.tls",
     "freeze_startup_heap": "ferrymq.common.heap",
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from .client.errors import NameServerUnreachableError as NameServerUnreachableError
     from .client.errors import NoPermissionError as NoPermissionError
     from .client.errors import NoRouteError as NoRouteError
+    from .client.errors import NoWritableMasterError as NoWritableMasterError
     from .client.errors import RequestNotSupportedError as RequestNotSupportedError
     from .client.errors import SendError as SendError
     from .client.errors import ServiceNotAvailableError as ServiceNotAvailableError

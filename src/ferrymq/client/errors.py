@@ -71,6 +71,23 @@ class NameServerUnreachableError(NoRouteError):
         self.cause = cause
 
 
+class NoWritableMasterError(NoRouteError):
+    """The topic has a route, but none of its broker groups has a master to write to (a
+    master crashed, a controller is electing). Retriable: the producer keeps this route and
+    sends again once the name server lists a master; it never falls back to the auto-create
+    route (TBW102), which would move the topic to brokers it was never on."""
+
+    def __init__(self, topic: str, namesrv: str, broker_names: tuple[str, ...]) -> None:
+        groups = ", ".join(broker_names) or "none"
+        ClientError.__init__(
+            self, f"topic {topic!r}: its broker groups ({groups}) have no writable master"
+        )
+        self.topic = topic
+        self.namesrv = namesrv
+        self.broker_names = broker_names
+        self.detail = "no writable master"
+
+
 class BrokerError(ClientError):
     """A broker or name server answered a request with a non-success response code.
     `broker_error` picks the subclass of the code; this class is the one of unlisted codes."""

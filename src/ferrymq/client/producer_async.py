@@ -27,6 +27,7 @@ from .errors import (
     ClientClosedError,
     NameServerUnreachableError,
     NoRouteError,
+    NoWritableMasterError,
     SendError,
     broker_error,
 )
@@ -189,8 +190,9 @@ class AsyncProducer(Lifecycle, Preparer):
 
     # --- queues ------------------------------------------------------------------------------
     async def message_queues(self, topic: str) -> list[MessageQueue]:
-        """Writable queues of the topic; a topic without a route borrows TBW102's (the broker
-        then creates it on the first send)."""
+        """Writable queues of the topic; a topic the name server has never routed borrows
+        TBW102's (the broker then creates it on the first send). One with a route but no
+        writable queue raises NoWritableMasterError (retriable) or NoRouteError."""
         inst = self.instance
         self._topics.add(topic)
         route = inst.routes.get(topic)
@@ -214,6 +216,10 @@ class AsyncProducer(Lifecycle, Preparer):
                 # Routes are replaced, never mutated, so identity tells when to recompute.
                 self._queue_cache[topic] = (route, queues)
                 return queues
+            # A topic the name server routes is never sent by the auto-create route, as
+            # RocketMQ's tryToFindTopicPublishInfo: TBW102's brokers may be another cluster's,
+            # which would store the messages and create the topic there.
+            raise self._unwritable(topic, route)
         base = await inst.route(self.create_topic_key)
         if base is not None:
             queues = [
@@ -227,6 +233,12 @@ class AsyncProducer(Lifecycle, Preparer):
         if inst.namesrv_failure is not None:
             raise NameServerUnreachableError(topic, self.namesrv, inst.namesrv_failure)
         raise NoRouteError(topic, self.namesrv)
+
+    def _unwritable(self, topic: str, route: TopicRoute) -> NoRouteError:
+        groups = tuple(q.broker_name for q in route.queue_datas if q.writable)
+        if groups:
+            return NoWritableMasterError(topic, self.namesrv, groups)
+        return NoRouteError(topic, self.namesrv, "no queue of the topic is writable")
 
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         n = len(queues)
