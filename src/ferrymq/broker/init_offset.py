@@ -3,8 +3,8 @@
 A group with no stored offset on a queue whose first message (queue offset 0) is still "in
 memory" starts at 0, whatever its consume-from-where: a consumer subscribed before its topic
 existed learns of the queues only after the first messages arrived, and must not start past
-them. Queried by QUERY_CONSUMER_OFFSET (RocketMQ's ConsumerManageProcessor) and meant for the
-pop path's init offset too (RocketMQ's PopMessageProcessor.getInitOffset).
+them. Queried by QUERY_CONSUMER_OFFSET (RocketMQ's ConsumerManageProcessor) and by the
+pop path's init offset with initMode MAX (RocketMQ's PopMessageProcessor.getInitOffset).
 
 "In memory" for this store (docs/protocol.md, QUERY_CONSUMER_OFFSET): the record lies
 within `access_message_in_memory_max_ratio` percent of the machine's RAM of the commit log's
