@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferrymq.broker.pop.state import AckOutcome, Candidate, ChangeOutcome, QueuePop
+from ferrymq.broker.pop.state import AckOutcome, Candidate, ChangeOutcome, Lease, QueuePop
 from ferrymq.common.popinfo import (
     ExtraInfo,
     decode_bitset,
@@ -56,6 +56,26 @@ def test_rebuilt_state_skips_acked_and_redelivers_the_rest() -> None:
     # After a restart: committed 3 and ranges [4,6), [7,8) acknowledged.
     st = QueuePop(3, [(4, 6), (7, 8)])
     assert _hand_out(st, 0, 10, 10) == [3, 6, 8, 9]
+
+
+def test_restored_leases_stay_invisible_and_leave_no_gap() -> None:
+    # After a restart: committed 3, [4,5) acknowledged; leases of 5 and 7 checkpointed (7's
+    # deadline at 50, 5's at 200), 6 and 8 never handed out (their checkpoints replayed from
+    # a later start, or never written), 4 acknowledged after its checkpoint.
+    st = QueuePop(3, [(4, 5)])
+    assert st.restore(Lease(4, 0, 200, 1)) is False
+    assert st.restore(Lease(5, 0, 200, 1)) and st.restore(Lease(7, 0, 50, 2))
+    assert _hand_out(st, 10, 10, 10) == [3, 6, 8, 9]  # the restored leases passed over
+    # At 60 the lease of 7 expires: handed out again with its count, `pos` not moved past
+    # offsets the walk has not reached.
+    st2 = QueuePop(3, [(4, 5)])
+    st2.restore(Lease(5, 0, 200, 1))
+    st2.restore(Lease(7, 0, 50, 2))
+    got = st2.candidates(60, 1, 10, order=False)
+    assert [(c.offset, c.attempts) for c in got] == [(7, 2)]
+    st2.lease(7, 60, 100)
+    assert _hand_out(st2, 61, 10, 10) == [3, 6, 8, 9]
+    assert st2.change(5, 0, 61, 500) is ChangeOutcome.CHANGED  # the handle from before
 
 
 def test_inflight_bound() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..common import props as P
-from ..common.names import SCHEDULE_TOPIC
+from ..common.names import REVIVE_LOG_TOPIC_PREFIX, SCHEDULE_TOPIC
 from ..common.record import properties_map, property_value
 from ..store import MessageStore, PutResult, PutStatus, StoreMessage
 from .events import MessageEvent, MessageEventKind, MessageEvents
@@ -30,7 +30,8 @@ from .trace.codec import TRACE_TOPIC
 _DELAY_MARK = P.PROPERTY_DELAY_TIME_LEVEL.encode() + b"\x01"
 _TIMER_MARK = b"TIMER_"
 
-# The broker's own trace records are not traffic: neither counted nor traced again.
+# The broker's own trace records and pop checkpoints are not traffic: neither counted nor
+# traced.
 _NOT_TRAFFIC = frozenset({TRACE_TOPIC})
 
 
@@ -101,7 +102,8 @@ class PutPipeline:
             except TimerMessageError as exc:
                 return PutResult(PutStatus.MESSAGE_ILLEGAL, [], store.max_phy_offset, str(exc))
         result = await self._gate.after_put(await store.put_messages_async(msgs))
-        if result.status.stored and msgs and msgs[0].topic not in _NOT_TRAFFIC:
+        if (result.status.stored and msgs and msgs[0].topic not in _NOT_TRAFFIC
+                and not msgs[0].topic.startswith(REVIVE_LOG_TOPIC_PREFIX)):
             self._stats.add_put(len(msgs))
             self._stats.count_put(msgs, result)
             if self._events.wants_stored:

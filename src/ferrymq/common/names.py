@@ -12,6 +12,8 @@ AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # RocketMQ 5's timer messages wait here (queue 0) until the timer wheel delivers them.
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+# Pop checkpoints (RocketMQ's PopCheckPoint records), one topic per cluster: <prefix><cluster>.
+REVIVE_LOG_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 DEFAULT_CLUSTER = "DefaultCluster"
 DEFAULT_BROKER_NAME = "broker-a"
 MASTER_ID = 0

@@ -48,7 +48,7 @@ MAX_POP_BYTES = 4 << 20  # a response stops growing past this (it always carries
 # fails the message is handed out again afterwards.
 DLQ_HOLD_MS = 30_000
 MAX_WAIT_SLICE = 1.0  # a held pop looks again at least this often (leases expiring)
-REVIVE_COMMIT_S = 1.0  # the revive offset is committed at most this often
+REVIVE_COMMIT_MS = 1000  # the revive offset is committed at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +162,7 @@ class PopService:
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
         self._listening = False
         self._recovered = False
-        self._revive_committed_at = float("-inf")  # loop time of the last revive commit
+        self._revive_committed_at: int | None = None  # when the revive offset was last committed
 
     # --- state -----------------------------------------------------------------------------------
     def _max_inflight(self) -> int:
@@ -229,7 +229,7 @@ class PopService:
     async def _checkpoint(self, group: str, topic: str,
                           leases: dict[int, list[Lease]]) -> None:
         """Checkpoint the leases (by queue) before the request is answered, then commit the
-        revive offset (at most every REVIVE_COMMIT_S)."""
+        revive offset (at most every REVIVE_COMMIT_MS)."""
         items: list[tuple[Checkpoint, list[Lease]]] = []
         for qid, group_leases in leases.items():
             # A pop gives one pop time and deadline to all it hands out on a queue.
@@ -238,9 +238,10 @@ class PopService:
                                      tuple((le.offset, le.attempts) for le in group_leases)),
                           group_leases))
         await write_checkpoints(self.broker, items)
-        loop_now = asyncio.get_running_loop().time()
-        if loop_now - self._revive_committed_at >= REVIVE_COMMIT_S:
-            self._revive_committed_at = loop_now
+        now = self.broker.now_ms()
+        last = self._revive_committed_at
+        if last is None or not 0 <= now - last < REVIVE_COMMIT_MS:
+            self._revive_committed_at = now
             self._commit_revive_offset()
 
     def _commit_revive_offset(self) -> None:

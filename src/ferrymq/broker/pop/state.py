@@ -12,8 +12,9 @@ are acknowledged. No I/O and no clock of its own: every call takes `now` in mill
   leases exist, so memory follows the messages in flight, not the backlog, and so does the
   number of acked ranges (each gap between them is a lease).
 
-After a restart the leases are gone and `pos` starts at `committed`: what was handed out and
-not acknowledged is handed out again at once, acknowledged offsets are skipped."""
+After a restart `pos` starts at `committed` and the leases checkpointed in the revive log
+(revive.py) are restored: the walk from `pos` passes over them, so a message handed out and
+not acknowledged stays invisible until its deadline; acknowledged offsets are skipped."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class Lease:
     pop_time: int
     deadline: int
     attempts: int  # deliveries so far, this one included
+    ck: int = -1  # revive-log offset of its latest checkpoint (-1: none written yet)
 
 
 class AckOutcome(Enum):
@@ -96,6 +98,9 @@ class QueuePop:
             if i < len(self.acked) and self.acked[i][0] <= offset:
                 offset = self.acked[i][1]
                 continue
+            if offset in self.leases:  # restored after a restart, above `pos`
+                offset += 1
+                continue
             out.append(Candidate(offset, 0))
             offset += 1
             room -= 1
@@ -107,11 +112,20 @@ class QueuePop:
         lease = self.leases.get(offset)
         if lease is None:
             lease = self.leases[offset] = Lease(offset, now, now + invisible_ms, 1)
+            # Only a new offset moves `pos`: a restored lease handed out again may lie above
+            # offsets never handed out yet.
+            self.pos = max(self.pos, offset + 1)
         else:
             lease.pop_time, lease.deadline = now, now + invisible_ms
             lease.attempts += 1
-        self.pos = max(self.pos, offset + 1)
         return lease
+
+    def restore(self, lease: Lease) -> bool:
+        """A lease checkpointed before a restart, unless acknowledged since; `pos` stays."""
+        if self.is_acked(lease.offset):
+            return False
+        self.leases[lease.offset] = lease
+        return True
 
     def hold(self, offset: int, until: int) -> None:
         """Keep a lease invisible without counting a delivery (a dead-letter copy being

@@ -22,13 +22,14 @@ from ...common.popinfo import (
 from ...remoting import Connection, RemotingCommand
 from ..clients import parse_subscription
 from ..context import BrokerContext
+from ..pop.revive import REVIVE_QUEUE
 from ..pop.service import INIT_MAX, MAX_POP_BATCH, PopRefused, PopResult, pop_service
 from ..pop.state import ChangeOutcome
 from . import reply
 
 # Held pops are answered inside the time after which clients give up on a request.
 MAX_POLL_MS = 20_000
-REVIVE_QID = 0  # one "revive queue": ferrymq keeps leases in memory, not in a revive topic
+REVIVE_QID = REVIVE_QUEUE  # the one queue of the revive log (pop/revive.py)
 
 
 def _pop_header(result: PopResult, revive_qid: int) -> dict[str, str]:
