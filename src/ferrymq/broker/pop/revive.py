@@ -17,6 +17,7 @@ would be anyway; only its delivery count starts again from the record's."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 
@@ -60,8 +61,11 @@ class Checkpoint:
 
 
 def encode_checkpoint(ck: Checkpoint) -> bytes:
-    return jsonx.dumps_bytes({"g": ck.group, "t": ck.topic, "q": ck.queue_id, "p": ck.pop_time,
-                              "d": ck.deadline, "o": [[o, a] for o, a in ck.offsets]})
+    """One per pop round: the C encoder, whose output for these plain values is jsonx's
+    (jsonx's took half the cost of a checkpoint)."""
+    return json.dumps({"g": ck.group, "t": ck.topic, "q": ck.queue_id, "p": ck.pop_time,
+                       "d": ck.deadline, "o": [[o, a] for o, a in ck.offsets]},
+                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def decode_checkpoint(body: bytes, log_offset: int) -> Checkpoint:
