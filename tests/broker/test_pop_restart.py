@@ -18,6 +18,7 @@ from ferrymq.broker.pop.revive import REVIVE_GROUP, revive_topic
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.record import decode_records
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.store import StoreMessage
 
 TOPIC = "pop-restart"
 GROUP = "g-pop-restart"
@@ -176,3 +177,13 @@ async def test_the_replay_starts_at_the_oldest_live_checkpoint(node: Node) -> No
     assert (await _pop(wire, 10_000))[1] == []
     node.clock.ms = T0 + 118_001
     assert (await _pop(wire, 10_000))[1] == [7]
+
+
+async def test_a_record_that_is_no_checkpoint_is_passed_over(node: Node) -> None:
+    assert node.wire is not None and node.broker is not None
+    await _pop(node.wire, 60_000, n=1)
+    junk = StoreMessage(topic=revive_topic("DefaultCluster"), queue_id=0, body=b"{not json")
+    assert (await node.broker.put([junk], allow_delay=False)).status.stored
+    await _pop(node.wire, 60_000, n=1)
+    wire = await node.restart()
+    assert (await _pop(wire, 60_000))[1] == [2, 3, 4, 5]  # 0 and 1 still invisible
