@@ -16,6 +16,8 @@ from wire_util import Wire
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
+from ferrymq.broker.topic_journal import TopicRecord
+from ferrymq.broker.topics import TopicManager
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
@@ -70,18 +72,18 @@ async def test_topic_config_is_written_off_the_loop_and_coalesced(tmp_path: Path
     c = await _start(tmp_path)
     stoppers.append(c)
     broker = c.broker
-    # A disk that stalls: the real write runs, but only once the gate opens.
+    # A disk that stalls: the real journal append runs, but only once the gate opens.
     gate = threading.Event()
     gate.set()
     writes: list[int] = []
-    real_write = broker.topics.write
+    real_append = broker.topics.append_journal
 
-    def stalling_write(snapshot: dict[str, Any]) -> None:
-        writes.append(len(snapshot["topicConfigTable"]))
+    def stalling_append(records: list[TopicRecord]) -> None:
+        writes.append(len(records))
         gate.wait(30)
-        real_write(snapshot)
+        real_append(records)
 
-    broker.topics.write = stalling_write  # type: ignore[method-assign]
+    broker.topics.append_journal = stalling_append  # type: ignore[method-assign]
     await broker.start()
     await c.wire.create_topic("plain", queues=1)
     assert (await c.wire.send("plain", b"before")).code == ResponseCode.SUCCESS
@@ -105,10 +107,12 @@ async def test_topic_config_is_written_off_the_loop_and_coalesced(tmp_path: Path
     await broker.persist_topics()
     # The stalled write, then one write of everything that changed meanwhile.
     assert len(writes) <= before + 3
-    on_disk = jsonx.loads((tmp_path / "store" / "config" / "topics.json").read_bytes())["topicConfigTable"]
-    assert {f"%RETRY%group-{i}" for i in range(200)} <= set(on_disk)
-    assert {"plain", "admin-made"} <= set(on_disk)
-    assert (tmp_path / "store" / "config" / "topics.json.bak").exists()
+    assert sum(writes[before:]) >= 201
+    # On disk: topics.json and the journal of the changes since, as a restart reads them.
+    on_disk = TopicManager(tmp_path / "store" / "config")
+    on_disk.load()
+    assert {f"%RETRY%group-{i}" for i in range(200)} <= set(on_disk.topics)
+    assert {"plain", "admin-made"} <= set(on_disk.topics)
 
 
 async def test_a_growing_group_is_notified_once_per_delay_not_once_per_join(

@@ -49,6 +49,9 @@ from .transaction import TransactionService
 
 log = logging.getLogger("ferrymq.broker")
 
+# Fewer journal lines than this never trigger a topics.json rewrite.
+_JOURNAL_MIN_LINES = 1000
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] | None = None,
@@ -68,8 +71,9 @@ class Broker:
         self.handover = Handover(config.handover_wait_ms, self.clients.releases_queues)
         self.notifier = GroupChangeNotifier(self.clients.member_connections,
                                             config.notify_consumer_ids_changed_delay_ms / 1000)
-        # topics.json is written in a worker thread, one snapshot for any number of changes.
-        self._topics_writer = Coalescer(self._write_topics, "topics-persist", min_interval=0.05)
+        # Topic changes are journaled in a worker thread, one append for any number of changes;
+        # paced at the append's duration, so a burst cannot keep the disk busy back to back.
+        self._topics_writer = Coalescer(self._write_topics, "topics-persist", min_interval=0.05, pace=1.0)
         self._topics_durable = -1
         # A full registration holds the loop while it builds the whole topic table: paced at
         # four times its duration (an incremental one takes well under a millisecond), at most
@@ -332,10 +336,15 @@ class Broker:
             self.topics.persist()
 
     async def _write_topics(self) -> None:
-        snapshot = self.topics.wrapper_json()
-        version = int(snapshot["dataVersion"]["counter"])
-        await asyncio.to_thread(self.topics.write, snapshot)
+        """Journal the changes made since the last run; rewrite topics.json once the journal
+        holds as many lines as half the topics, and at least 1,000 (topic_journal.py)."""
+        records, version = self.topics.take_pending()
+        if records:
+            await asyncio.to_thread(self.topics.append_journal, records)
         self._topics_durable = max(self._topics_durable, version)
+        if self.topics.journal_lines >= max(_JOURNAL_MIN_LINES, len(self.topics.topics) // 2):
+            snapshot = self.topics.wrapper_json()
+            await asyncio.to_thread(self.topics.write, snapshot)
 
     async def persist_topics(self) -> None:
         if self._topics_durable < self.topics.version:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -10,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common import jsonx
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
 from ..common.names import (
@@ -22,6 +22,8 @@ from ..common.names import (
     validate_topic,
 )
 from ..store import atomic_write, read_json_file
+from . import topic_journal
+from .topic_journal import TopicRecord
 
 
 @dataclass(slots=True)
@@ -118,6 +120,11 @@ class TopicManager:
     def __init__(self, config_dir: Path, *, default_queue_nums: int = 8,
                  on_change: Callable[[], None] | None = None) -> None:
         self._path = config_dir / "topics.json"
+        self._journal_path = config_dir / topic_journal.JOURNAL_NAME
+        # Changes not yet appended to the journal (kept only while on_dirty is set), and how
+        # many lines the journal holds.
+        self._pending: list[TopicRecord] = []
+        self.journal_lines = 0
         self._lock = threading.RLock()
         self.topics: dict[str, TopicConfig] = {}
         self.default_queue_nums = default_queue_nums
@@ -139,6 +146,16 @@ class TopicManager:
             if isinstance(version, dict):
                 self.data_version = {"counter": int(version.get("counter", 0)),
                                      "timestamp": int(version.get("timestamp", 0))}
+        records = topic_journal.read(self._journal_path)
+        self.journal_lines = len(records)
+        for r in records:
+            if r.version <= self.data_version["counter"]:
+                continue  # already in the snapshot (a crash before the journal was removed)
+            if r.config is None:
+                self.topics.pop(r.topic, None)
+            else:
+                self.topics[r.topic] = TopicConfig.from_json(r.config)
+            self.data_version = {"counter": r.version, "timestamp": r.timestamp}
         # The system topics always exist. TBW102 inherits into auto-created topics.
         self.topics.setdefault(
             AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -156,8 +173,28 @@ class TopicManager:
         self.write(self.wrapper_json())
 
     def write(self, snapshot: dict[str, Any]) -> None:
-        """Write a snapshot taken by wrapper_json() (safe from a worker thread)."""
-        atomic_write(self._path, jsonx.dumps_bytes(snapshot))
+        """Write a snapshot taken by wrapper_json() (safe from a worker thread); the journal's
+        changes are in it, so the journal goes."""
+        # Every key is a string: the C encoder writes what jsonx would, tens of times faster.
+        atomic_write(self._path, json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode())
+        version = int(snapshot["dataVersion"]["counter"])
+        with self._lock:
+            self._pending = [r for r in self._pending if r.version > version]
+        # Appends and snapshots are never run at the same time (the broker runs both in one
+        # coalesced task), so the file is handled without the lock the loop takes.
+        topic_journal.remove(self._journal_path)
+        self.journal_lines = 0
+
+    def take_pending(self) -> tuple[list[TopicRecord], int]:
+        """The changes not yet journaled, and the version they bring the table to."""
+        with self._lock:
+            records, self._pending = self._pending, []
+            return records, self.version
+
+    def append_journal(self, records: list[TopicRecord]) -> None:
+        """Append taken changes to the journal, durably (safe from a worker thread)."""
+        topic_journal.append(self._journal_path, records)
+        self.journal_lines += len(records)
 
     def _changed(self, *names: str) -> None:
         self.data_version = {"counter": self.data_version["counter"] + 1,
@@ -166,6 +203,10 @@ class TopicManager:
             self._touched[name] = self.data_version["counter"]
             self._touched.move_to_end(name)
         if self.on_dirty is not None:
+            version, stamp = self.data_version["counter"], self.data_version["timestamp"]
+            for name in names:
+                cfg = self.topics.get(name)
+                self._pending.append(TopicRecord(version, stamp, name, None if cfg is None else cfg.to_json()))
             self.on_dirty()
         else:
             self.persist()
