@@ -103,3 +103,29 @@ async def test_closed_broker_connection_removes_its_routes(ns: tuple[NameServer,
         assert (await _route(asker, server.address, "t")).code == ResponseCode.TOPIC_NOT_EXIST
     finally:
         await asker.close()
+
+
+def _query_version(counter: int) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, ext_fields={
+        "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0",
+        "clusterName": "DefaultCluster"}, body=jsonx.dumps_bytes({"timestamp": counter, "counter": counter}))
+
+
+async def test_query_data_version_says_whether_a_full_registration_is_needed(ns: tuple[NameServer, Clock]) -> None:
+    """What an Apache RocketMQ broker asks before registering (unless it always registers)."""
+    server, clock = ns
+    client = RemotingClient()
+    try:
+        unknown = await client.invoke(server.address, _query_version(1), 3.0)
+        assert unknown.code == ResponseCode.SUCCESS and unknown.ext_fields["changed"] == "true"
+        await client.invoke(server.address, _register("127.0.0.1:10911", "broker-a", {"t": 1}), 3.0)
+        clock.now += 100_000
+        same = await client.invoke(server.address, _query_version(1), 3.0)
+        assert same.ext_fields["changed"] == "false"
+        assert jsonx.loads(same.body or b"") == {"timestamp": 1, "counter": 1}
+        clock.now += 100_000  # 200 s since the registration, 100 s since the unchanged query
+        assert server.registry.scan_not_active() == []
+        newer = await client.invoke(server.address, _query_version(2), 3.0)
+        assert newer.ext_fields["changed"] == "true"
+    finally:
+        await client.close()

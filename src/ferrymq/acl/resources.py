@@ -36,6 +36,7 @@ ADMIN_CODES = frozenset({
     RequestCode.SKIP_STORE_RANGE,
     RequestCode.REGISTER_BROKER,
     RequestCode.UNREGISTER_BROKER,
+    RequestCode.QUERY_DATA_VERSION,  # an unchanged answer keeps the broker's routes alive
     RequestCode.BROKER_HEARTBEAT,
     RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
 })
@@ -46,6 +47,7 @@ ADMIN_CODES = frozenset({
 NAMESRV_GUARDED_CODES = frozenset({
     RequestCode.REGISTER_BROKER,
     RequestCode.UNREGISTER_BROKER,
+    RequestCode.QUERY_DATA_VERSION,
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,

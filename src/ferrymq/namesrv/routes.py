@@ -142,6 +142,18 @@ class RouteRegistry:
             self.live[broker_addr] = BrokerLive(self._clock(), version, ha_server_addr, channel, broker_id)
             return self._result(bd, broker_id)
 
+    def query_data_version(self, broker_addr: str, version: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+        """QUERY_DATA_VERSION (an Apache RocketMQ broker deciding whether to register whole):
+        (changed, the version held). An unchanged broker counts as heard from."""
+        with self._lock:
+            live = self.live.get(broker_addr)
+            if live is None:
+                return True, None
+            if not _same_version(live.data_version, version):
+                return True, dict(live.data_version)
+            live.last_update_ms = self._clock()
+            return False, dict(live.data_version)
+
     def _result(self, bd: BrokerData, broker_id: int) -> RegisterResult:
         master = bd.broker_addrs.get(0, "") if broker_id != 0 else ""
         master_live = self.live.get(master) if master else None

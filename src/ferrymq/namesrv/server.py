@@ -68,6 +68,7 @@ class NameServer:
         s = self.server
         s.register(RequestCode.REGISTER_BROKER, self._register_broker)
         s.register(RequestCode.UNREGISTER_BROKER, self._unregister_broker)
+        s.register(RequestCode.QUERY_DATA_VERSION, self._query_data_version)
         s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
         s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
         s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._topic_list)
@@ -177,6 +178,14 @@ class NameServer:
             ResponseCode.SUCCESS,
             ext_fields=fields(masterAddr=result.master_addr, haServerAddr=result.ha_server_addr),
         )
+
+    async def _query_data_version(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        version = jsonx.loads(req.body) if req.body else {}
+        changed, held = self.registry.query_data_version(
+            req_str(req.ext_fields, "brokerAddr"), version if isinstance(version, dict) else {})
+        return RemotingCommand.make_response_to(
+            req, ResponseCode.SUCCESS, ext_fields=fields(changed=changed),
+            body=jsonx.dumps_bytes(held) if held is not None else None)
 
     async def _unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         ext = req.ext_fields
