@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from ...common import jsonx
+from ...common.errors import FerryMQError
 from ...common.names import REVIVE_LOG_TOPIC_PREFIX
 from ...common.record import MessageDecodeError, decode_record
 from ...store import MessageStore, StoreMessage
@@ -41,7 +42,7 @@ def revive_topic(cluster: str) -> str:
     return REVIVE_LOG_TOPIC_PREFIX + cluster
 
 
-class CheckpointDecodeError(ValueError):
+class CheckpointDecodeError(FerryMQError, ValueError):
     """A revive-log record that is not a checkpoint this broker wrote."""
 
     def __init__(self, log_offset: int, reason: str) -> None:
