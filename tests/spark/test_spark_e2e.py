@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_fixtures import admin as admin
+from spark_fixtures import spark as spark
 
 import ferrymq.spark  # sets the Spark environment (before any session exists)
 from conftest import Standalone, start_standalone
@@ -41,30 +43,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("ferrymq-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    ferrymq.spark.register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
-@pytest.fixture(scope="module")
-def admin(server: Standalone) -> Iterator[AdminClient]:
-    with AdminClient(server.namesrv) as client:
-        yield client
 
 
 def produce(namesrv: str, topic: str, n: int, *, start: int = 0, batch: int = 100) -> None:
