@@ -42,7 +42,8 @@ def test_name_server_registers_only_brokers_signing_as_an_admin(tmp_path: Path) 
             b.start()
         none, app, ok = brokers
         assert "carries no AccessKey" in _log(none)
-        assert "refused the registration: ACL: request code 103 needs an admin account; accessKey=appKey01" in _log(app)
+        assert ("refused the registration: ACL: register broker (REGISTER_BROKER, request code 103) needs an admin "
+                "account; accessKey=appKey01") in _log(app)
         with AdminClient(ns.ready["namesrv"]) as admin:
             assert set(admin.cluster_brokers()) == {"broker-ok"}
         assert "refused" not in _log(ok)

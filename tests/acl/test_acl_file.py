@@ -63,7 +63,8 @@ def test_guard_answers_no_permission_and_logs_each_reason_once_per_interval(
             assert resp is not None and resp.code == ResponseCode.NO_PERMISSION and resp.opaque == req.opaque
         now[0] = 11.0
         guard(_Peer(), req)  # type: ignore[arg-type]
-    lines = [r for r in caplog.records if "refused request code 28 from 10.1.2.3" in r.getMessage()]
+    said = "refused read broker runtime info (GET_BROKER_RUNTIME_INFO, request code 28) from 10.1.2.3"
+    lines = [r for r in caplog.records if said in r.getMessage()]
     assert len(lines) == 2 and guard.refused == 4
 
 
@@ -90,3 +91,22 @@ def test_cli_checks_a_file_before_the_servers_reload_it(tmp_path: Path) -> None:
     refused = _acl_cli("check", str(bad), "--json")
     assert refused.returncode == 1
     assert "acl-ro" in json.loads(refused.stdout)["error"]["message"]
+
+
+def test_cli_shows_that_an_admin_may_do_everything(tmp_path: Path) -> None:
+    path = tmp_path / "plain_acl.yml"
+    write_rules(path, RULES + """
+  - accessKey: adminKey2
+    secretKey: adminSecret2
+    admin: true
+    topicPerms: [acl-rw=SUB]
+""")
+    doc = json.loads(_acl_cli("check", str(path), "--json").stdout)
+    allows = {a["accessKey"]: a["allowsAll"] for a in doc["accounts"]}
+    # An admin listing topics is checked against its defaults for the others, as RocketMQ does.
+    assert allows == {"adminKey1": True, "appKey01": False, "adminKey2": False}
+    table = _acl_cli("check", str(path)).stdout
+    admin_row = next(line for line in table.splitlines() if line.startswith("adminKey1"))
+    assert admin_row.count("ALL (admin)") == 2 and "DENY" not in admin_row
+    listed_row = next(line for line in table.splitlines() if line.startswith("adminKey2"))
+    assert "ALL (admin)" not in listed_row and listed_row.count("DENY") == 2

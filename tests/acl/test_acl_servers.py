@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,7 +136,8 @@ def test_unsigned_and_wrongly_signed_requests_are_refused(server: Standalone) ->
 
 def test_admin_operations_need_an_admin_account(server: Standalone) -> None:
     with AdminClient(server.namesrv, **APP) as app:
-        with pytest.raises(NoPermissionError, match="request code 17 needs an admin account; accessKey=appKey01"):
+        with pytest.raises(NoPermissionError, match=r"update topic config of topic acl-new \(UPDATE_AND_CREATE_TOPIC, "
+                                                      r"request code 17\) needs an admin account; accessKey=appKey01"):
             app.create_topic("acl-new", 1)
         with pytest.raises(NoPermissionError, match="needs an admin account"):
             app.delete_topic("acl-rw")
@@ -252,3 +254,20 @@ def test_white_listed_addresses_need_no_signature(tmp_path: Path) -> None:
             wait_until(created, 10, what="the global white list to let unsigned requests in")
     finally:
         srv.stop()
+
+
+def test_shutdown_after_a_refusal_does_not_warn_about_unregistering(
+    server: Standalone, caplog: pytest.LogCaptureFixture
+) -> None:
+    producer = Producer("acl-unsigned-pg", server.namesrv, retry_times_when_send_failed=0).start()
+    try:
+        with pytest.raises(SendError, match="carries no AccessKey"):
+            producer.send(Message("acl-rw", b"unsigned"))
+        with caplog.at_level(logging.DEBUG, logger="ferrymq.client"):
+            producer.shutdown()
+    finally:
+        producer.shutdown()
+    unregisters = [r for r in caplog.records if r.getMessage().startswith("unregister ")]
+    # The broker refused the goodbye as it refused the send; that is said once, by the send.
+    assert unregisters and all(r.levelno == logging.DEBUG for r in unregisters)
+    assert "carries no AccessKey" in unregisters[0].getMessage()

@@ -227,3 +227,23 @@ def test_old_clients_unique_key_query_flag_added_after_signing() -> None:
     cmd = _req(RequestCode.QUERY_MESSAGE, topic="audit", key="k", maxNum=32, beginTimestamp=0, endTimestamp=1)
     cmd.ext_fields["_UNIQUE_KEY_QUERY"] = "true"
     assert check_request(RULES, cmd, "1.1.1.1") is None
+
+
+def test_refusals_name_the_action_and_resource_and_how_to_sign() -> None:
+    unsigned = _req(RequestCode.SEND_MESSAGE_V2, creds=None, a="pg", b="orders")
+    remark = check_request(RULES, unsigned, "1.1.1.1").remark  # type: ignore[union-attr]
+    assert remark.startswith("ACL: send to topic orders (SEND_MESSAGE_V2, request code 310) from 1.1.1.1 "
+                             "carries no AccessKey")
+    assert "--access-key/--secret-key" in remark and "FERRYMQ_ACCESS_KEY/FERRYMQ_SECRET_KEY" in remark
+    delete = _req(RequestCode.DELETE_TOPIC_IN_BROKER, topic="orders")
+    remark = check_request(RULES, delete, "1.1.1.1").remark  # type: ignore[union-attr]
+    assert remark.startswith("ACL: delete topic orders (DELETE_TOPIC_IN_BROKER, request code 215) needs an admin "
+                             "account; accessKey=appKey01 is not one: sign with an admin account")
+    assert "--access-key/--secret-key" in remark and "FERRYMQ_ACCESS_KEY" in remark
+    stranger = _req(RequestCode.UPDATE_AND_CREATE_TOPIC, creds=Credentials("nobody12", "whatever1"), topic="t")
+    remark = check_request(RULES, stranger, "1.1.1.1").remark  # type: ignore[union-attr]
+    assert "update topic config of topic t (UPDATE_AND_CREATE_TOPIC, request code 17)" in remark
+    assert "FERRYMQ_ACCESS_KEY" in remark
+    pull = _req(RequestCode.PULL_MESSAGE, creds=None, consumerGroup="g1", topic="orders")
+    assert "pull from topic orders of group g1 (PULL_MESSAGE" in check_request(  # type: ignore[union-attr]
+        RULES, pull, "1.1.1.1").remark

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..common.names import is_retry_topic
 from ..remoting.command import RemotingCommand
+from .actions import ADMIN_HINT, CREDENTIALS_HINT, describe_request
 from .permission import Perm, check_permission, perm_text
 from .resources import Needs, ResourceParseError, needs_of
 from .rules import Account, AclRules
@@ -52,7 +53,7 @@ def signature_ok(account: Account, cmd: RemotingCommand) -> bool:
 
 
 def check_request(rules: AclRules, cmd: RemotingCommand, remote_ip: str) -> Denial | None:
-    return decide(rules, remote_ip, cmd.ext_fields.get(ACCESS_KEY), f"request code {cmd.code}",
+    return decide(rules, remote_ip, cmd.ext_fields.get(ACCESS_KEY), describe_request(cmd),
                   lambda account: signature_ok(account, cmd), lambda: needs_of(cmd))
 
 
@@ -63,14 +64,15 @@ def decide(rules: AclRules, remote_ip: str, access_key: str | None, what: str,
     if any(p.matches(remote_ip) for p in rules.global_white):
         return None
     if not access_key:
-        return Denial(f"{what} from {remote_ip} carries no AccessKey (requests must be signed)")
+        return Denial(f"{what} from {remote_ip} carries no AccessKey (requests must be signed): {CREDENTIALS_HINT}")
     account = rules.accounts.get(access_key)
     if account is None:
-        return Denial(f"no account {access_key!r}", access_key)
+        return Denial(f"{what}: no account {access_key!r}; {CREDENTIALS_HINT}", access_key)
     if account.white_remote_address.matches(remote_ip):
         return None
     if not verify(account):
-        return Denial(f"signature check failed for accessKey={access_key}", access_key)
+        return Denial(f"signature check failed for accessKey={access_key} ({what}): check its secret key, "
+                      "--secret-key or FERRYMQ_SECRET_KEY", access_key)
     try:
         needed = needs()
     except ResourceParseError as exc:
@@ -78,7 +80,7 @@ def decide(rules: AclRules, remote_ip: str, access_key: str | None, what: str,
     if needed.resources.get(TRACE_TOPIC) == Perm.PUB:
         return None
     if needed.admin and not account.admin:
-        return Denial(f"{what} needs an admin account; accessKey={access_key} is not one", access_key,
+        return Denial(f"{what} needs an admin account; accessKey={access_key} is not one: {ADMIN_HINT}", access_key,
                       needed="admin")
     owned = account.resource_perms
     if owned is None and account.admin:

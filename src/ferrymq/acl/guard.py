@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ..common.codes import ResponseCode
 from ..remoting.command import RemotingCommand
 from ..remoting.connection import Connection
+from .actions import describe_request
 from .address import host_of
 from .check import check_request
 from .resources import NAMESRV_GUARDED_CODES
@@ -68,5 +69,5 @@ class AclGuard:
         denial = check_request(self.source.rules, req, host)
         if denial is None:
             return None
-        self.log.refused_one(host, denial.access_key or "", f"request code {req.code}", denial.reason)
+        self.log.refused_one(host, denial.access_key or "", describe_request(req), denial.reason)
         return RemotingCommand.make_response_to(req, ResponseCode.NO_PERMISSION, remark=denial.remark)

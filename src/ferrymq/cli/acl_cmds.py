@@ -11,6 +11,9 @@ from ..acl import Account, load_rules
 from ..acl.permission import perm_text
 from .render import print_json, print_table, stdout
 
+# Shown for both defaults of an admin that may do everything (its defaults are never consulted).
+ALL_ALLOWED = "ALL (admin)"
+
 
 def _perms(account: Account, groups: bool) -> list[str]:
     out = []
@@ -21,10 +24,17 @@ def _perms(account: Account, groups: bool) -> list[str]:
     return out
 
 
+def _allows_all(a: Account) -> bool:
+    # An admin that lists no topic or group is never checked against its defaults (RocketMQ's
+    # PlainPermissionChecker); one that lists some is, for the resources it does not list.
+    return a.admin and a.resource_perms is None
+
+
 def _account_json(a: Account) -> dict[str, Any]:
     return {
         "accessKey": a.access_key,
         "admin": a.admin,
+        "allowsAll": _allows_all(a),
         "whiteRemoteAddress": a.white_remote_address.text or None,
         "defaultTopicPerm": perm_text(a.default_topic_perm),
         "defaultGroupPerm": perm_text(a.default_group_perm),
@@ -45,8 +55,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     print_table(
         "accounts",
         ["accessKey", "admin", "white address", "default topic", "default group", "topics", "groups"],
-        ([a["accessKey"], "yes" if a["admin"] else "no", a["whiteRemoteAddress"] or "-", a["defaultTopicPerm"],
-          a["defaultGroupPerm"], " ".join(a["topicPerms"]) or "-", " ".join(a["groupPerms"]) or "-"]
+        ([a["accessKey"], "yes" if a["admin"] else "no", a["whiteRemoteAddress"] or "-",
+          *([ALL_ALLOWED, ALL_ALLOWED] if a["allowsAll"] else [a["defaultTopicPerm"], a["defaultGroupPerm"]]),
+          " ".join(a["topicPerms"]) or "-", " ".join(a["groupPerms"]) or "-"]
          for a in accounts),
     )
     return 0
