@@ -58,6 +58,8 @@ _EXPORTS = {
     "NoRouteError": "ferrymq.client.errors",
     "NameServerUnreachableError": "ferrymq.client.errors",
     "NoWritableMasterError": "ferrymq.client.errors",
+    "TlsRequiredError": "ferrymq.client.errors",
+    "UnknownBrokerError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
     "TlsClientSettings": "ferrymq.remoting.tls",
     "freeze_startup_heap": "ferrymq.common.heap",
@@ -98,7 +100,9 @@ if TYPE_CHECKING:
     from .client.errors import SendError as SendError
     from .client.errors import ServiceNotAvailableError as ServiceNotAvailableError
     from .client.errors import SubscriptionError as SubscriptionError
+    from .client.errors import TlsRequiredError as TlsRequiredError
     from .client.errors import TopicNotExistError as TopicNotExistError
+    from .client.errors import UnknownBrokerError as UnknownBrokerError
     from .client.producer import Producer as Producer
     from .client.results import PullResult as PullResult
     from .client.results import PullStatus as PullStatus

@@ -139,6 +139,18 @@ def test_cluster_list_and_broker_status(standalone: Any) -> None:
     assert "broker-z" in err["message"]
 
 
+def test_a_broker_name_not_registered_is_said_so_with_the_known_names(standalone: Any) -> None:
+    for command in (("broker", "status"), ("broker", "config", "get")):
+        err = json_error(standalone, *command, "nosuch")
+        assert err["type"] == "UnknownBrokerError", err
+        assert (err["broker_name"], err["known_brokers"], err["retriable"]) == ("nosuch", ["broker-a"], False)
+        assert "no route for topic" not in err["message"], err
+        assert "no broker named 'nosuch' is registered" in err["message"] and "broker-a" in err["message"]
+    line = ferrymq(standalone, "broker", "status", "nosuch", check=False).stderr.strip()
+    assert line == (f"ferrymq: no broker named 'nosuch' is registered with name server {standalone.namesrv} "
+                    "(registered: broker-a)"), line
+
+
 def test_group_connections_lists_online_consumers(standalone: Any) -> None:
     ferrymq(standalone, "topic", "create", "ops-conn", "--queues", "1")
     assert json_out(standalone, "group", "connections", "ops-cg")["connections"] == []

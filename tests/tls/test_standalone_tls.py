@@ -94,10 +94,27 @@ def test_cli_over_tls(enforcing: Standalone, certs: TlsFiles) -> None:
 
     plain = ferrymq(enforcing, "topic", "list", "--json", check=False)
     assert plain.returncode == 1
-    assert "TLS required" in plain.stdout, plain.stdout
+    assert "accepts only TLS connections" in plain.stdout, plain.stdout
     wrong = ferrymq(enforcing, "topic", "list", "--tls-ca", str(certs.other_ca), check=False)
     assert wrong.returncode == 1
     assert "certificate verif" in wrong.stderr + wrong.stdout, (wrong.stdout, wrong.stderr)
+
+
+def test_plain_cli_against_tls_only_cluster_says_to_use_tls(enforcing: Standalone) -> None:
+    """send, consume and topic list say the name server wants TLS and which flag to use, rather
+    than a missing route, no message, or a "broker" that is the name server."""
+    for args in (("send", "plain-cli", "hi"), ("consume", "plain-cli", "--group", "plain-g", "--count", "1",
+                                               "--timeout", "5"), ("topic", "list")):
+        proc = ferrymq(enforcing, *args, "--json", check=False)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        err = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+        assert err["type"] == "TlsRequiredError", (args, err)
+        assert (err["tls_required"], err["retriable"], err["server_role"]) == (True, False, "name server"), err
+        assert (err["broker"], err["code_name"]) == (enforcing.namesrv, "SYSTEM_ERROR"), err
+        assert f"name server {enforcing.namesrv} accepts only TLS connections" in err["message"], err
+        assert "--tls" in err["message"] and "--tls" in err["hint"], err
+        line = ferrymq(enforcing, *args, check=False).stderr.strip().splitlines()[-1]
+        assert line == f"ferrymq: {err['message']}", line
 
 
 def test_permissive_serves_tls_and_plain_clients(tmp_path: Path, certs: TlsFiles) -> None:

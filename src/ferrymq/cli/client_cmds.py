@@ -46,7 +46,8 @@ def _guarded(fn: Command) -> Command:
         try:
             return fn(args)
         except (CommandFailed, FerryMQError, TimeoutError, OSError, ValueError) as exc:
-            return report(describe(exc, operation_of(args)), as_json=bool(args.json))
+            return report(describe(exc, operation_of(args), str(getattr(args, "namesrv", "") or "")),
+                          as_json=bool(args.json))
 
     return run
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client.errors import BrokerError, SendError
+from ..client.errors import BrokerError, SendError, TlsRequiredError, UnknownBrokerError
 from ..common.errors import FerryMQError, request_name
 from ..remoting.errors import (
     RemotingClosedError,
@@ -54,26 +54,39 @@ def _remoting_detail(exc: RemotingError) -> str:
     return str(exc)
 
 
-def _detail(exc: BaseException) -> str:
+def _role(addr: str, namesrv: str) -> str:
+    """What answered from `addr`: a name server the command was given, else a broker."""
+    return "name server" if addr in namesrv.split(";") else "broker"
+
+
+def _detail(exc: BaseException, namesrv: str = "") -> str:
     """The cause in words, without request numbers."""
+    if isinstance(exc, TlsRequiredError):
+        return f"{_role(exc.addr, namesrv)} {exc.addr} accepts only TLS connections: {exc.hint}"
     if isinstance(exc, BrokerError):
         remark = f": {exc.remark}" if exc.remark else ""
-        return f"{exc.code_name}{remark} (broker {exc.addr})"
+        return f"{exc.code_name}{remark} ({_role(exc.addr, namesrv)} {exc.addr})"
     if isinstance(exc, RemotingError):
         return _remoting_detail(exc)
     return str(exc) or type(exc).__name__
 
 
-def _fields(exc: BaseException) -> dict[str, Any]:
+def _fields(exc: BaseException, namesrv: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(exc, SendError):
         out["topic"] = exc.topic
         out["attempts"] = exc.attempts
         if exc.cause is not None:
-            out.update({k: v for k, v in _fields(exc.cause).items() if k not in out})
+            out.update({k: v for k, v in _fields(exc.cause, namesrv).items() if k not in out})
             out["cause"] = type(exc.cause).__name__
     if isinstance(exc, BrokerError):
-        out.update(code=exc.code, code_name=exc.code_name, broker=exc.addr)
+        # "broker" is the address whatever answered, kept for the programs that read it.
+        out.update(code=exc.code, code_name=exc.code_name, broker=exc.addr,
+                   server_role=_role(exc.addr, namesrv))
+    if isinstance(exc, TlsRequiredError):
+        out.update(tls_required=True, hint=exc.hint)
+    if isinstance(exc, UnknownBrokerError):
+        out.update(broker_name=exc.broker, known_brokers=list(exc.known))
     elif isinstance(exc, RemotingError) and hasattr(exc, "addr"):
         out["address"] = exc.addr
     if isinstance(exc, FerryMQError):
@@ -81,19 +94,20 @@ def _fields(exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def describe(exc: BaseException, operation: str) -> Failure:
-    """`operation` names what the command was doing ("topic create", "send")."""
+def describe(exc: BaseException, operation: str, namesrv: str = "") -> Failure:
+    """`operation` names what the command was doing ("topic create", "send"); `namesrv` is
+    the --namesrv given, to tell an answer of the name server from one of a broker."""
     if isinstance(exc, CommandFailed):
         return Failure(exc.kind, exc.message, exc.exit_code)
     if isinstance(exc, SendError):
-        cause = _detail(exc.cause) if exc.cause is not None else "no attempt could be made"
+        cause = _detail(exc.cause, namesrv) if exc.cause is not None else "no attempt could be made"
         attempts = f" after {exc.attempts} attempts" if exc.attempts > 1 else ""
         message = f"send to topic {exc.topic} failed{attempts}: {cause}"
     elif isinstance(exc, BrokerError | RemotingError):
-        message = f"{operation} failed: {_detail(exc)}"
+        message = f"{operation} failed: {_detail(exc, namesrv)}"
     else:
-        message = _detail(exc)
-    return Failure(type(exc).__name__, " ".join(message.split()), EXIT_FAILURE, _fields(exc))
+        message = _detail(exc, namesrv)
+    return Failure(type(exc).__name__, " ".join(message.split()), EXIT_FAILURE, _fields(exc, namesrv))
 
 
 def report(failure: Failure, *, as_json: bool) -> int:

@@ -11,7 +11,7 @@ from ..client.admin import AdminClient
 from ..client.admin_results import MessageTrace
 from ..client.consumer.lite import AsyncLitePullConsumer
 from ..client.consumer.types import ConsumeFromWhere
-from ..client.errors import NoRouteError
+from ..client.errors import NoRouteError, TlsRequiredError
 from ..client.message_json import message_detail, message_json, preview
 from ..client.producer_async import AsyncProducer
 from ..client.results import PullStatus, SendResult
@@ -155,6 +155,8 @@ async def _consume(args: argparse.Namespace, printed: list[int], trouble: list[s
                     await deadline.run(consumer.commit(), "committing the offsets")
                     bar.update(task, advance=len(msgs))
         failure = consumer.inst.namesrv_failure
+        if isinstance(failure, TlsRequiredError):
+            raise failure
         if failure is not None:
             trouble.append(f"name server {args.namesrv}: {failure}")
     finally:

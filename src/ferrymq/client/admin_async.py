@@ -30,7 +30,7 @@ from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
-from .errors import ClientStateError, MessageNotFoundError, NoRouteError
+from .errors import ClientStateError, MessageNotFoundError, NoRouteError, UnknownBrokerError
 from .results import (
     ConsumerConnectionInfo,
     ConsumerConnections,
@@ -167,12 +167,13 @@ class AsyncAdminClient:
 
     async def broker_status(self, broker: str) -> BrokerStatus:
         """One broker's runtime table; `broker` is a broker name (its master) or HOST:PORT."""
-        for status in await self.cluster_list():
+        listed = await self.cluster_list()
+        for status in listed:
             if status.addr == broker or (status.broker == broker and status.broker_id == 0):
                 if status.error is not None:
                     raise NoRouteError("", self.namesrv, f"broker {broker}: {status.error}")
                 return status
-        raise NoRouteError("", self.namesrv, f"no broker {broker!r} is registered")
+        raise UnknownBrokerError(broker, self.namesrv, tuple(sorted({s.broker for s in listed})))
 
     async def broker_config(self, broker: str) -> dict[str, str]:
         """The broker's configuration (RocketMQ's camelCase keys); `broker` as in
@@ -221,9 +222,10 @@ class AsyncAdminClient:
     async def _broker_address(self, broker: str) -> str:
         if ":" in broker:
             return broker
-        addr = (await self.brokers()).get(broker)
+        known = await self.brokers()
+        addr = known.get(broker)
         if not addr:
-            raise NoRouteError("", self.namesrv, f"no broker {broker!r} is registered")
+            raise UnknownBrokerError(broker, self.namesrv, tuple(sorted(known)))
         return addr
 
     # --- offsets and pulls -------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from ..common.codes import ResponseCode
 from ..common.errors import FerryMQError, request_name, response_name
+from ..remoting.tls_accept import TLS_REQUIRED_PREFIX
 
 
 class ClientError(FerryMQError):
@@ -69,6 +70,24 @@ class NameServerUnreachableError(NoRouteError):
         self.namesrv = namesrv
         self.detail = str(cause)
         self.cause = cause
+
+
+class UnknownBrokerError(NoRouteError):
+    """A command named a broker (by name, or HOST:PORT) the name server does not list. Not
+    retriable: a mistyped name does not come to be registered; `known` says what is."""
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, broker: str, namesrv: str, known: tuple[str, ...]) -> None:
+        listed = f"registered: {', '.join(known)}" if known else "none is registered"
+        ClientError.__init__(
+            self, f"no broker named {broker!r} is registered with name server {namesrv} ({listed})"
+        )
+        self.topic = ""
+        self.namesrv = namesrv
+        self.detail = listed
+        self.broker = broker
+        self.known = known
 
 
 class NoWritableMasterError(NoRouteError):
@@ -175,8 +194,21 @@ RESPONSE_ERRORS: Mapping[int, type[BrokerError]] = MappingProxyType(
 )
 
 
+class TlsRequiredError(BrokerSystemError):
+    """A name server or broker that accepts only TLS refused this plain connection (it
+    answers the first request with SYSTEM_ERROR and a remark saying so, then closes). Not
+    retriable: every plain attempt is refused the same way; the client must turn TLS on."""
+
+    retriable: ClassVar[bool] = False
+    # What to do, in the command line's words (the library's: tls=True / TlsClientSettings).
+    hint: ClassVar[str] = ("connect with --tls (and --tls-ca CA.pem unless its certificate is signed by a CA "
+                           "this machine trusts), or set FERRYMQ_TLS=1")
+
+
 def broker_error(addr: str, request_code: int, code: int, remark: str | None) -> BrokerError:
     """The error for a non-success answer `code` to request `request_code` from `addr`."""
+    if code == ResponseCode.SYSTEM_ERROR and (remark or "").startswith(TLS_REQUIRED_PREFIX):
+        return TlsRequiredError(addr, request_code, code, remark)
     return RESPONSE_ERRORS.get(code, BrokerError)(addr, request_code, code, remark)
 
 

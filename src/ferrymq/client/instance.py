@@ -37,6 +37,7 @@ from ..remoting import (
 )
 from ..remoting.tls import TlsClientSettings
 from .api import MQClientAPI, mq_from_key, split_addrs
+from .errors import NoPermissionError, TlsRequiredError
 from .loop import LoopThread
 from .route import TopicRoute, read_addr
 
@@ -168,6 +169,10 @@ class ClientInstance:
             await self.api.unregister_client(
                 addr, self.client_id, producer_group=producer_group, consumer_group=consumer_group
             )
+        except (RemotingConnectError, RemotingClosedError, NoPermissionError) as exc:
+            # A broker that is gone has dropped the client with its connections, and one that
+            # refuses the request has already said so when it refused the client's work.
+            log.debug("unregister %s from %s failed: %s", self.client_id, addr, exc)
         except FerryMQError as exc:
             log.warning("unregister %s from %s failed: %s", self.client_id, addr, exc)
 
@@ -190,6 +195,13 @@ class ClientInstance:
         try:
             route = await self.api.get_route(topic)
         except RemotingError as exc:
+            # A TLS-only name server answers the first plain request with why it refuses and
+            # closes: the requests after it only see the connection closed, which says less.
+            if not isinstance(self.namesrv_failure, TlsRequiredError):
+                self.namesrv_failure = exc
+            log.debug("route for %s not refreshed: %s", topic, exc)
+            return self.routes.get(topic)
+        except TlsRequiredError as exc:
             self.namesrv_failure = exc
             log.debug("route for %s not refreshed: %s", topic, exc)
             return self.routes.get(topic)

@@ -29,6 +29,7 @@ from .errors import (
     NoRouteError,
     NoWritableMasterError,
     SendError,
+    TlsRequiredError,
     broker_error,
 )
 from .fault import LatencyFaultTolerance
@@ -155,7 +156,10 @@ class AsyncProducer(Lifecycle, Preparer):
         # an unreachable one is still worth saying at once rather than at the first send.
         # The lookup also warms the route that sends to new topics borrow.
         await inst.update_route(self.create_topic_key)
-        if inst.namesrv_failure is not None:
+        if isinstance(inst.namesrv_failure, TlsRequiredError):
+            log.warning("producer %s started, but name server %s accepts only TLS connections: "
+                        "sends will fail (make the producer with tls=True)", self.group, self.namesrv)
+        elif inst.namesrv_failure is not None:
             log.warning("producer %s started, but name server %s is unreachable (%s): sends "
                         "will fail until it answers", self.group, self.namesrv, inst.namesrv_failure)
 
@@ -230,6 +234,8 @@ class AsyncProducer(Lifecycle, Preparer):
             ]
             if queues:
                 return queues
+        if isinstance(inst.namesrv_failure, TlsRequiredError):
+            raise inst.namesrv_failure
         if inst.namesrv_failure is not None:
             raise NameServerUnreachableError(topic, self.namesrv, inst.namesrv_failure)
         raise NoRouteError(topic, self.namesrv)

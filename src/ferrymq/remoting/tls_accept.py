@@ -20,7 +20,9 @@ from .tls import TLS_HANDSHAKE_BYTE, TlsMode, TlsServerSettings, server_context
 
 log = logging.getLogger("ferrymq.remoting")
 
-PLAIN_REFUSED_REMARK = ("TLS required: this port only accepts TLS connections (tls_server_mode=enforcing); "
+# How the refusal's remark starts: clients recognise a TLS-only server by it (client/errors.py).
+TLS_REQUIRED_PREFIX = "TLS required:"
+PLAIN_REFUSED_REMARK = (f"{TLS_REQUIRED_PREFIX} this port only accepts TLS connections (tls_server_mode=enforcing); "
                         "connect with TLS (ferrymq clients: tls=True, CLI: --tls)")
 # A refused plain client's first request is read to answer it by its opaque; a bigger one is
 # not waited for.
