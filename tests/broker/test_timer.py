@@ -203,6 +203,36 @@ async def test_a_delay_level_wins_over_timer_properties(tmp_path: Path, nodes: l
     assert P.PROPERTY_TIMER_DELAY_SEC not in scheduled.properties
 
 
+async def test_a_delete_marker_cancels_the_timer_of_its_slot_across_a_restart(
+        tmp_path: Path, nodes: list[Node]) -> None:
+    """RocketMQ 5's TIMER_DEL_UNIQKEY: a message naming "<topic>+<message id>" with a delivery
+    time in the target's slot drops that timer; the marker itself is never delivered."""
+    clock = Clock()
+    store = tmp_path / "store"
+    node = await _node(nodes, store, clock)
+    wire = node.wire
+    assert wire is not None
+    await wire.create_topic("t", 1)
+    for uniq in ("KEEP", "DROP"):
+        await node.send("t", uniq.encode(), _props(uniq, TIMER_DELIVER_MS=T0 + 2_000))
+    marker = {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "DROP", P.PROPERTY_TIMER_DEL_UNIQKEY: "t+DROP",
+              P.PROPERTY_TIMER_DELIVER_MS: str(T0 + 2_050)}
+    await node.send("t", b"0", marker)
+    # A marker must be a timer itself: delivered now it would reach consumers.
+    resp = await wire.send("t", b"0", props={**marker, P.PROPERTY_TIMER_DELIVER_MS: str(T0 - 1)})
+    assert resp.code == ResponseCode.MESSAGE_ILLEGAL and "TIMER_DEL_UNIQKEY" in (resp.remark or "")
+    await eventually(lambda: node.timer.pending() == 3, what="both timers and the marker linked")
+    await node.stop()  # the marker is in the wheel's files, not only in memory
+    nodes.remove(node)
+    again = await _node(nodes, store, clock)
+    await again.advance_to(T0 + 3_000)
+    (kept,) = await eventually(lambda: again.pull("t"), what="the delivery")
+    assert kept.msg_id == "KEEP"
+    assert again.timer.cancelled == 1 and again.timer.pending() == 0
+    await again.advance_to(T0 + 4_000)
+    assert [m.msg_id for m in await again.pull("t")] == ["KEEP"]
+
+
 async def test_a_timer_beyond_the_wheel_rolls_until_in_reach_and_is_delivered_once(
         tmp_path: Path, nodes: list[Node]) -> None:
     # 16 slots of 100 ms: the wheel reaches 1.6 s ahead; the timer is 5 s ahead.

@@ -35,6 +35,9 @@ FLAG_ROLL = 0x1
 # Set in place on an entry whose record a power loss took from the commit log (found at the
 # first start after it): another message may be written at that offset later.
 FLAG_LOST = 0x2
+# A delete marker (a message carrying TIMER_DEL_UNIQKEY, RocketMQ's MAGIC_DELETE): never
+# delivered; the timer of the same topic and message id in its slot is dropped instead.
+FLAG_DELETE = 0x4
 _MAGIC_MASK = 0xFFFF0000
 CHECKPOINT_MAGIC = 0x7E7ECC01
 
@@ -66,6 +69,7 @@ class LogEntry(NamedTuple):
     write_ms: int
     roll: bool
     lost: bool = False
+    delete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +95,8 @@ def decode_slot(buf: Buffer, offset: int = 0) -> Slot:
 
 
 def encode_entry(prev_pos: int, deliver_ms: int, link_ms: int, phys_offset: int, size: int,
-                 write_ms: int, roll: bool) -> bytes:
-    magic = ENTRY_MAGIC | (FLAG_ROLL if roll else 0)
+                 write_ms: int, roll: bool, delete: bool = False) -> bytes:
+    magic = ENTRY_MAGIC | (FLAG_ROLL if roll else 0) | (FLAG_DELETE if delete else 0)
     return ENTRY.pack(prev_pos, deliver_ms, link_ms, phys_offset, write_ms, size, magic)
 
 
@@ -104,7 +108,7 @@ def decode_entry(buf: Buffer, offset: int, pos: int) -> LogEntry | None:
     if magic & _MAGIC_MASK != ENTRY_MAGIC:
         raise TimerFileError("log", f"entry at {pos} has magic {magic:#x}")
     return LogEntry(pos, prev, deliver, link, phys, size, write, bool(magic & FLAG_ROLL),
-                    bool(magic & FLAG_LOST))
+                    bool(magic & FLAG_LOST), bool(magic & FLAG_DELETE))
 
 
 def encode_checkpoint(cp: TimerCheckpoint) -> bytes:

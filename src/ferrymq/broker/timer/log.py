@@ -87,13 +87,13 @@ class TimerLog:
         return seg, pos - start
 
     def append(self, prev_pos: int, deliver_ms: int, link_ms: int, phys_offset: int, size: int,
-               write_ms: int, roll: bool) -> int:
+               write_ms: int, roll: bool, delete: bool = False) -> int:
         pos = self.end
         found = self._segment(pos, create=True)
         assert found is not None
         seg, off = found
         seg[off: off + ENTRY.size] = encode_entry(prev_pos, deliver_ms, link_ms, phys_offset, size,
-                                                  write_ms, roll)
+                                                  write_ms, roll, delete)
         self.end = pos + ENTRY.size
         return pos
 

@@ -7,7 +7,13 @@ its real topic and queue in REAL_TOPIC / REAL_QID and the delivery time in TIMER
 delivery time not ahead is delivered at once; a delay level wins over the timer properties.
 Out: the real topic and queue come back, the request properties and the roll count go; the
 message id (UNIQ_KEY), TIMER_OUT_MS and every other property stay, and TIMER_OUT_MS keeps the
-message from being timed again if it is sent once more."""
+message from being timed again if it is sent once more.
+
+A message carrying TIMER_DEL_UNIQKEY ("<topic>+<message id>", RocketMQ's buildDeleteKey) is a
+delete marker: stored and linked as a timer like the others, it is never delivered, and the
+timer of that topic and message id in the same wheel slot is dropped when the slot fires
+(RocketMQ 5's timer delete, what RecallMessage sends). It needs a delivery time ahead: the
+target's own, or any time in the same slot."""
 
 from __future__ import annotations
 
@@ -31,6 +37,22 @@ class TimerMessageError(FerryMQError, ValueError):
         self.prop = prop
         self.value = value
         self.reason = reason
+
+
+def delete_key(topic: str, message_id: str) -> str:
+    """What TIMER_DEL_UNIQKEY names: a timer message by its real topic and message id."""
+    return f"{topic}+{message_id}"
+
+
+def is_delete_marker(props: dict[str, str]) -> bool:
+    return P.PROPERTY_TIMER_DEL_UNIQKEY in props
+
+
+def timer_key(props: dict[str, str]) -> str | None:
+    """The delete key of a stored timer message (its REAL_TOPIC and UNIQ_KEY)."""
+    topic = props.get(P.PROPERTY_REAL_TOPIC)
+    uniq = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    return delete_key(topic, uniq) if topic and uniq else None
 
 
 def asks_for_timer(props: dict[str, str] | bytes) -> bool:
@@ -68,6 +90,10 @@ def to_timer(msg: StoreMessage, now_ms: int, max_delay_ms: int) -> StoreMessage:
         kept = {k: v for k, v in props.items() if k not in _REQUEST_PROPS}
         return _with(msg, msg.topic, msg.queue_id, kept)
     deliver = requested_deliver_ms(props, now_ms)
+    if P.PROPERTY_TIMER_DEL_UNIQKEY in props and (deliver is None or deliver <= now_ms):
+        # RocketMQ's WHEEL_TIMER_MSG_ILLEGAL: delivered now, the marker would reach consumers.
+        raise TimerMessageError(P.PROPERTY_TIMER_DEL_UNIQKEY, props[P.PROPERTY_TIMER_DEL_UNIQKEY],
+                                "needs a delivery time ahead (TIMER_DELIVER_MS of the timer it cancels)")
     if deliver is None or deliver <= now_ms:
         return msg
     if deliver - now_ms > max_delay_ms:

@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ...common import props as P
 from ...common.message import MessageExt
 from ...common.names import TIMER_TOPIC
 from ...common.record import MessageDecodeError, decode_record
 from ...store import MessageStore, PutResult, StoreMessage
 from .codec import LogEntry
-from .message import TIMER_QUEUE_ID, deliver_ms_of, from_timer, rolled
+from .message import TIMER_QUEUE_ID, deliver_ms_of, from_timer, is_delete_marker, rolled, timer_key
 from .state import TimerStore, TimerStoreConfig
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class TimerService:
         self._stored_to = 0  # the commit log's end after the last delivery
         self.delivered = 0
         self.rolled = 0
+        self.cancelled = 0  # timers dropped by a delete marker of their slot
+        # The delete keys of the open slot's markers (read when it opens).
+        self._deleted: frozenset[str] = frozenset()
         # Set on a slave: the master's (read time, enqueue offset) as last copied, or None
         # before the first copy. A follower delivers nothing; it links the timers its master
         # has linked and drops the slots its master has delivered, so that when it is promoted
@@ -237,6 +241,7 @@ class TimerService:
                     moved = True
                     continue
                 self._open = entries
+                self._deleted = self._delete_keys(entries)
                 return True
             state.advance()
             moved = True
@@ -291,13 +296,15 @@ class TimerService:
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
                 if deliver < state.read_time_ms:
-                    if not await self._put([_restored(msg, roll=False)]):
+                    # Due already; a delete marker this late finds its slot delivered.
+                    if not is_delete_marker(msg.properties) and not await self._put([_restored(msg, roll=False)]):
                         break
                 elif self._open is not None and deliver < state.read_time_ms + state.precision_ms:
                     # The slot being delivered is read already: this one waits its turn here.
                     self._hold_until = deliver
                     break
-                elif state.link(deliver, msg.commit_log_offset, msg.store_size):
+                elif state.link(deliver, msg.commit_log_offset, msg.store_size,
+                                delete=is_delete_marker(msg.properties)):
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
             done += 1
@@ -318,15 +325,28 @@ class TimerService:
             if msg is not None:
                 deliver = deliver_ms_of(msg.properties)
                 # Already due when the master linked it: the master delivered it then.
-                if deliver >= state.read_time_ms and state.link(deliver, msg.commit_log_offset,
-                                                                msg.store_size):
+                if deliver >= state.read_time_ms and state.link(
+                        deliver, msg.commit_log_offset, msg.store_size,
+                        delete=is_delete_marker(msg.properties)):
                     self.rolled += 1
             state.enqueue_offset = qe.queue_offset + 1
         return bool(entries)
 
+    def _delete_keys(self, entries: list[LogEntry]) -> frozenset[str]:
+        """What the slot's delete markers cancel (markers linked as rolls cancel nothing yet)."""
+        keys: set[str] = set()
+        for e in entries:
+            if e.delete and not e.roll and not e.lost:
+                msg = _decode(self.store.reads.read_sound_record(e.phys_offset, e.size), e.phys_offset)
+                if msg is not None:
+                    keys.add(msg.properties.get(P.PROPERTY_TIMER_DEL_UNIQKEY, ""))
+        return frozenset(keys)
+
     async def _deliver(self, entries: list[LogEntry]) -> bool:
         out: list[StoreMessage] = []
         for e in entries:
+            if e.delete and not e.roll:
+                continue  # a delete marker is never delivered
             if e.lost:
                 log.error("timer message at %d (due %d) was lost with the commit log's tail; "
                           "its link is dropped", e.phys_offset, e.deliver_ms)
@@ -339,6 +359,9 @@ class TimerService:
                 # message now at that offset is delivered by its own link, at its own time.
                 log.error("the record at %d is not the timer message linked there (due %d); "
                           "the link is dropped", e.phys_offset, e.deliver_ms)
+                continue
+            if msg is not None and not e.roll and self._deleted and timer_key(msg.properties) in self._deleted:
+                self.cancelled += 1
                 continue
             if msg is not None:
                 restored = _restored(msg, roll=e.roll)

@@ -157,9 +157,10 @@ class TimerStore:
         return flagged
 
     # --- linking -------------------------------------------------------------------------
-    def link(self, deliver_ms: int, phys_offset: int, size: int) -> bool:
+    def link(self, deliver_ms: int, phys_offset: int, size: int, *, delete: bool = False) -> bool:
         """Link a timer due at `deliver_ms` (not before the read time); True when it is beyond
-        the wheel's reach and was linked as a roll at the wheel's last slot instead."""
+        the wheel's reach and was linked as a roll at the wheel's last slot instead. `delete`:
+        the message is a delete marker (FLAG_DELETE)."""
         link_ms = max(deliver_ms, self.read_time_ms)
         roll = deliver_ms >= self.read_time_ms + self.horizon_ms
         if roll:
@@ -167,7 +168,7 @@ class TimerStore:
         slot = self.wheel.get(link_ms)
         has = slot.num > 0
         pos = self.log.append(slot.last_pos if has else -1, deliver_ms, link_ms, phys_offset, size,
-                              self.read_time_ms, roll)
+                              self.read_time_ms, roll, delete)
         self.wheel.put(Slot(slot.time_ms, slot.first_pos if has else pos, pos, slot.num + 1, 0))
         return roll
 
