@@ -21,9 +21,9 @@ from ferrymq.broker.roles import MASTER, SLAVE
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import decode_offset_msg_id
-from ferrymq.common.message import MessageExt
+from ferrymq.common.message import Message, MessageExt
 from ferrymq.common.props import properties_to_string
-from ferrymq.common.record import decode_records
+from ferrymq.common.record import decode_records, encode_batch
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from ferrymq.remoting import ClientConfig, Connection, RemotingClient, RemotingCommand
 from waits import eventually
@@ -69,15 +69,16 @@ class TxProducer:
         resp = await self.client.invoke(self.broker, RemotingCommand.request(RequestCode.HEART_BEAT, body=body), 5)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
 
-    async def send_half(self, body: bytes, *, uniq: str) -> RemotingCommand:
-        props = {"TRAN_MSG": "true", "PGROUP": GROUP, "UNIQ_KEY": uniq, "TAGS": "t"}
+    async def send_half(self, body: bytes, *, uniq: str, extra: dict[str, str] | None = None,
+                        sys_flag: int = 0x4, expect: int = ResponseCode.SUCCESS) -> RemotingCommand:
+        props = {"TRAN_MSG": "true", "PGROUP": GROUP, "UNIQ_KEY": uniq, "TAGS": "t", **(extra or {})}
         ext = dict(producerGroup=GROUP, topic=TOPIC, defaultTopic="TBW102", defaultTopicQueueNums=4,
-                   queueId=1, sysFlag=0x4, bornTimestamp=broker_clock_now(), flag=0,
+                   queueId=1, sysFlag=sys_flag, bornTimestamp=broker_clock_now(), flag=0,
                    properties=properties_to_string(props), reconsumeTimes=0, unitMode="false", batch="false")
         req = RemotingCommand.request(RequestCode.SEND_MESSAGE, ext_fields={k: str(v) for k, v in ext.items()},
                                       body=body)
         resp = await self.client.invoke(self.broker, req, 5)
-        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert resp.code == expect, resp.remark
         return resp
 
     async def end(self, table_offset: int | str, commit_log_offset: int | str, state: int, *,
@@ -182,6 +183,40 @@ async def test_commit_delivers_the_message_once_even_when_repeated(env: Env) -> 
         assert again.code == ResponseCode.SUCCESS and again.remark == "the transaction has already ended"
     assert await env.check() == 0
     assert await env.delivered() == [b"order-1"] and p.checks.empty()
+
+
+async def test_a_batch_half_message_commits_as_its_members(env: Env) -> None:
+    # TRAN_BATCH (the Spark sink's halves): one transaction, its body a message batch whose
+    # members reach the topic on commit, each a message of its own, all or none.
+    p = env.producer
+    assert p is not None
+    members = [Message(TOPIC, f"row-{i}".encode(), keys=f"k{i}") for i in range(3)]
+    for i, m in enumerate(members):
+        m.properties["UNIQ_KEY"] = f"R{i}"
+    batch = {"TRAN_BATCH": "true"}
+    sent = await p.send_half(encode_batch(members), uniq="B1", extra=batch)
+    assert await env.delivered() == []
+    assert (await p.end_sent(sent, COMMIT)).code == ResponseCode.SUCCESS
+    assert env.wire is not None
+    got = await env.wire.pull_all(TOPIC, 1)
+    assert [m.body for m in got] == [b"row-0", b"row-1", b"row-2"]
+    assert [m.properties["UNIQ_KEY"] for m in got] == ["R0", "R1", "R2"]
+    assert [m.keys for m in got] == ["k0", "k1", "k2"]
+    half_offset = decode_offset_msg_id(sent.ext_fields["msgId"]).offset
+    assert all(m.sys_flag & 0xC == COMMIT and m.prepared_transaction_offset == half_offset for m in got)
+    again = await p.end_sent(sent, COMMIT)
+    assert again.remark == "the transaction has already ended"
+    assert len(await env.delivered()) == 3
+
+    rolled = await p.send_half(encode_batch(members), uniq="B2", extra=batch)
+    assert (await p.end_sent(rolled, ROLLBACK)).code == ResponseCode.SUCCESS
+    assert len(await env.delivered()) == 3
+    # Refused when sent, so no commit can meet a body it cannot store.
+    bad = await p.send_half(b"not a batch", uniq="B3", extra=batch, expect=ResponseCode.MESSAGE_ILLEGAL)
+    assert "not a message batch" in (bad.remark or "")
+    packed = await p.send_half(encode_batch(members), uniq="B4", extra=batch, sys_flag=0x4 | 0x1,
+                               expect=ResponseCode.MESSAGE_ILLEGAL)
+    assert "compressed" in (packed.remark or "")
 
 
 async def test_rollback_is_never_delivered_nor_checked(env: Env) -> None:

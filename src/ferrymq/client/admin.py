@@ -95,6 +95,7 @@ class AdminClient(Facade[AsyncAdminClient]):
     consumer_connections = blocking(AsyncAdminClient.consumer_connections)
     consumer_ids = blocking(AsyncAdminClient.consumer_ids)
     consumer_groups = blocking(AsyncAdminClient.consumer_groups)
+    end_transaction = blocking(AsyncAdminClient.end_transaction)
     view_message = blocking(AsyncAdminClient.view_message)
     query_message = blocking(AsyncAdminClient.query_message)
     query_by_uniq_key = blocking(AsyncAdminClient.query_by_uniq_key)

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..acl.signing import credentials_from, signer_for
 from ..common.errors import FerryMQError
-from ..common.headers import PERM_READ, PERM_WRITE
+from ..common.codes import RequestCode
+from ..common.headers import PERM_READ, PERM_WRITE, fields
 from ..common.ids import decode_offset_msg_id, decode_uniq_id, is_offset_msg_id, is_uniq_id
 from ..common.message import MessageExt, MessageQueue
 from ..common.names import (
@@ -496,6 +497,24 @@ class AsyncAdminClient:
             return list((await self.topic_route(retry_topic(group), refresh=True)).brokers.values())
         except NoRouteError:
             return list((await self.brokers()).values())
+
+    # --- transactions ------------------------------------------------------------------------
+    async def end_transaction(
+        self, broker: str, *, producer_group: str, topic: str, transaction_id: str,
+        tran_state_table_offset: int, commit_log_offset: int, commit: bool,
+    ) -> str | None:
+        """END_TRANSACTION for a half message on `broker` (a name or an address), waiting for
+        the answer a producer's one-way request never gets: the commit is stored (or the
+        rollback written) when this returns. Returns the broker's remark ("the transaction has
+        already ended" for a repeat); BrokerError when it refused."""
+        addr = await self._broker_address(broker)
+        resp = await self.api.invoke_ok(addr, RequestCode.END_TRANSACTION, fields(
+            topic=topic, producerGroup=producer_group, tranStateTableOffset=tran_state_table_offset,
+            commitLogOffset=commit_log_offset, commitOrRollback=0x8 if commit else 0xC,
+            fromTransactionCheck=False, msgId=transaction_id, transactionId=transaction_id,
+            brokerName=broker,
+        ))
+        return resp.remark
 
     # --- messages ----------------------------------------------------------------------------
     async def view_message(self, offset_msg_id: str) -> MessageExt:

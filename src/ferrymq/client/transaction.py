@@ -13,6 +13,7 @@ from ..common.message import Message, MessageExt
 from ..remoting.tls import TlsClientSettings
 from .producer import Producer
 from .producer_options import PRODUCER_DEFAULTS as _D
+from .results import SendResult
 from .transaction_async import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -92,6 +93,11 @@ class TransactionProducer(Producer):
                 log.exception("local transaction of %s (topic %s) failed", result.msg_id, msg.topic)
         self._run_blocking(self._tx.end_transaction(msg, result, state, error), "send")
         return self._tx.transaction_result(result, state)
+
+    def send_half(self, msg: Message) -> SendResult:
+        """The half message alone, left open: for a caller that ends it later, elsewhere
+        (the Spark sink's driver ends its tasks' halves with AdminClient.end_transaction)."""
+        return self._run_blocking(self._tx.send_half(msg), "send")
 
     def shutdown(self) -> None:
         try:

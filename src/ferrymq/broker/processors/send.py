@@ -40,7 +40,7 @@ from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..topics import TopicConfig
 from ..transaction import is_half_message
-from ..transaction.records import TRANSACTION_TYPE_MASK
+from ..transaction.records import TRANSACTION_TYPE_MASK, BatchHalfError, batch_members, is_batch_half
 from . import reply
 
 _PUT_CODES = {
@@ -221,10 +221,17 @@ async def _send_half(broker: BrokerContext, req: RemotingCommand, cfg: TopicConf
     (the tranStateTableOffset its END_TRANSACTION names) and the queue it will go to."""
     if broker.config.reject_transaction_message:
         return _refuse_half(broker, req)
+    born_ts = opt_int(ext, "bornTimestamp", broker.now_ms())
+    if is_batch_half(text.encode()):
+        try:
+            batch_members(body, opt_int(ext, "sysFlag", 0), cfg.topic_name, queue_id, born_ts, born_host,
+                          broker.config.broker_cluster_name)
+        except BatchHalfError as exc:
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
     msg = StoreMessage(topic=cfg.topic_name, queue_id=queue_id, body=body,
                        properties=with_property(text.encode(), P.PROPERTY_CLUSTER, broker.config.broker_cluster_name),
                        flag=opt_int(ext, "flag", 0), sys_flag=opt_int(ext, "sysFlag", 0),
-                       born_timestamp=opt_int(ext, "bornTimestamp", broker.now_ms()), born_host=born_host,
+                       born_timestamp=born_ts, born_host=born_host,
                        reconsume_times=opt_int(ext, "reconsumeTimes", 0))
     if broker.topics.version != topics_version:
         await broker.persist_topics()

@@ -21,7 +21,15 @@ from ...common import props as P
 from ...common.errors import FerryMQError
 from ...common.message import MessageExt
 from ...common.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from ...common.record import Properties, properties_map, property_value
+from ...common.record import (
+    MessageDecodeError,
+    Properties,
+    RecordEncodeError,
+    batch_to_messages,
+    properties_map,
+    property_value,
+)
+from ...common.record.layout import SYSFLAG_COMPRESSED
 from ...store import StoreMessage
 
 # MessageSysFlag's transaction type bits.
@@ -144,6 +152,53 @@ def committed(msg: MessageExt, commit_log_offset: int) -> StoreMessage:
     out = _copy(msg, topic, queue_id, props, reset_transaction_type(msg.sys_flag, TRANSACTION_COMMIT_TYPE))
     out.prepared_transaction_offset = commit_log_offset
     return out
+
+
+def is_batch_half(props: Properties) -> bool:
+    """A ferrymq batch half message (TRAN_BATCH=true): its body holds the transaction's
+    messages in SEND_BATCH_MESSAGE's encoding."""
+    value = property_value(props, P.PROPERTY_TRANSACTION_BATCH)
+    return value is not None and value.strip().lower() == "true"
+
+
+def batch_members(body: bytes, sys_flag: int, topic: str, queue_id: int, born_timestamp: int,
+                  born_host: str, cluster: str) -> list[StoreMessage]:
+    """The messages a batch half message carries, as SEND_BATCH_MESSAGE would store them;
+    BatchHalfError when there are none or the body is not a batch. Checked when the half is
+    sent, so a commit never finds a body it cannot store."""
+    if sys_flag & SYSFLAG_COMPRESSED:
+        raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
+    try:
+        members: list[StoreMessage] = batch_to_messages(
+            body, StoreMessage, topic, queue_id, reset_transaction_type(sys_flag, TRANSACTION_COMMIT_TYPE),
+            born_timestamp, born_host, 0, P.PROPERTY_CLUSTER, cluster)
+    except (MessageDecodeError, RecordEncodeError) as exc:
+        raise BatchHalfError(f"the body is not a message batch: {exc}") from exc
+    if not members:
+        raise BatchHalfError("the batch is empty")
+    return members
+
+
+class BatchHalfError(FerryMQError, ValueError):
+    """A batch half message (TRAN_BATCH) whose body cannot be stored as its members."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"batch half message refused: {reason}")
+        self.reason = reason
+
+
+def committed_messages(msg: MessageExt, commit_log_offset: int, cluster: str) -> list[StoreMessage]:
+    """What a commit stores: the message, or every member of a batch half message (each with
+    the half message's commit-log offset as its preparedTransactionOffset)."""
+    if not is_batch_half(msg.properties):
+        return [committed(msg, commit_log_offset)]
+    props = msg.properties
+    members = batch_members(msg.body, msg.sys_flag, props.get(P.PROPERTY_REAL_TOPIC, ""),
+                            _int(props.get(P.PROPERTY_REAL_QUEUE_ID), 0), msg.born_timestamp,
+                            msg.born_host, cluster)
+    for member in members:
+        member.prepared_transaction_offset = commit_log_offset
+    return members
 
 
 def discarded(msg: MessageExt) -> StoreMessage:

@@ -255,7 +255,11 @@ class TransactionService:
             if live is None:
                 return EndOutcome(ResponseCode.SUCCESS, "the transaction has already ended")
             if commit_or_rollback == R.TRANSACTION_COMMIT_TYPE:
-                result = await self.broker.put([R.committed(msg, commit_log_offset)])
+                try:
+                    stored = R.committed_messages(msg, commit_log_offset, self.broker.config.broker_cluster_name)
+                except R.BatchHalfError as exc:
+                    return EndOutcome(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+                result = await self.broker.put(stored, allow_delay=len(stored) == 1)
                 if not result.status.stored:
                     return EndOutcome(_put_code(result.status), result.reason or result.status.name)
             elif commit_or_rollback == R.TRANSACTION_ROLLBACK_TYPE and self.broker.events.active:
