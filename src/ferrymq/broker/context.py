@@ -48,8 +48,10 @@ class BrokerContext(BrokerCore, Protocol):
         each request take effect, so callers change only those."""
         ...
 
-    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
-        """Which broker of the group the consumer should pull this queue from next."""
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int, slow_broker_id: int = 1) -> int:
+        """Which broker of the group the consumer should pull this queue from next;
+        `slow_broker_id` is the one a consumer far behind is sent to when it is in sync (the
+        group's which_broker_when_consume_slowly)."""
         ...
 
     def timer_position(self) -> tuple[int, int] | None:

@@ -32,6 +32,7 @@ from .clients import ClientRegistry, QueueLocks
 from .coalesce import Coalescer
 from .config import BrokerConfig, parse_delay_levels
 from .events import MessageEvents
+from .groups import GroupManager
 from .handover import Handover
 from .longpoll import PullWaiters
 from .notify import GroupChangeNotifier
@@ -64,6 +65,10 @@ class Broker:
         self.topics = TopicManager(config_dir, default_queue_nums=config.default_topic_queue_nums,
                                    on_change=self._topics_changed)
         self.offsets = OffsetManager(config_dir, config.offset_journal_delay_ms / 1000)
+        self.groups = GroupManager(
+            config_dir, settings=lambda: (self.config.auto_create_subscription_group,
+                                          self.config.max_reconsume_times),
+            writable=lambda: not self.refuse_writes(), on_change=self.replication_changed)
         self.delay_offsets = DelayOffsetManager(config_dir)
         self.clients = ClientRegistry(channel_expired_ms=config.channel_expired_timeout_ms,
                                       on_consumer_change=self._consumers_changed)
@@ -185,6 +190,8 @@ class Broker:
         self.topics.load()
         self._topics_durable = self.topics.version
         self.topics.on_dirty = self._topics_dirty
+        self.groups.load()
+        self.groups.start_writer()
         self.offsets.load()
         self.offsets.open_journal()  # requests are answered from here on (self.store is set)
         self.delay_offsets.load()
@@ -253,8 +260,8 @@ class Broker:
         state = self.timer.state if self.timer is not None else None
         return None if state is None else (state.read_time_ms, state.enqueue_offset)
 
-    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
-        return self.replication.suggest_broker_id(topic, queue_id, next_offset)
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int, slow_broker_id: int = 1) -> int:
+        return self.replication.suggest_broker_id(topic, queue_id, next_offset, slow_broker_id)
 
     async def stop(self) -> None:
         if self._stopping:
@@ -294,6 +301,9 @@ class Broker:
         with contextlib.suppress(Exception):
             await self._topics_writer.idle()
         _persist_at_stop("topics", self.topics.persist)
+        with contextlib.suppress(Exception):
+            await self.groups.writer_idle()
+        _persist_at_stop("subscription groups", self.groups.persist)
         if self.trace is not None:
             with contextlib.suppress(Exception):
                 await self.trace.flush()  # the last few milliseconds of changes
@@ -324,6 +334,10 @@ class Broker:
     # --- name server registration ----------------------------------------------------------
     def _topics_changed(self) -> None:
         self._register_soon.set()
+        self.replication.metadata_changed()
+
+    def replication_changed(self) -> None:
+        """Metadata slaves copy changed: they are told now, not at their next sync."""
         self.replication.metadata_changed()
 
     def request_registration(self) -> None:

@@ -14,6 +14,7 @@ from ..store import MessageStore, PutResult, StoreMessage
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .events import MessageEvents
+from .groups import GroupManager
 from .offsets import DelayOffsetManager, OffsetManager
 from .topics import TopicManager
 
@@ -31,6 +32,10 @@ class BrokerCore(Protocol):
 
     @property
     def offsets(self) -> OffsetManager: ...
+
+    @property
+    def groups(self) -> GroupManager:
+        """The subscription group table (RocketMQ's SubscriptionGroupManager)."""
 
     @property
     def delay_offsets(self) -> DelayOffsetManager: ...

@@ -194,7 +194,7 @@ class Replication:
         return result
 
     # --- reads --------------------------------------------------------------------------------
-    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int) -> int:
+    def suggest_broker_id(self, topic: str, queue_id: int, next_offset: int, slow_broker_id: int = 1) -> int:
         """suggestWhichBrokerId of a pull answer: the master, or (slave_read_enable) an in-sync
         slave when the consumer's next message is far enough behind to have left the cache."""
         cfg, m, store = self.broker.config, self.master, self.broker.store
@@ -206,7 +206,9 @@ class Replication:
             return 0
         behind = store.max_phy_offset - entries[0].phys_offset
         if behind > in_memory_window(cfg.access_message_in_memory_max_ratio):
-            return min(m.in_sync)
+            # The group's choice (RocketMQ's whichBrokerWhenConsumeSlowly) while it is in sync;
+            # RocketMQ sends the consumer there even when it is not, and its pulls then fail.
+            return slow_broker_id if slow_broker_id in m.in_sync else min(m.in_sync)
         return 0
 
     # --- the slave's copy of its master's metadata -----------------------------------------
@@ -239,6 +241,9 @@ class Replication:
         topics = await self._ask(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         assert isinstance(topics, dict)
         broker.topics.adopt(topics.get("topicConfigTable") or {})
+        groups = await self._ask(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        assert isinstance(groups, dict)
+        broker.groups.adopt(groups.get("subscriptionGroupTable") or {})
         offsets = await self._ask(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         assert isinstance(offsets, dict)
         for key, qid, offset in broker.offsets.adopt(parse_table_json(offsets)):

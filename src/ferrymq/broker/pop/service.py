@@ -105,6 +105,8 @@ class _Round:
     dead: list[_Dead] = field(default_factory=list)
     bytes: int = 0
     rest: int = 0
+    # Past this many deliveries a message goes to %DLQ%: the group's retryMaxTimes.
+    max_reconsume: int = 16
 
 
 class PopWaiters:
@@ -319,7 +321,9 @@ class PopService:
                          invisible_ms: int, sub: Subscription | None, order: bool,
                          init_mode: int) -> PopResult:
         now = self.broker.now_ms()
-        rnd = _Round()
+        group_cfg = self.broker.groups.get(group)
+        rnd = _Round(max_reconsume=group_cfg.retry_max_times if group_cfg is not None
+                     else self.broker.config.max_reconsume_times)
         seqs: list[int] = []
         for qid in qids:
             state, seq = self._state(group, topic, qid, init_mode)
@@ -354,7 +358,7 @@ class PopService:
         store = self.broker.store
         assert store is not None
         changed = state.skip_below(store.reads.get_min_offset(topic, qid))
-        max_reconsume = self.broker.config.max_reconsume_times
+        max_reconsume = rnd.max_reconsume
         by_properties = None if sub is None or sub.selector is None else record_filter(sub.selector)
         for cand in state.candidates(now, n, store.reads.get_max_offset(topic, qid), order=order):
             if rnd.bytes >= MAX_POP_BYTES:

@@ -81,8 +81,13 @@ async def heart_beat(broker: BrokerContext, conn: Connection, req: RemotingComma
                                            str(s.get("expressionType") or "TAG"),
                                            property_filter=broker.config.enable_property_filter))
         model = _enum_name(consumer.get("messageModel"), _MESSAGE_MODELS, "CLUSTERING")
-        if model == "CLUSTERING" and broker.topics.get(retry_topic(group)) is None:
-            broker.topics.create_group_topic(retry_topic(group))
+        # The group's entry, created here on its first heartbeat (one dict lookup after that);
+        # without one (auto-creation off) the consumer is still registered, as RocketMQ does,
+        # and its pulls are refused.
+        group_cfg = broker.groups.find(group)
+        if (group_cfg is not None and model == "CLUSTERING"
+                and broker.topics.get(retry_topic(group)) is None):
+            broker.topics.create_group_topic(retry_topic(group), group_cfg.retry_queue_nums)
             created = True
         broker.clients.register_consumer(
             group,
@@ -136,7 +141,10 @@ async def query_consumer_offset(broker: BrokerContext, conn: Connection,
     if ext.get(SET_ZERO_IF_NOT_FOUND) == "false":
         return reply(req, ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first")
     store = broker.store
-    if store is not None:
+    group_cfg = broker.groups.get(group)
+    # consume_from_min_enable off: a young queue's first offset is not offered; the client's
+    # consume-from-where decides, as for any queue.
+    if store is not None and (group_cfg is None or group_cfg.consume_from_min_enable):
         start = young_queue_start(store, topic, queue_id, broker.config.access_message_in_memory_max_ratio)
         if start is not None:
             return reply(req, ResponseCode.SUCCESS, ext_fields=fields(offset=start))

@@ -49,6 +49,7 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     sys_flag = opt_int(ext, "sysFlag", 0)
     # Held pulls are answered well inside the 30 s after which ali-ons gives up on a request.
     suspend_ms = min(opt_int(ext, "suspendTimeoutMillis", 15_000), 20_000)
+    group_cfg = broker.groups.consumable(group)  # refused as RocketMQ refuses (GroupRefused)
     cfg = broker.topics.get(topic)
     if cfg is None:
         return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
@@ -72,6 +73,9 @@ async def pull_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         if found is None:
             return reply(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                          f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        if not group_cfg.consume_broadcast_enable and info.message_model == "BROADCASTING":
+            return reply(req, ResponseCode.NO_PERMISSION,
+                         f"the consumer group[{group}] can not consume by broadcast way")
         if found.selector is not None and not broker.config.enable_property_filter:
             raise UnsupportedFilterError(topic, found.expression_type)
         sub = found
@@ -112,6 +116,11 @@ def _note_start(broker: BrokerContext, group: str, topic: str, queue_id: int, of
     return 0
 
 
+def _slow_broker_id(broker: BrokerContext, group: str) -> int:
+    cfg = broker.groups.get(group)
+    return cfg.which_broker_when_consume_slowly if cfg is not None else 1
+
+
 async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, group: str, topic: str,
                 queue_id: int, offset: int, max_nums: int, sub: Subscription,
                 suspend_ms: int) -> RemotingCommand:
@@ -133,7 +142,8 @@ async def _pull(broker: BrokerContext, conn: Connection, req: RemotingCommand, g
         nextBeginOffset=result.next_begin_offset,
         minOffset=result.min_offset,
         maxOffset=result.max_offset,
-        suggestWhichBrokerId=broker.suggest_broker_id(topic, queue_id, result.next_begin_offset),
+        suggestWhichBrokerId=broker.suggest_broker_id(topic, queue_id, result.next_begin_offset,
+                                                      _slow_broker_id(broker, group)),
     )
     if code == ResponseCode.SUCCESS:
         stats = broker.stats

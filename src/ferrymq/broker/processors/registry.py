@@ -14,7 +14,8 @@ from ...common.names import InvalidNameError
 from ...remoting import Connection, RemotingCommand, RemotingServer
 from ..clients import SubscriptionParseError, UnsupportedFilterError
 from ..context import BrokerContext
-from . import Handler, admin, consumer, pop, pull, reply, send, store_admin, trace, transaction
+from ..groups import GroupConfigError, GroupRefused
+from . import Handler, admin, consumer, groups, pop, pull, reply, send, store_admin, trace, transaction
 
 Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -39,6 +40,11 @@ def _guard(broker: BrokerContext, handler: Handler, latency: Histogram | None = 
             return reply(req, ResponseCode.SYSTEM_ERROR, str(exc))
         except SubscriptionParseError as exc:
             return reply(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        except GroupRefused as exc:
+            return reply(req, exc.code, str(exc))
+        except GroupConfigError as exc:
+            # Not SYSTEM_ERROR, which clients retry: the same request is refused again.
+            return reply(req, ResponseCode.INVALID_PARAMETER, str(exc))
         finally:
             if latency is not None:
                 latency.observe(perf_counter() - started)
@@ -47,7 +53,7 @@ def _guard(broker: BrokerContext, handler: Handler, latency: Histogram | None = 
 
 
 def register_all(broker: BrokerContext, server: RemotingServer) -> None:
-    for module in (send, pull, consumer, admin, store_admin, pop, transaction, trace):
+    for module in (send, pull, consumer, admin, groups, store_admin, pop, transaction, trace):
         for code, handler in module.HANDLERS.items():
             latency = broker.stats.send_latency if code in send.TIMED else None
             server.register(code, _guard(broker, handler, latency))

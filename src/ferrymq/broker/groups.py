@@ -1,0 +1,319 @@
+"""Subscription groups (config/subscriptionGroup.json, RocketMQ's SubscriptionGroupManager
+format): per-group settings a consumer group is served by.
+
+A group is created on its first heartbeat, pull or pop when auto_create_subscription_group is
+on (RocketMQ's findSubscriptionGroupConfig), or explicitly (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP).
+Changes are journaled as the topic table's are (topic_journal.py's line format, in
+config/subscriptionGroup.journal): a group created by a heartbeat costs one appended line, not
+a rewrite of every group; the snapshot is rewritten once the journal holds as many lines as
+half the groups (at least 1,000) and at a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..common.codes import ResponseCode
+from ..common.errors import FerryMQError
+from ..common.names import TOOLS_CONSUMER_GROUP, validate_group
+from ..store import atomic_write, read_json_file
+from . import topic_journal
+from .coalesce import Coalescer
+from .topic_journal import TopicRecord
+
+SNAPSHOT_NAME = "subscriptionGroup.json"
+JOURNAL_NAME = "subscriptionGroup.journal"
+# RocketMQ's MixAll.isSysConsumerGroup: such groups exist whatever auto-creation says.
+SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
+# Groups every broker has from the start, as RocketMQ's SubscriptionGroupManager.init: the
+# tools (admin, dashboard, Spark) pull with TOOLS_CONSUMER.
+_BUILT_IN = (TOOLS_CONSUMER_GROUP,)
+_JOURNAL_MIN_LINES = 1000
+
+# RocketMQ's SubscriptionGroupConfig field names, ours in the same order.
+_FIELDS = (
+    ("consume_enable", "consumeEnable", bool),
+    ("consume_from_min_enable", "consumeFromMinEnable", bool),
+    ("consume_broadcast_enable", "consumeBroadcastEnable", bool),
+    ("consume_message_orderly", "consumeMessageOrderly", bool),
+    ("retry_queue_nums", "retryQueueNums", int),
+    ("retry_max_times", "retryMaxTimes", int),
+    ("broker_id", "brokerId", int),
+    ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly", int),
+    ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable", bool),
+    ("group_sys_flag", "groupSysFlag", int),
+    ("consume_timeout_minute", "consumeTimeoutMinute", int),
+)
+JSON_NAMES = {ours: theirs for ours, theirs, _ in _FIELDS}
+
+
+class GroupConfigError(FerryMQError, ValueError):
+    """A subscription group setting out of range."""
+
+    def __init__(self, group: str, key: str, reason: str) -> None:
+        super().__init__(f"subscription group {group}: {key} {reason}")
+        self.group = group
+        self.key = key
+        self.reason = reason
+
+
+class GroupRefused(FerryMQError):
+    """A consumer request refused by its group's entry: RocketMQ's response code and remark."""
+
+    def __init__(self, group: str, code: ResponseCode, remark: str) -> None:
+        super().__init__(remark)
+        self.group = group
+        self.code = code
+
+
+def _as_bool(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    consume_message_orderly: bool = False
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    group_sys_flag: int = 0
+    consume_timeout_minute: int = 15
+    # What RocketMQ's tools send that ferrymq does not act on (groupRetryPolicy, attributes,
+    # subscriptionDataSet...): kept and given back, so a round trip through ferrymq loses nothing.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> SubscriptionGroupConfig:
+        validate_group(self.group_name)
+        if self.retry_max_times < 0:
+            raise GroupConfigError(self.group_name, "retryMaxTimes", "must be >= 0")
+        if not 1 <= self.retry_queue_nums <= 1024:
+            raise GroupConfigError(self.group_name, "retryQueueNums", "must be between 1 and 1024")
+        if self.broker_id < 0 or self.which_broker_when_consume_slowly < 0:
+            raise GroupConfigError(self.group_name, "brokerId/whichBrokerWhenConsumeSlowly", "must be >= 0")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        out["groupName"] = self.group_name
+        for ours, theirs, _ in _FIELDS:
+            out[theirs] = getattr(self, ours)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SubscriptionGroupConfig:
+        known = {theirs for _, theirs, _ in _FIELDS} | {"groupName"}
+        values: dict[str, Any] = {}
+        for ours, theirs, kind in _FIELDS:
+            if data.get(theirs) is not None:
+                values[ours] = _as_bool(data[theirs]) if kind is bool else int(data[theirs])
+        return cls(group_name=str(data.get("groupName") or ""),
+                   extra={k: v for k, v in data.items() if k not in known}, **values)
+
+
+class GroupManager:
+    """The table. `settings` gives (auto_create_subscription_group, the broker's
+    max_reconsume_times: the retry count of the groups it creates); `writable` says whether
+    this broker may add to its table now (a slave serves a group its master has not copied
+    to it yet from defaults, without storing it: the copy would remove it again)."""
+
+    def __init__(self, config_dir: Path, *, settings: Callable[[], tuple[bool, int]],
+                 writable: Callable[[], bool], on_change: Callable[[], None] | None = None) -> None:
+        self._path = config_dir / SNAPSHOT_NAME
+        self._journal_path = config_dir / JOURNAL_NAME
+        self._settings = settings
+        self._writable = writable
+        self.on_change = on_change
+        self._lock = threading.RLock()
+        self.groups: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        self._pending: list[TopicRecord] = []
+        self.journal_lines = 0
+        self._durable = 0
+        # Set once the broker runs a loop: changes are journaled by a coalesced worker-thread
+        # append; before (start-up, tools) each change writes the snapshot at once.
+        self._writer: Coalescer | None = None
+
+    # --- persistence -------------------------------------------------------------------------
+    def load(self) -> None:
+        data = read_json_file(self._path, None)
+        if isinstance(data, dict):
+            for name, cfg in (data.get("subscriptionGroupTable") or {}).items():
+                self.groups[str(name)] = SubscriptionGroupConfig.from_json({"groupName": name, **cfg})
+            version = data.get("dataVersion")
+            if isinstance(version, dict):
+                self.data_version = {"counter": int(version.get("counter", 0)),
+                                     "timestamp": int(version.get("timestamp", 0))}
+        records = topic_journal.read(self._journal_path)
+        self.journal_lines = len(records)
+        for r in records:
+            if r.version <= self.data_version["counter"]:
+                continue  # already in the snapshot (a crash before the journal was removed)
+            if r.config is None:
+                self.groups.pop(r.topic, None)
+            else:
+                self.groups[r.topic] = SubscriptionGroupConfig.from_json(r.config)
+            self.data_version = {"counter": r.version, "timestamp": r.timestamp}
+        for name in _BUILT_IN:
+            self.groups.setdefault(name, SubscriptionGroupConfig(name))
+        self._durable = self.version
+
+    def start_writer(self) -> None:
+        self._writer = Coalescer(self._write_pending, "groups-persist", min_interval=0.05, pace=1.0)
+
+    @property
+    def version(self) -> int:
+        return int(self.data_version["counter"])
+
+    def wrapper_json(self) -> dict[str, Any]:
+        """RocketMQ's SubscriptionGroupWrapper (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, the file)."""
+        with self._lock:
+            return {
+                "dataVersion": dict(self.data_version),
+                "forbiddenTable": {},
+                "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.groups.items())},
+            }
+
+    def persist(self) -> None:
+        self._write_snapshot(self.wrapper_json())
+
+    def _write_snapshot(self, snapshot: dict[str, Any]) -> None:
+        atomic_write(self._path, json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode())
+        version = int(snapshot["dataVersion"]["counter"])
+        with self._lock:
+            self._pending = [r for r in self._pending if r.version > version]
+        topic_journal.remove(self._journal_path)
+        self.journal_lines = 0
+        self._durable = max(self._durable, version)
+
+    async def _write_pending(self) -> None:
+        with self._lock:
+            records, self._pending = self._pending, []
+            version = self.version
+        if records:
+            await asyncio.to_thread(topic_journal.append, self._journal_path, records)
+            self.journal_lines += len(records)
+        self._durable = max(self._durable, version)
+        if self.journal_lines >= max(_JOURNAL_MIN_LINES, len(self.groups) // 2):
+            await asyncio.to_thread(self._write_snapshot, self.wrapper_json())
+
+    async def durable(self) -> None:
+        """Return once every change made so far is on disk."""
+        if self._writer is not None and self._durable < self.version:
+            await self._writer.ask()
+
+    async def writer_idle(self) -> None:
+        """Stop journaling, once a run in progress has ended: at a stop, persist() writes the
+        snapshot next (and removes the journal), so the file is RocketMQ's whole table."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.idle()
+
+    def _changed(self, *names: str) -> None:
+        self.data_version = {"counter": self.data_version["counter"] + 1,
+                             "timestamp": int(time.time() * 1000)}
+        if self._writer is None:
+            self.persist()
+        else:
+            version, stamp = self.data_version["counter"], self.data_version["timestamp"]
+            for name in names:
+                cfg = self.groups.get(name)
+                self._pending.append(TopicRecord(version, stamp, name, None if cfg is None else cfg.to_json()))
+            try:
+                self._writer.ask_nowait()
+            except RuntimeError:  # no running loop (tools): written here
+                self.persist()
+        if self.on_change is not None:
+            self.on_change()
+
+    # --- the table ---------------------------------------------------------------------------
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.groups.get(group)
+
+    def upsert(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        cfg.validate()
+        with self._lock:
+            if self.groups.get(cfg.group_name) != cfg:
+                self.groups[cfg.group_name] = cfg
+                self._changed(cfg.group_name)
+        return cfg
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            if self.groups.pop(group, None) is None:
+                return False
+            self._changed(group)
+            return True
+
+    def adopt(self, table: Mapping[str, Any]) -> int:
+        """Make this table the master's (a slave's copy); returns how many groups changed."""
+        wanted = {str(n): SubscriptionGroupConfig.from_json({"groupName": n, **g}) for n, g in table.items()}
+        with self._lock:
+            changed = [n for n in self.groups if n not in wanted]
+            for name in changed:
+                del self.groups[name]
+            for name, cfg in wanted.items():
+                if self.groups.get(name) != cfg:
+                    self.groups[name] = cfg
+                    changed.append(name)
+            if changed:
+                self._changed(*changed)
+        return len(changed)
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """RocketMQ's findSubscriptionGroupConfig: the group's entry, created from the defaults
+        when auto-creation is on (or it is a system group); None when it does not exist. A
+        known group costs one dict lookup: a heartbeat of an existing group writes nothing."""
+        cfg = self.groups.get(group)
+        if cfg is not None:
+            return cfg
+        auto_create, retry_max_times = self._settings()
+        if not auto_create and not group.startswith(SYS_GROUP_PREFIX):
+            return None
+        cfg = SubscriptionGroupConfig(group, retry_max_times=retry_max_times)
+        if not self._writable():
+            return cfg
+        validate_group(group)
+        with self._lock:
+            existing = self.groups.get(group)
+            if existing is not None:
+                return existing
+            self.groups[group] = cfg
+            self._changed(group)
+        return cfg
+
+    def existing(self, group: str) -> SubscriptionGroupConfig:
+        """The group's entry (found or created); GroupRefused with RocketMQ's
+        SUBSCRIPTION_GROUP_NOT_EXIST when there is none."""
+        cfg = self.find(group)
+        if cfg is None:
+            raise GroupRefused(group, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                               f"subscription group [{group}] does not exist: create it (ferrymq group "
+                               "update) or turn auto_create_subscription_group on")
+        return cfg
+
+    def consumable(self, group: str) -> SubscriptionGroupConfig:
+        """The entry of a group that may consume: refused as RocketMQ's pull and pop processors
+        refuse (SUBSCRIPTION_GROUP_NOT_EXIST; NO_PERMISSION when consume_enable is off)."""
+        cfg = self.existing(group)
+        if not cfg.consume_enable:
+            raise GroupRefused(group, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        return cfg
+
+
+def updated(cfg: SubscriptionGroupConfig, **changes: Any) -> SubscriptionGroupConfig:
+    """`cfg` with the given settings changed (None: unchanged), validated."""
+    return replace(cfg, **{k: v for k, v in changes.items() if v is not None}).validate()
