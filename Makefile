@@ -10,7 +10,7 @@ CPP_STAMP := $(CPP_VENV)/.installed
 PY5_VENV := $(COMPAT)/py5/.venv
 PY5_STAMP := $(PY5_VENV)/.installed
 
-.PHONY: all venv node compat-cpp compat-py5 chromium demo test test-fast test-pure chaos lint bench clean
+.PHONY: all venv node compat-cpp compat-py5 chromium etcd demo test test-fast test-pure chaos lint bench clean
 
 all: test
 
@@ -55,10 +55,14 @@ compat-py5: $(PY5_STAMP)
 chromium:
 	@command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
+# Debian's etcd for the controller quorum tests (tests/etcd_cluster.py starts its own members).
+etcd:
+	@command -v etcd >/dev/null || (apt-get update && apt-get install -y --no-install-recommends etcd-server)
+
 demo: venv
 	$(PY) -m examples.pipeline.run
 
-test: venv node compat-cpp compat-py5 chromium
+test: venv node compat-cpp compat-py5 chromium etcd
 	$(PY) -m pytest -q tests
 
 test-fast: venv
@@ -71,7 +75,7 @@ test-pure: venv
 
 # Every replication mode under every fault schedule, several rounds each (tests/chaos); `make
 # test` runs a short set of the same.
-chaos: venv
+chaos: venv etcd
 	FERRYMQ_CHAOS_LONG=1 $(PY) -m pytest -q tests/chaos -m chaos
 
 lint: venv

@@ -3,14 +3,19 @@ number of rounds, while the workload runs; the timeline goes into the workload's
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy import TcpProxy
 from workload import Workload
 
+from ferrymq.common import jsonx
+from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.embedded import BrokerProcess, LocalCluster
+from ferrymq.embedded.cluster import NamesrvProcess
+from ferrymq.remoting import RemotingClient, RemotingCommand
 
 Repair = Callable[[], object]
 
@@ -20,6 +25,8 @@ class Target:
     cluster: LocalCluster
     proxy: TcpProxy | None  # between the (static) slave and the master's HA port
     lease_s: float  # the controller's lease; also how long a freeze must last to matter
+    # Seconds from a master's kill until another broker was registered as master (quorum faults).
+    failovers: list[float] = field(default_factory=list)
 
     def master(self) -> BrokerProcess:
         if self.cluster.controller:
@@ -37,6 +44,47 @@ def kill_master(t: Target) -> Repair:
     m = t.master()
     m.kill()
     return m.start
+
+
+def controller_leader(cluster: LocalCluster) -> NamesrvProcess:
+    """The name server whose controller leads (quorum mode): the one that answers the group's
+    replica info; the others answer CONTROLLER_NOT_LEADER."""
+
+    async def leads(ns: NamesrvProcess) -> bool:
+        client = RemotingClient()
+        try:
+            req = RemotingCommand.request(RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                          body=jsonx.dumps_bytes({"brokerName": cluster.broker_name}))
+            return (await client.invoke(ns.addr, req, 2.0)).code == ResponseCode.SUCCESS
+        finally:
+            await client.close()
+
+    deadline = time.monotonic() + 30
+    while True:
+        for ns in cluster.namesrvs:
+            if ns.running and asyncio.run(leads(ns)):
+                return ns
+        if time.monotonic() > deadline:
+            raise TimeoutError("no controller leads")
+        time.sleep(0.1)
+
+
+def kill_leader_then_master(t: Target) -> Repair:
+    """The controller leader dies, then the master: a new leader must take over and elect the
+    slave. The time from the master's kill to the new master's registration is recorded."""
+    leader = controller_leader(t.cluster)
+    m = t.master()
+    leader.kill()
+    m.kill()
+    killed = time.monotonic()
+    t.cluster.wait_master(30.0, not_addr=m.addr)
+    t.failovers.append(time.monotonic() - killed)
+
+    def repair() -> None:
+        leader.start()
+        m.start()
+
+    return repair
 
 
 def kill_slave(t: Target) -> Repair:
@@ -71,6 +119,7 @@ class Schedule:
     hold_s: float
     hold_leases: float = 0.0
     static_only: bool = False  # the proxy can only sit in front of a static slave
+    quorum_only: bool = False  # needs several controllers (a quorum mode)
 
     def hold(self, lease_s: float, scale: float) -> float:
         return (self.hold_s + self.hold_leases * lease_s) * scale
@@ -84,6 +133,7 @@ SCHEDULES = {
         Schedule("pause-master", pause_master, 0.5, hold_leases=2.0),
         Schedule("restart-all", restart_all, 0.2),
         Schedule("partition-ha", partition_ha, 2.0, static_only=True),
+        Schedule("kill-ctl-leader-master", kill_leader_then_master, 0.5, quorum_only=True),
     )
 }
 

@@ -20,6 +20,7 @@ from faults import SCHEDULES, Target, run_schedule
 from proxy import TcpProxy
 from workload import Workload
 
+from etcd_cluster import EtcdCluster
 from ferrymq.embedded import BrokerProcess, LocalCluster, start_cluster
 
 LONG = os.environ.get("FERRYMQ_CHAOS_LONG") == "1"
@@ -48,6 +49,8 @@ class Mode:
     # The brokers' own lease (controller_lease_ms) when not the controller's: a longer one lets
     # a frozen old master take writes after its replacement, which it must then not acknowledge.
     broker_lease_ms: int | None = None
+    # Three name servers whose controllers agree through a 3-member etcd cluster.
+    quorum: bool = False
 
 
 MODES = {
@@ -56,6 +59,7 @@ MODES = {
     "sync-ctl-longlease": Mode("SYNC_MASTER", True, True, broker_lease_ms=3 * LEASE_MS),
     "async-static": Mode("ASYNC_MASTER", False, False),
     "async-controller": Mode("ASYNC_MASTER", True, False),
+    "sync-quorum": Mode("SYNC_MASTER", True, True, quorum=True),
 }
 SHORT = [
     ("sync-static", "kill-master"),
@@ -67,10 +71,12 @@ SHORT = [
     ("sync-controller", "restart-all"),
     ("sync-ctl-longlease", "pause-master"),
     ("async-controller", "kill-master"),
+    ("sync-quorum", "kill-ctl-leader-master"),
 ]
 EVERY = [
     (m, s) for m, mode in MODES.items() for s, sched in SCHEDULES.items()
     if not (sched.static_only and mode.controller) and (mode.broker_lease_ms is None or s == "pause-master")
+    and (mode.quorum or not sched.quorum_only)
 ]
 
 
@@ -101,16 +107,24 @@ def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, run_report: l
     broker_config = dict(BROKER_CONFIG)
     if mode.broker_lease_ms is not None:
         broker_config["controller_lease_ms"] = mode.broker_lease_ms
-    cluster = start_cluster(base, slaves=1, role=mode.role, controller=mode.controller,
-                            controller_lease_ms=LEASE_MS, broker_config=broker_config,
-                            master_ha_addr=through_proxy if proxy is not None else None)
-    workload = Workload(cluster.namesrv.addr)
+    etcd = EtcdCluster(tmp_path / "etcd").start_all() if mode.quorum else None
+    quorum = ["--controller-etcd", ",".join(etcd.endpoints)] if etcd is not None else []
+    try:
+        cluster = start_cluster(base, slaves=1, role=mode.role, controller=mode.controller,
+                                controller_lease_ms=LEASE_MS, broker_config=broker_config,
+                                master_ha_addr=through_proxy if proxy is not None else None,
+                                namesrvs=3 if etcd is not None else 1, namesrv_extra=quorum)
+    except BaseException:
+        if etcd is not None:
+            etcd.close()
+        raise
+    workload = Workload(cluster.namesrv_addrs)
+    target = Target(cluster, proxy, LEASE_MS / 1000)
     try:
         workload.create_topic()
         workload.start_consumer()
         workload.start_producers()
         assert workload.wait_acked(50, 30), "no load before the faults\n" + diagnostics(cluster, workload, base)
-        target = Target(cluster, proxy, LEASE_MS / 1000)
         problems = run_schedule(target, workload, schedule, rounds=ROUNDS, gap_s=GAP_S, scale=SCALE)
 
         cluster.heal()
@@ -129,10 +143,13 @@ def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, run_report: l
         cluster.close()
         if proxy is not None:
             proxy.close()
+        if etcd is not None:
+            etcd.close()
 
     oracle = "lost must be 0" if mode.zero_loss else "loss reported"
+    failovers = f" failover_s={[round(s, 2) for s in target.failovers]}" if target.failovers else ""
     run_report.append(f"{mode_name:17} {schedule_name:13} [{oracle}] {result.summary()} "
-                        f"send_errors={dict(workload.ledger.send_errors)}")
+                        f"send_errors={dict(workload.ledger.send_errors)}{failovers}")
     diag = f"{result.summary()}\n{diagnostics(cluster, workload, base)}"
     assert not problems, f"{problems}\n{diag}"
     assert not result.unexpected, f"messages never sent were received\n{diag}"

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..common import jsonx
-from ..common.codes import RequestCode, ResponseCode
+from ..common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
 from ..remoting import RemotingCommand, RemotingError
 from .roles import MASTER, SLAVE, UNDECIDED
 
@@ -63,6 +63,7 @@ class ControllerAgent:
         self._alter_lock = asyncio.Lock()
         self._pending: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self._leader = ""  # the controller that answered last (quorum mode: the leader)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ferrymq-controller-agent")
@@ -90,13 +91,33 @@ class ControllerAgent:
 
     # --- heartbeats --------------------------------------------------------------------------
     async def _call(self, code: RequestCode, body: dict[str, Any]) -> RemotingCommand:
+        """Ask the controller that led last first, then the others in turn. One that does not
+        lead (quorum mode) answers CONTROLLER_NOT_LEADER naming the leader, which is asked next,
+        as RocketMQ's brokers follow the controller leader."""
         last: Exception | None = None
-        for addr in self.addrs:
+        refused: RemotingCommand | None = None
+        order = ([self._leader] if self._leader else []) + [a for a in self.addrs if a != self._leader]
+        tried: set[str] = set()
+        while order:
+            addr = order.pop(0)
+            if addr in tried:
+                continue
+            tried.add(addr)
             req = RemotingCommand.request(code, body=jsonx.dumps_bytes(body))
             try:
-                return await self.broker.namesrv_client.invoke(addr, req, timeout=max(1.0, self.interval * 2))
+                resp = await self.broker.namesrv_client.invoke(addr, req, timeout=max(1.0, self.interval * 2))
             except RemotingError as exc:
                 last = exc
+                continue
+            if resp.code != ResponseCode.CONTROLLER_NOT_LEADER:
+                self._leader = addr
+                return resp
+            refused = resp
+            leader = resp.ext_fields.get(CONTROLLER_LEADER_FIELD) or ""
+            if leader and leader not in tried:
+                order.insert(0, leader)
+        if refused is not None:
+            return refused
         raise last or RemotingError("no controller address")
 
     async def _run(self) -> None:

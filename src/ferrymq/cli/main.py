@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a master silent this long is replaced (default 3000)")
     p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=500,
                    help="how often the controller looks for expired masters (default 500)")
+    p.add_argument("--controller-etcd", default="", metavar="URLS",
+                   help="quorum mode: the etcd endpoints (comma-separated) several name servers' "
+                   "controllers agree through; one of them leads (docs/replication.md)")
+    p.add_argument("--controller-etcd-lease-s", type=_positive_int, default=2,
+                   help="quorum mode: the leader's etcd lease; a dead leader is replaced after it (default 2)")
     p.add_argument("--acl-file", type=Path, help="plain_acl.yml: broker registrations must be signed by "
                    "one of its admin accounts (see docs/security.md)")
     _add_metrics_flag(p)
@@ -171,6 +176,8 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
         controller_dir=Path(args.controller_dir),
         controller_lease_ms=args.controller_lease_ms,
         controller_scan_interval_ms=args.controller_scan_interval_ms,
+        controller_etcd=args.controller_etcd,
+        controller_etcd_lease_s=args.controller_etcd_lease_s,
         acl_file=args.acl_file,
     ), args.metrics_port)
 

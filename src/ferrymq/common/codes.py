@@ -123,6 +123,7 @@ class ResponseCode(IntEnum):
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
     CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_NOT_LEADER = 2007
 
 
 class LanguageCode(IntEnum):
@@ -146,6 +147,10 @@ class SerializeType(IntEnum):
     JSON = 0
     ROCKETMQ = 1
 
+
+# The ext field of a CONTROLLER_NOT_LEADER answer naming the controller that leads (quorum mode,
+# docs/replication.md), as RocketMQ's controller metadata answer names it.
+CONTROLLER_LEADER_FIELD = "controllerLeaderAddress"
 
 # RemotingCommand.flag bits
 RPC_TYPE_RESPONSE = 1

@@ -4,7 +4,11 @@ and one master with N slaves, each its own `ferrymq` process (docs/replication.m
 Static roles: the master is broker id 0 with `role`, the slaves ids 1..N as SLAVE. Controller
 mode: every broker gets `--controller NAMESRV` and replica ids 1..N+1, `role` saying whether the
 master waits for its slaves; replica 1 is started first and awaited as master, so it is the
-first master. Every process keeps its store and ports across restarts."""
+first master. Every process keeps its store and ports across restarts.
+
+Several name servers (`namesrvs`): every broker registers with all of them, and in controller
+mode each runs a controller; with `namesrv_extra` giving them `--controller-etcd` they form a
+quorum (docs/replication.md, "Three controllers")."""
 
 from __future__ import annotations
 
@@ -39,12 +43,14 @@ def write_broker_toml(path: Path, values: Mapping[str, ConfigValue]) -> Path:
 
 class NamesrvProcess(ServerProcess):
     def __init__(self, base_dir: Path, *, controller: bool, lease_ms: int, extra: Sequence[str],
-                 timeout: float) -> None:
-        self.controller_dir = base_dir / "controller"
+                 timeout: float, index: int = 0) -> None:
+        suffix = f"-{index}" if index else ""
+        self.controller_dir = base_dir / f"controller{suffix}"
         self._controller = controller
         self._lease_ms = lease_ms
         self._extra = tuple(extra)
-        super().__init__("namesrv", self._command, base_dir / "logs" / "namesrv.log", "namesrv", timeout=timeout)
+        name = f"namesrv{suffix}"
+        super().__init__(name, self._command, base_dir / "logs" / f"{name}.log", "namesrv", timeout=timeout)
 
     @property
     def addr(self) -> str:
@@ -86,7 +92,7 @@ class BrokerProcess(ServerProcess):
     def _command(self) -> list[str]:
         c = self.cluster
         argv = [
-            "broker", "--namesrv", c.namesrv.addr, "--store-dir", str(self.store_dir),
+            "broker", "--namesrv", c.namesrv_addrs, "--store-dir", str(self.store_dir),
             "--broker-name", self.broker_name, "--broker-id", str(self.broker_id), "--role", self.role,
             "--broker-port", _port(self.ready.get("broker")), "--ha-port", _port(self.ready.get("ha")),
             "--grpc-port", _port(self.ready.get("grpc")),
@@ -94,7 +100,7 @@ class BrokerProcess(ServerProcess):
         if c.config_file is not None:
             argv += ["--config", str(c.config_file)]
         if c.controller:
-            argv += ["--controller", c.namesrv.addr]
+            argv += ["--controller", c.namesrv_addrs]
         if self._master_ha_addr is not None:
             argv += ["--master-ha-addr", self._master_ha_addr(self)]
         return [*argv, *self._extra]
@@ -104,18 +110,24 @@ class LocalCluster:
     """The processes of one broker group; a context manager that stops them all at its end."""
 
     def __init__(self, base_dir: Path, *, broker_name: str, controller: bool, namesrv: NamesrvProcess,
-                 config_file: Path | None) -> None:
+                 config_file: Path | None, more_namesrvs: Sequence[NamesrvProcess] = ()) -> None:
         self.base_dir = base_dir
         self.broker_name = broker_name
         self.controller = controller
         self.namesrv = namesrv
+        self.namesrvs = [namesrv, *more_namesrvs]
         self.config_file = config_file
         self.brokers: list[BrokerProcess] = []
 
     # --- who is who ---------------------------------------------------------------------------
     @property
     def processes(self) -> list[ServerProcess]:
-        return [self.namesrv, *self.brokers]
+        return [*self.namesrvs, *self.brokers]
+
+    @property
+    def namesrv_addrs(self) -> str:
+        """Every name server, `;`-separated, as brokers and clients are given them."""
+        return ";".join(ns.addr for ns in self.namesrvs)
 
     def broker(self, broker_id: int) -> BrokerProcess:
         for b in self.brokers:
@@ -130,7 +142,7 @@ class LocalCluster:
         """The broker the name server lists as id 0 of the group, if any and ours."""
         from ..client.admin import AdminClient
 
-        with AdminClient(self.namesrv.addr, timeout=2.0) as admin:
+        with AdminClient(self.namesrv_addrs, timeout=2.0) as admin:
             addr = admin.brokers().get(self.broker_name)
         return None if addr is None else self.by_addr(addr)
 
@@ -203,6 +215,7 @@ def start_cluster(
     namesrv_extra: Sequence[str] = (),
     master_ha_addr: Callable[[BrokerProcess], str] | None = None,
     timeout: float = 30.0,
+    namesrvs: int = 1,
 ) -> LocalCluster:
     """Start the name server, then the master, then the slaves, each awaited until ready (in
     controller mode, until the first replica is registered as master). `broker_config` is
@@ -221,12 +234,15 @@ def start_cluster(
         # broker lease would let a frozen old master take writes after the election.
         values.setdefault("controller_lease_ms", controller_lease_ms)
     config_file = write_broker_toml(base_dir / "broker.toml", values) if values else None
-    ns = NamesrvProcess(base_dir, controller=controller, lease_ms=controller_lease_ms, extra=namesrv_extra,
-                        timeout=timeout)
+    if namesrvs < 1:
+        raise ValueError("namesrvs must be >= 1")
+    ns, *more = [NamesrvProcess(base_dir, controller=controller, lease_ms=controller_lease_ms,
+                                extra=namesrv_extra, timeout=timeout, index=i) for i in range(namesrvs)]
     cluster = LocalCluster(base_dir, broker_name=broker_name, controller=controller, namesrv=ns,
-                           config_file=config_file)
+                           config_file=config_file, more_namesrvs=more)
     try:
-        ns.start()
+        for one in cluster.namesrvs:
+            one.start()
         ids = range(1, slaves + 2) if controller else range(slaves + 1)
         for n, broker_id in enumerate(ids):
             broker_role = role if controller or n == 0 else "SLAVE"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..common import jsonx
 from ..common.durable import atomic_write
@@ -35,6 +35,22 @@ class ControllerError(FerryMQError):
 
 class InvalidControllerRequest(ControllerError):
     pass
+
+
+class ControllerNotLeader(ControllerError):
+    """Quorum mode: this controller does not lead (or just lost the lead), so it neither
+    changes nor answers the replica state; `leader_addr` is the one that leads, "" if unknown."""
+
+    def __init__(self, remark: str, leader_addr: str = "") -> None:
+        super().__init__(remark)
+        self.leader_addr = leader_addr
+
+
+class StateBackend(Protocol):
+    """Where the durable state goes instead of controller.json (quorum mode: etcd). `save`
+    raises ControllerNotLeader when the state may not be written (any more)."""
+
+    def save(self, doc: dict[str, Any]) -> None: ...
 
 
 class FencedMasterEpoch(ControllerError):
@@ -153,7 +169,10 @@ class ReplicaController:
         *,
         lease_ms: int = 3000,
         clock: Callable[[], int] = _monotonic_ms,
+        backend: StateBackend | None = None,
     ) -> None:
+        """With a `backend` the state is not read from `state_dir` but handed in by
+        `take_over` (and `follow`) and written through the backend."""
         if lease_ms <= 0:
             raise ValueError(f"controller lease must be positive, got {lease_ms} ms")
         self.path = as_path(state_dir) / STATE_FILE
@@ -162,7 +181,11 @@ class ReplicaController:
         self.groups: dict[str, Group] = {}
         self._saved: dict[str, Any] = {}
         self._changes: list[MasterChange] = []
-        self._load()
+        self._backend = backend
+        if backend is None:
+            self._load()
+        else:
+            self._saved = self._snapshot()
 
     # --- requests -------------------------------------------------------------------------------
     def heartbeat(self, hb: Heartbeat) -> GroupView:
@@ -331,8 +354,36 @@ class ReplicaController:
     def _persist(self) -> None:
         snap = self._snapshot()
         if snap != self._saved:
-            atomic_write(self.path, jsonx.dumps_bytes(snap))
+            if self._backend is not None:
+                self._backend.save(snap)
+            else:
+                atomic_write(self.path, jsonx.dumps_bytes(snap))
             self._saved = snap
+
+    # --- quorum mode (quorum.py) ----------------------------------------------------------------
+    def take_over(self, doc: dict[str, Any]) -> None:
+        """Become the leader with the state the quorum holds. Every replica starts unheard with a
+        full lease, as after a restart: the old leader may have heard from the master until a
+        moment ago, and only a replica heard since can be elected."""
+        self.groups = {}
+        self._restore(doc, self._clock())
+        self._saved = self._snapshot()
+        self._changes = []
+
+    def follow(self, doc: dict[str, Any]) -> list[MasterChange]:
+        """A follower copies the leader's state (for the routes' id-0 check) and returns the
+        master changes since the last copy, so its routes drop replaced masters too."""
+        before = {name: self.master_addr(name) or "" for name in self.groups}
+        self._restore(doc, self._clock())
+        self._saved = self._snapshot()
+        changes = []
+        for name, g in self.groups.items():
+            old_addr, new = before.get(name, ""), g.replicas.get(g.master_id)
+            new_addr = new.addr if new is not None else ""
+            if old_addr != new_addr:
+                changes.append(MasterChange(name, NO_MASTER, old_addr, g.master_id if new else NO_MASTER,
+                                            new_addr, g.epoch))
+        return changes
 
     def _rollback(self, changes_before: int) -> None:
         # Never answer from a state the disk does not have: back to what was last written.
@@ -392,7 +443,7 @@ class _Transaction:
         if exc_type is None:
             try:
                 self._c._persist()
-            except OSError:
+            except (OSError, ControllerNotLeader):
                 self._c._rollback(self._changes_before)
                 raise
         else:

@@ -4,15 +4,17 @@ ReplicaController, and master changes applied to the routes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from ..common import jsonx
-from ..common.codes import RequestCode, ResponseCode
+from ..common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
 from ..remoting import Connection, RemotingCommand, RemotingServer
 from .controller import (
     ControllerError,
+    ControllerNotLeader,
     FencedMasterEpoch,
     FencedSyncStateSetEpoch,
     Heartbeat,
@@ -20,9 +22,12 @@ from .controller import (
     MasterChange,
     ReplicaController,
 )
+from .etcd import EtcdUnavailableError
+from .quorum import EtcdQuorum
 from .routes import RouteRegistry
 
 log = logging.getLogger("ferrymq.namesrv.controller")
+T = TypeVar("T")
 
 
 def decode_body(body: bytes | None) -> dict[str, Any]:
@@ -73,11 +78,15 @@ def decode_id_list(doc: Mapping[str, Any], key: str) -> list[int]:
 _CODES = {
     FencedMasterEpoch: ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
     FencedSyncStateSetEpoch: ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+    ControllerNotLeader: ResponseCode.CONTROLLER_NOT_LEADER,
 }
 
 
 def _refusal(req: RemotingCommand, exc: ControllerError) -> RemotingCommand:
     code = _CODES.get(type(exc), ResponseCode.CONTROLLER_INVALID_REQUEST)
+    if isinstance(exc, ControllerNotLeader) and exc.leader_addr:
+        return RemotingCommand.make_response_to(req, code, remark=exc.remark,
+                                                ext_fields={CONTROLLER_LEADER_FIELD: exc.leader_addr})
     return RemotingCommand.make_response_to(req, code, remark=exc.remark)
 
 
@@ -86,9 +95,17 @@ def _answer(req: RemotingCommand, doc: dict[str, Any]) -> RemotingCommand:
 
 
 class ControllerApi:
-    def __init__(self, controller: ReplicaController, registry: RouteRegistry) -> None:
+    def __init__(self, controller: ReplicaController, registry: RouteRegistry,
+                 quorum: EtcdQuorum | None = None) -> None:
+        """With a `quorum` only its leader answers and changes the state (quorum.py)."""
         self.controller = controller
         self.registry = registry
+        self.quorum = quorum
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self.quorum is None:
+            return fn(*args)
+        return await self.quorum.call(fn, *args)
 
     def install(self, server: RemotingServer) -> None:
         server.register(RequestCode.BROKER_HEARTBEAT, self._heartbeat)
@@ -110,6 +127,14 @@ class ControllerApi:
     def scan(self) -> None:
         self.apply(self.controller.scan())
 
+    async def tick(self) -> None:
+        """The periodic scan; in quorum mode only the leader's elects."""
+        if self.quorum is None:
+            self.scan()
+        elif self.quorum.leading():
+            with contextlib.suppress(ControllerNotLeader):
+                self.apply(await self.quorum.call(self.controller.scan))
+
     def _follow(self) -> None:
         self.apply(self.controller.take_changes())
 
@@ -122,9 +147,21 @@ class ControllerApi:
             return f"broker group {broker_name!r} has no master; {broker_addr} may not register as broker id 0"
         return f"{broker_addr} is not the master of broker group {broker_name!r} (the master is {master})"
 
+    async def check_master_registration(self, broker_name: str, broker_addr: str) -> str | None:
+        """may_register_as_master; a follower of a quorum that would refuse first copies the
+        leader's latest state: the new master registers right after its election."""
+        refusal = self.may_register_as_master(broker_name, broker_addr)
+        if refusal is not None and self.quorum is not None and not self.quorum.leading():
+            try:
+                await self.quorum.refresh()
+            except EtcdUnavailableError as exc:
+                log.debug("controller state not refreshed: %s", exc)
+            refusal = self.may_register_as_master(broker_name, broker_addr)
+        return refusal
+
     async def _heartbeat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
-            view = self.controller.heartbeat(decode_heartbeat(decode_body(req.body)))
+            view = await self._call(self.controller.heartbeat, decode_heartbeat(decode_body(req.body)))
         except ControllerError as exc:
             return _refusal(req, exc)
         finally:
@@ -136,7 +173,8 @@ class ControllerApi:
     async def _alter_sync_state_set(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
             doc = decode_body(req.body)
-            view = self.controller.alter_sync_state_set(
+            view = await self._call(
+                self.controller.alter_sync_state_set,
                 _str(doc, "brokerName"),
                 _int(doc, "masterId"),
                 _int(doc, "epoch"),
@@ -151,7 +189,7 @@ class ControllerApi:
 
     async def _replica_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
-            info = self.controller.replica_info(_str(decode_body(req.body), "brokerName"))
+            info = await self._call(self.controller.replica_info, _str(decode_body(req.body), "brokerName"))
         except ControllerError as exc:
             return _refusal(req, exc)
         return _answer(req, info)

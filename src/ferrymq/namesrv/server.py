@@ -18,6 +18,8 @@ from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
 from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
 from .controller_api import ControllerApi
+from .etcd import parse_endpoints
+from .quorum import EtcdQuorum, QuorumConfig
 from .routes import RouteRegistry
 
 log = logging.getLogger("ferrymq.namesrv")
@@ -35,6 +37,12 @@ class NamesrvConfig:
     controller_dir: PathField = PathField("ferrymq-controller")
     controller_lease_ms: int = 3000
     controller_scan_interval_ms: int = 500
+    # Quorum mode (docs/replication.md, "Three controllers"): the etcd endpoints
+    # ("http://h:p,http://h:p,...") the controllers of several name servers agree through; the
+    # state then lives in etcd, not in controller_dir. "": one controller, controller.json.
+    controller_etcd: str = ""
+    controller_etcd_prefix: str = "/ferrymq/controller"
+    controller_etcd_lease_s: int = 2
     # plain_acl.yml (docs/security.md): broker registrations, unregistrations and route deletions
     # must then be signed by an admin account of it. None: no checks.
     acl_file: OptionalPathField = OptionalPathField()
@@ -56,6 +64,8 @@ class NameServer:
         self.server = RemotingServer(ServerConfig(host=config.host, port=config.port, tls=config.tls))
         self._scan_task: asyncio.Task[None] | None = None
         self._controller_task: asyncio.Task[None] | None = None
+        self._quorum_task: asyncio.Task[None] | None = None
+        self.quorum: EtcdQuorum | None = None
         self._injected_controller = controller
         self.controller: ControllerApi | None = None
         self.address = ""
@@ -78,7 +88,14 @@ class NameServer:
 
     async def start(self) -> str:
         controller = self._injected_controller
-        if controller is None and self.config.enable_controller:
+        if controller is None and self.config.enable_controller and self.config.controller_etcd:
+            self.quorum = EtcdQuorum(QuorumConfig(
+                tuple(parse_endpoints(self.config.controller_etcd)), self.config.controller_etcd_prefix,
+                self.config.controller_etcd_lease_s))
+            controller = ReplicaController(self.config.controller_dir, lease_ms=self.config.controller_lease_ms,
+                                           backend=self.quorum)
+            self.quorum.controller = controller
+        elif controller is None and self.config.enable_controller:
             # Loaded before the port opens: a state file that cannot be read, or that another
             # name server holds, stops the start.
             self._dir_lock = DirectoryLock(self.config.controller_dir, "controller")
@@ -90,10 +107,14 @@ class NameServer:
                 self._dir_lock.release()
                 raise
         if controller is not None:
-            self.controller = ControllerApi(controller, self.registry)
+            self.controller = ControllerApi(controller, self.registry, self.quorum)
             self.controller.install(self.server)
         host, port = await self.server.start()
         self.address = f"{host}:{port}"
+        if self.quorum is not None and self.controller is not None:
+            self.quorum.my_addr = self.address
+            self.quorum.on_changes = self.controller.apply
+            self._quorum_task = asyncio.create_task(self.quorum.run(), name="ferrymq-controller-quorum")
         self._scan_task = asyncio.create_task(self._scan_loop())
         if self.acl is not None:
             self._acl_task = asyncio.create_task(self.acl.run(), name="ferrymq-namesrv-acl-reload")
@@ -103,11 +124,13 @@ class NameServer:
         return self.address
 
     async def stop(self) -> None:
-        for task in (self._scan_task, self._controller_task, self._acl_task):
+        for task in (self._scan_task, self._controller_task, self._acl_task, self._quorum_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self.quorum is not None:
+            await self.quorum.close()
         await self.server.stop()
         if self._dir_lock is not None:
             self._dir_lock.release()
@@ -116,7 +139,7 @@ class NameServer:
         while True:
             await asyncio.sleep(self.config.controller_scan_interval_ms / 1000)
             try:
-                api.scan()
+                await api.tick()
             except Exception:
                 # E.g. the state could not be written: nothing changed, the next scan retries.
                 log.exception("controller scan failed")
@@ -137,7 +160,8 @@ class NameServer:
         wrapper = body.get("topicConfigSerializeWrapper") or {}
         broker_id = req_int(ext, "brokerId")
         if broker_id == 0 and self.controller is not None:
-            refusal = self.controller.may_register_as_master(req_str(ext, "brokerName"), req_str(ext, "brokerAddr"))
+            refusal = await self.controller.check_master_registration(
+                req_str(ext, "brokerName"), req_str(ext, "brokerAddr"))
             if refusal is not None:
                 # A returning old master must not take the route back from the elected one.
                 return RemotingCommand.make_response_to(
