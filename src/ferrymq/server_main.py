@@ -1,4 +1,4 @@
-"""Running the servers: `ferrymq standalone`, `ferrymq namesrv`, `ferrymq broker`.
+"""Running the servers: `ferrymq standalone`, `ferrymq namesrv`, `ferrymq broker`, `ferrymq proxy`.
 
 Each runs one asyncio loop until SIGINT/SIGTERM, then stops cleanly: held pulls answered,
 offsets persisted, the store flushed and its abort file removed."""
@@ -28,6 +28,7 @@ from .store import StoreError
 
 if TYPE_CHECKING:
     from .grpc.server import GrpcServer
+    from .proxy.server import ProxyConfig
 
 log = logging.getLogger("ferrymq")
 
@@ -61,14 +62,14 @@ class _GrpcFront:
         if port < 0:
             return ""
         try:
-            from .grpc.server import GrpcServer
+            from .grpc.server import broker_grpc_server
         except ImportError as exc:
             # An install without grpcio or without the generated protocol modules (they are
             # built by the install from proto/) still serves the 4.x protocol; the ready line
             # then has no grpc= field.
             log.error("gRPC endpoint off: %s (reinstall the package to generate it)", exc)
             return ""
-        self.server = GrpcServer(broker)
+        self.server = broker_grpc_server(broker)
         return f" grpc={await self.server.start(port)}"
 
     async def stop(self) -> None:
@@ -196,6 +197,19 @@ def run_broker(config: BrokerConfig, metrics_port: int | None = None) -> int:
         await broker.stop()
 
     return _run(start, stop)
+
+
+def run_proxy(config: ProxyConfig) -> int:
+    """`ferrymq proxy`: the gRPC front of every broker group registered with the name server."""
+    from .proxy.server import Proxy
+
+    install_uvloop()
+    try:
+        proxy = Proxy(config)
+    except AclConfigError as exc:
+        print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return _run(proxy.start, proxy.stop)
 
 
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:

@@ -83,6 +83,8 @@ def _broker_config(args: argparse.Namespace, *, standalone: bool) -> BrokerConfi
         "ha_listen_port": args.ha_port,
         "grpc_listen_port": args.grpc_port,
         "acl_file": args.acl_file,
+        # Where a runtime `broker config update` is written back (GET_BROKER_CONFIG shows it).
+        "broker_config_path": str(args.config.resolve()) if args.config else None,
     }
     overrides.update(tls_server_overrides(args))
     if args.tls_ca:
@@ -116,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker_flags(p, standalone=True)
     p.set_defaults(func=_cmd_standalone)
 
-    p = sub.add_parser("namesrv", help="run a name server")
+    p = sub.add_parser(
+        "namesrv", help="run a name server; or `namesrv config|kv`",
+        # Its actions' flags (--namesrv) must not be taken for prefixes of the server flags.
+        allow_abbrev=False,
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9876)
     p.add_argument("--enable-controller", action="store_true",
@@ -136,7 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "one of its admin accounts (see docs/security.md)")
     _add_metrics_flag(p)
     add_tls_server_flags(p)
+    p.add_argument("--kv-config", type=Path, help="where the KV config is kept (RocketMQ's kvConfigPath; "
+                   "default: in memory only)")
     p.set_defaults(func=_cmd_namesrv)
+    namesrv_parser = p
 
     p = sub.add_parser(
         "broker",
@@ -146,11 +155,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_broker_flags(p, standalone=False)
     p.set_defaults(func=_cmd_broker)
+    broker_parser = p
+
+    p = sub.add_parser("proxy", help="RocketMQ 5's proxy (cluster mode): one gRPC endpoint for every broker "
+                       "group registered with the name server")
+    p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
+                   help="name server address(es), ';'-separated")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=int, default=8081,
+                   help="gRPC port for RocketMQ 5 clients, 0 picks a free one (default 8081)")
+    _add_metrics_flag(p)
+    p.add_argument("--acl-file", type=Path, help="RocketMQ's plain_acl.yml: the SDKs' calls must be signed by its "
+                   "accounts; its first admin account signs the proxy's requests to the brokers")
+    p.add_argument("--access-key", default=os.environ.get("FERRYMQ_ACCESS_KEY", ""),
+                   help="sign the proxy's requests to the brokers with this account instead")
+    p.add_argument("--secret-key", default=os.environ.get("FERRYMQ_SECRET_KEY", ""))
+    add_tls_server_flags(p)
+    p.add_argument("--tls", action="store_true", default=None,
+                   help="connect to the name server and brokers over TLS, checking certificates against --tls-ca")
+    p.set_defaults(func=_cmd_proxy)
 
     from .client_cmds import add_client_commands, common_options, wrap
     from .cluster_cmds import add_broker_actions
 
-    for action in add_broker_actions(p, common_options()):
+    for action in add_broker_actions(broker_parser, common_options()):
+        wrap(action)
+    from .namesrv_cmds import add_namesrv_actions
+
+    for action in add_namesrv_actions(namesrv_parser, common_options()):
         wrap(action)
     add_client_commands(sub)
     return parser
@@ -179,6 +211,7 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
         controller_etcd=args.controller_etcd,
         controller_etcd_lease_s=args.controller_etcd_lease_s,
         acl_file=args.acl_file,
+        kv_config_path=args.kv_config,
     ), args.metrics_port)
 
 
@@ -192,6 +225,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from ..proxy.server import ProxyConfig
+    from ..server_main import run_proxy
+
+    given = {k: v for k, v in tls_server_overrides(args).items() if v is not None}
+    if args.tls_ca:
+        given["tls_client_trust_cert_path"] = args.tls_ca
+    cfg = BrokerConfig().replace(tls_enable=bool(args.tls), **given).validate()
+    return run_proxy(ProxyConfig(
+        namesrv=args.namesrv, host=args.host, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+        acl_file=args.acl_file, access_key=args.access_key, secret_key=args.secret_key,
+        tls_server=cfg.tls_server(), tls_client=cfg.tls_client()))
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     from ..server_main import run_broker
 
@@ -203,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     # Servers log their life at INFO; a client command's stderr is for its own error message.
-    server = args.command in ("standalone", "namesrv", "broker", "dashboard") and not getattr(
-        args, "broker_command", None
+    server = args.command in ("standalone", "namesrv", "broker", "dashboard") and not (
+        getattr(args, "broker_command", None) or getattr(args, "namesrv_command", None)
     )
     quiet = logging.INFO if server else logging.ERROR
     logging.basicConfig(

@@ -1,13 +1,14 @@
-"""QueryRoute and QueryAssignment: the topic's queues on this broker, each pointing the client
-at this gRPC endpoint (a gRPC client talks to the endpoint it reached, which serves this
-broker's queues), with RocketMQ's permission split and accepted message types."""
+"""QueryRoute and QueryAssignment: the topic's queues on each of its broker groups (one on a
+broker's own endpoint, all of them through `ferrymq proxy`), each pointing the client at this
+gRPC endpoint (a gRPC client talks to the endpoint it reached, which serves them all), with
+RocketMQ's permission split and accepted message types."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from ..broker.topics import TopicConfig
 from ..common.headers import PERM_READ, PERM_WRITE
+from .backend import TopicGroup
 from .convert import check_group, check_topic
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
@@ -33,7 +34,7 @@ def permission(perm: int) -> pb.Permission:
     return pb.NONE
 
 
-def accepted_types(cfg: TopicConfig) -> list[pb.MessageType]:
+def accepted_types(cfg: TopicGroup) -> list[pb.MessageType]:
     """An order topic takes FIFO messages (message groups); any other takes normal, delayed and
     transactional ones, as a RocketMQ 5 topic of each kind would."""
     if cfg.order:
@@ -41,7 +42,7 @@ def accepted_types(cfg: TopicConfig) -> list[pb.MessageType]:
     return [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
 
 
-def queues(cfg: TopicConfig, broker: pb.Broker) -> list[pb.MessageQueue]:
+def queues(cfg: TopicGroup, broker: pb.Broker) -> list[pb.MessageQueue]:
     """RocketMQ's genMessageQueueFromQueueData: read-only queues first, then write-only, then
     read-write; a topic that can be neither read nor written shows its queues as NONE."""
     perm = cfg.perm
@@ -57,7 +58,7 @@ def queues(cfg: TopicConfig, broker: pb.Broker) -> list[pb.MessageQueue]:
         r = cfg.read_queue_nums
     else:
         n = max(1, cfg.write_queue_nums, cfg.read_queue_nums)
-    topic = pb.Resource(name=cfg.topic_name)
+    topic = pb.Resource(name=cfg.topic)
     types = accepted_types(cfg)
     out: list[pb.MessageQueue] = []
     for count, p in ((r, pb.READ), (w, pb.WRITE), (rw, pb.READ_WRITE), (n, pb.NONE)):
@@ -67,30 +68,36 @@ def queues(cfg: TopicConfig, broker: pb.Broker) -> list[pb.MessageQueue]:
     return out
 
 
-def query_route(req: spb.QueryRouteRequest, cfg: TopicConfig | None, broker: pb.Broker) -> spb.QueryRouteResponse:
+def broker_of(group: TopicGroup, endpoints: pb.Endpoints) -> pb.Broker:
+    return pb.Broker(name=group.broker_name, id=0, endpoints=endpoints)
+
+
+def query_route(req: spb.QueryRouteRequest, groups: list[TopicGroup],
+                endpoints: pb.Endpoints) -> spb.QueryRouteResponse:
     check_topic(req.topic.name)
     if not req.endpoints.addresses:
         raise GrpcStatusError(Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
-    if cfg is None:
+    if not groups:
         raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} not found")
-    return spb.QueryRouteResponse(status=ok(), message_queues=queues(cfg, broker))
+    return spb.QueryRouteResponse(status=ok(), message_queues=[
+        q for g in groups for q in queues(g, broker_of(g, endpoints))])
 
 
-def query_assignment(req: spb.QueryAssignmentRequest, cfg: TopicConfig | None, broker: pb.Broker,
-                     *, fifo: bool) -> spb.QueryAssignmentResponse:
-    """The proxy's answer: the whole broker as one assignment (queue id -1: the broker picks the
-    queue at each receive); a FIFO group gets each readable queue."""
+def query_assignment(req: spb.QueryAssignmentRequest, groups: list[TopicGroup],
+                     endpoints: pb.Endpoints) -> spb.QueryAssignmentResponse:
+    """The proxy's answer: each broker group as one assignment (queue id -1: the broker picks
+    the queue at each receive); a FIFO group gets each readable queue."""
     check_topic(req.topic.name)
     check_group(req.group.name)
     if not req.endpoints.addresses:
         raise GrpcStatusError(Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
-    if cfg is None:
+    if not groups:
         raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} not found")
-    if not cfg.perm & PERM_READ or cfg.read_queue_nums <= 0:
+    readable = [g for g in groups if g.perm & PERM_READ and g.read_queue_nums > 0]
+    if not readable:
         return spb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
-    topic = pb.Resource(name=cfg.topic_name)
-    perm = permission(cfg.perm)
-    ids = range(cfg.read_queue_nums) if fifo else [-1]
+    topic = pb.Resource(name=req.topic.name)
     return spb.QueryAssignmentResponse(status=ok(), assignments=[
-        pb.Assignment(message_queue=pb.MessageQueue(topic=topic, id=i, permission=perm, broker=broker))
-        for i in ids])
+        pb.Assignment(message_queue=pb.MessageQueue(topic=topic, id=i, permission=permission(g.perm),
+                                                    broker=broker_of(g, endpoints)))
+        for g in readable for i in (range(g.read_queue_nums) if g.order else [-1])])

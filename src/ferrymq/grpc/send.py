@@ -1,18 +1,18 @@
-"""SendMessage: the messages of one request go to one queue of the topic on this broker (the
-one their message group hashes to, else the next in turn) and are stored as one put."""
+"""SendMessage: the messages of one request go to one queue of the topic, among the writable
+queues of all its broker groups (the one their message group hashes to, else the next in turn),
+and are stored as one put."""
 
 from __future__ import annotations
 
 import itertools
 import zlib
 
-from ..broker.context import BrokerContext
 from ..common.headers import PERM_WRITE
+from .backend import Backend
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
-from .receipt import TransactionId
-from .status import Code, GrpcStatusError, put_code, status
+from .status import Code, GrpcStatusError, status
 
 NO_TRANSACTIONS = "this broker refuses transactional messages (reject_transaction_message)"
 
@@ -23,57 +23,56 @@ def group_queue(group: str, queue_nums: int) -> int:
 
 
 class Sender:
-    def __init__(self, broker: BrokerContext) -> None:
-        self._broker = broker
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
         self._turn = itertools.count()
 
     async def send(self, req: spb.SendMessageRequest, peer: str) -> spb.SendMessageResponse:
         if not req.messages:
             raise GrpcStatusError(Code.BAD_REQUEST, "no message to send")
-        broker = self._broker
+        backend = self._backend
         topic = req.messages[0].topic.name
         check_topic(topic)
-        cfg = broker.topics.get(topic)
-        if cfg is None:
+        groups = await backend.topic(topic)
+        if not groups:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} not found")
-        if not cfg.perm & PERM_WRITE or cfg.write_queue_nums <= 0:
+        # Every writable queue of every broker group, in route order: as RocketMQ's proxy
+        # picks (SendMessageQueueSelector), the queue the SDK named is not used.
+        writable = [(g, i) for g in groups if g.perm & PERM_WRITE for i in range(g.write_queue_nums)]
+        if not writable:
             raise GrpcStatusError(Code.FORBIDDEN, f"the topic[{topic}] sending is forbidden")
         first = req.messages[0].system_properties
         if len(req.messages) == 1 and first.HasField("message_group") and first.message_group:
-            queue_id = group_queue(first.message_group, cfg.write_queue_nums)
+            group, queue_id = writable[group_queue(first.message_group, len(writable))]
         else:
-            queue_id = next(self._turn) % cfg.write_queue_nums
-        now = broker.now_ms()
-        config = broker.config
+            group, queue_id = writable[next(self._turn) % len(writable)]
+        now = backend.now_ms()
+        limits = backend.limits
         msgs: list[Incoming] = [
-            incoming(m, topic=topic, queue_id=queue_id, max_body_size=config.max_message_size, peer=peer,
-                     cluster=config.broker_cluster_name, now_ms=now)
+            incoming(m, topic=topic, queue_id=queue_id, max_body_size=limits.max_message_size, peer=peer,
+                     cluster=limits.cluster_name, now_ms=now)
             for m in req.messages
         ]
         for m in msgs:
             self._check_kind(m, len(msgs))
         half = msgs[0].message_type == pb.TRANSACTION
-        if half:
-            result = await broker.transactions.prepare(msgs[0].message)
-        else:
-            result = await broker.put([m.message for m in msgs])
-        code = put_code(result.status)
+        result = await backend.put(group, queue_id, [m.message for m in msgs], half=half)
+        code = result.code
         if code == Code.BAD_REQUEST and any(m.delivery_ms is not None for m in msgs):
             code = Code.ILLEGAL_DELIVERY_TIME  # the timer refused the delivery time
         if code != Code.OK:
-            reason = result.reason or f"send message failed, sendStatus={result.status.name}"
-            entry = spb.SendResultEntry(status=status(code, reason))
-            return spb.SendMessageResponse(status=status(code, reason), entries=[entry] * len(msgs))
+            entry = spb.SendResultEntry(status=status(code, result.reason))
+            return spb.SendMessageResponse(status=status(code, result.reason), entries=[entry] * len(msgs))
         entries = [
-            spb.SendResultEntry(status=status(Code.OK), message_id=m.message_id, offset=a.queue_offset,
-                                transaction_id=TransactionId(a.queue_offset, a.phys_offset).encode() if half else "")
-            for m, a in zip(msgs, result.messages, strict=True)
+            spb.SendResultEntry(status=status(Code.OK), message_id=m.message_id, offset=offset,
+                                transaction_id=txid)
+            for m, offset, txid in zip(msgs, result.offsets, result.transaction_ids, strict=True)
         ]
         return spb.SendMessageResponse(status=status(Code.OK), entries=entries)
 
     def _check_kind(self, m: Incoming, count: int) -> None:
         if m.message_type == pb.TRANSACTION:
-            if self._broker.config.reject_transaction_message:
+            if self._backend.limits.reject_transaction_message:
                 raise GrpcStatusError(Code.FORBIDDEN, NO_TRANSACTIONS)
             if count > 1:
                 raise GrpcStatusError(Code.BAD_REQUEST, "transactional messages are sent one by one")
@@ -83,7 +82,7 @@ class Sender:
         if m.message_type == pb.FIFO and not m.message_group:
             raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message needs a message group")
         if m.delivery_ms is not None:
-            limit = self._broker.now_ms() + self._broker.config.timer_max_delay_sec * 1000
-            if m.delivery_ms > limit:
+            max_delay = self._backend.limits.timer_max_delay_sec
+            if m.delivery_ms > self._backend.now_ms() + max_delay * 1000:
                 raise GrpcStatusError(Code.ILLEGAL_DELIVERY_TIME, "the delivery time is further away than the "
-                                      f"broker's timer_max_delay_sec ({self._broker.config.timer_max_delay_sec} s)")
+                                      f"broker's timer_max_delay_sec ({max_delay} s)")

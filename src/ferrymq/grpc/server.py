@@ -1,18 +1,23 @@
-"""The gRPC endpoint inside the broker process: a grpc.aio server on the broker's loop serving
-apache.rocketmq.v2's MessagingService on the broker's store, next to the remoting port."""
+"""The gRPC endpoint: a grpc.aio server serving apache.rocketmq.v2's MessagingService on a
+backend. Inside the broker process (broker_grpc_server) it serves the broker's store, on the
+broker's loop next to the remoting port; `ferrymq proxy` serves every broker group with it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
 from ..broker.context import BrokerContext
 from ..common.delay import parse_delay_levels
 from ..remoting.tls import ClientAuth, TlsServerSettings
+from .backend import Backend
 from .consume import Consumer
+from .local import LocalBackend
 from .pb import definition_pb2 as pb
 from .pb import service_pb2_grpc as sgrpc
 from .route import endpoints
@@ -20,7 +25,6 @@ from .send import Sender
 from .service import MessagingService
 from .sessions import Sessions
 from .settings import ServerSettings
-from .transactions import recover_command
 
 log = logging.getLogger("ferrymq.grpc")
 
@@ -28,19 +32,33 @@ log = logging.getLogger("ferrymq.grpc")
 _MESSAGE_OVERHEAD = 1 << 20
 
 
+@dataclass(frozen=True, slots=True)
+class FrontConfig:
+    """What the endpoint itself needs, whichever backend serves it."""
+
+    host: str
+    tls: TlsServerSettings
+    max_message_size: int
+    # A client silent this long (no request, no heartbeat) leaves its groups.
+    channel_expired_timeout_ms: int = 120_000
+
+
 class GrpcServer:
-    def __init__(self, broker: BrokerContext, *, expire_interval_s: float = 10.0) -> None:
-        self._broker = broker
-        self.sessions = Sessions(broker.clients, broker.now_ms,
-                                 translate=lambda req: recover_command(req, broker.now_ms()))
-        self.sender = Sender(broker)
-        self.consumer = Consumer(broker)
+    def __init__(self, backend: Backend, config: FrontConfig, settings: Callable[[], ServerSettings], *,
+                 acl: object | None = None, expire_interval_s: float = 10.0) -> None:
+        self._backend = backend
+        self._config = config
+        self._acl = acl
+        self.settings = settings
+        self.sessions = Sessions(backend.registry, backend.now_ms, translate=backend.translate)
+        self.sender = Sender(backend)
+        self.consumer = Consumer(backend)
         self._server: grpc.aio.Server | None = None
-        self._host = broker.config.host
+        self._host = config.host
         self._port = 0
         self._expire_interval_s = expire_interval_s
         self._expirer: asyncio.Task[None] | None = None
-        self.service = MessagingService(broker, self.sessions, self.sender, self.consumer, self.settings,
+        self.service = MessagingService(backend, self.sessions, self.sender, self.consumer, self.settings,
                                         self.endpoints)
 
     @property
@@ -50,28 +68,17 @@ class GrpcServer:
     def endpoints(self) -> pb.Endpoints:
         return endpoints(self._host, self._port)
 
-    def settings(self) -> ServerSettings:
-        cfg = self._broker.config
-        levels = list(parse_delay_levels(cfg.message_delay_level))
-        return ServerSettings(
-            max_body_size=cfg.max_message_size,
-            max_reconsume_times=cfg.max_reconsume_times,
-            # A 4.x consumer's first retry is delay level 3, each further one the next level.
-            retry_delays_ms=levels[2:] or levels,
-        )
-
     async def start(self, port: int) -> str:
-        limit = self._broker.config.max_message_size + _MESSAGE_OVERHEAD
-        acl = getattr(self._broker, "acl", None)
+        limit = self._config.max_message_size + _MESSAGE_OVERHEAD
         # The interceptor is imported only with ACL on: it needs PyYAML's rules module.
-        interceptors = [_acl_interceptor(acl)] if acl is not None else []
+        interceptors = [_acl_interceptor(self._acl)] if self._acl is not None else []
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
         ])
         sgrpc.add_MessagingServiceServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
-        tls = self._broker.config.tls_server()
+        tls = self._config.tls
         try:
             if tls.enabled:
                 bound = server.add_secure_port(f"{self._host}:{port}", server_credentials(tls))
@@ -91,7 +98,7 @@ class GrpcServer:
     async def _expire_loop(self) -> None:
         while True:
             await asyncio.sleep(self._expire_interval_s)
-            self.sessions.expire(self._broker.config.channel_expired_timeout_ms)
+            self.sessions.expire(self._config.channel_expired_timeout_ms)
 
     async def stop(self, grace: float = 1.0) -> None:
         if self._expirer is not None:
@@ -101,6 +108,24 @@ class GrpcServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+
+
+def broker_grpc_server(broker: BrokerContext) -> GrpcServer:
+    """The endpoint of a broker's own --grpc-port (RocketMQ's local mode)."""
+    cfg = broker.config
+
+    def settings() -> ServerSettings:
+        levels = list(parse_delay_levels(broker.config.message_delay_level))
+        return ServerSettings(
+            max_body_size=broker.config.max_message_size,
+            max_reconsume_times=broker.config.max_reconsume_times,
+            # A 4.x consumer's first retry is delay level 3, each further one the next level.
+            retry_delays_ms=levels[2:] or levels,
+        )
+
+    front = FrontConfig(host=cfg.host, tls=cfg.tls_server(), max_message_size=cfg.max_message_size,
+                        channel_expired_timeout_ms=cfg.channel_expired_timeout_ms)
+    return GrpcServer(LocalBackend(broker), front, settings, acl=getattr(broker, "acl", None))
 
 
 def _acl_interceptor(acl: object) -> grpc.aio.ServerInterceptor:

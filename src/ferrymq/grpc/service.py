@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import grpc
 
 from ..broker.clients import SubscriptionParseError, UnsupportedFilterError
-from ..broker.context import BrokerContext
 from ..common.errors import FerryMQError
+from .backend import Backend
 from .consume import Consumer
 from .convert import check_group, check_topic, timestamp
 from .pb import definition_pb2 as pb
@@ -49,9 +49,9 @@ async def _answer(make: Callable[[pb.Status], Resp], work: Awaitable[Resp]) -> R
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
-    def __init__(self, broker: BrokerContext, sessions: Sessions, sender: Sender, consumer: Consumer,
+    def __init__(self, backend: Backend, sessions: Sessions, sender: Sender, consumer: Consumer,
                  server_settings: Callable[[], ServerSettings], endpoint: Callable[[], pb.Endpoints]) -> None:
-        self._broker = broker
+        self._backend = backend
         self._sessions = sessions
         self._sender = sender
         self._consumer = consumer
@@ -59,9 +59,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self._endpoint = endpoint
 
     # --- helpers ---------------------------------------------------------------------------
-    def _broker_pb(self) -> pb.Broker:
-        return pb.Broker(name=self._broker.config.broker_name, id=0, endpoints=self._endpoint())
-
     @staticmethod
     def _caller(context: Context) -> CallerInfo:
         return caller(context.invocation_metadata(), context.peer())
@@ -69,25 +66,23 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     def _session(self, who: CallerInfo) -> ClientSession:
         return self._sessions.touch(who.require_id(), who.remote_addr, who.language or "PYTHON", who.version)
 
-    def _fifo_group(self, settings: pb.Settings) -> bool:
+    async def _fifo_group(self, settings: pb.Settings) -> bool:
         """A consumer group consumes in order when it subscribes to an order topic."""
         for entry in settings.subscription.subscriptions:
-            cfg = self._broker.topics.get(entry.topic.name)
-            if cfg is not None and cfg.order:
+            if any(g.order for g in await self._backend.topic(entry.topic.name)):
                 return True
         return False
 
     # --- route -----------------------------------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
-            return query_route(request, self._broker.topics.get(request.topic.name), self._broker_pb())
+            return query_route(request, await self._backend.topic(request.topic.name), self._endpoint())
         return await _answer(lambda s: spb.QueryRouteResponse(status=s), work())
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Context) -> spb.QueryAssignmentResponse:
         async def work() -> spb.QueryAssignmentResponse:
-            cfg = self._broker.topics.get(request.topic.name)
-            return query_assignment(request, cfg, self._broker_pb(), fifo=cfg is not None and cfg.order)
+            return query_assignment(request, await self._backend.topic(request.topic.name), self._endpoint())
         return await _answer(lambda s: spb.QueryAssignmentResponse(status=s), work())
 
     # --- producers -------------------------------------------------------------------------
@@ -121,7 +116,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return spb.NotifyClientTerminationResponse(status=ok())
         return await _answer(lambda s: spb.NotifyClientTerminationResponse(status=s), work())
 
-    def _settings_reply(self, session: ClientSession, cmd: spb.TelemetryCommand) -> spb.TelemetryCommand:
+    async def _settings_reply(self, session: ClientSession, cmd: spb.TelemetryCommand) -> spb.TelemetryCommand:
         settings = cmd.settings
         if settings.HasField("publishing"):
             for topic in settings.publishing.topics:
@@ -130,13 +125,13 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         elif settings.HasField("subscription"):
             check_group(settings.subscription.group.name)
             try:
-                subs = subscriptions(settings, property_filter=self._broker.config.enable_property_filter)
+                subs = subscriptions(settings, property_filter=self._backend.limits.enable_property_filter)
             except (SubscriptionParseError, UnsupportedFilterError) as exc:
                 raise GrpcStatusError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
             self._sessions.update_settings(session, settings, subs)
         else:
             raise GrpcStatusError(Code.BAD_REQUEST, "there is no publishing or subscription data in settings")
-        reply = answer(settings, self._server_settings(), fifo=self._fifo_group(settings))
+        reply = answer(settings, self._server_settings(), fifo=await self._fifo_group(settings))
         return spb.TelemetryCommand(status=ok(), settings=reply)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
@@ -152,10 +147,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
-                    session.last_seen_ms = self._broker.now_ms()
+                    session.last_seen_ms = self._backend.now_ms()
                     if cmd.WhichOneof("command") == "settings":
                         try:
-                            outbox.put_nowait(self._settings_reply(session, cmd))
+                            outbox.put_nowait(await self._settings_reply(session, cmd))
                         except GrpcStatusError as exc:
                             # The proxy ends the stream with INVALID_ARGUMENT for a bad request.
                             failure.append(exc.message)
@@ -192,7 +187,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 yield response
         except (GrpcStatusError, FerryMQError, ValueError, KeyError) as exc:
             yield spb.ReceiveMessageResponse(status=_status_of(exc))
-            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self._broker.now_ms()))
+            yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self._backend.now_ms()))
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
         return await _answer(lambda s: spb.AckMessageResponse(status=s), self._consumer.ack(request))
@@ -212,4 +207,4 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     async def EndTransaction(self, request: spb.EndTransactionRequest,
                              context: Context) -> spb.EndTransactionResponse:
         return await _answer(lambda s: spb.EndTransactionResponse(status=s),
-                             end_transaction(self._broker, request))
+                             end_transaction(self._backend, request))

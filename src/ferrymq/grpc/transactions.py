@@ -1,36 +1,27 @@
-"""Transactional messages over gRPC on the broker's transaction service: the half message of a
+"""Transactional messages over gRPC on the backend's transaction service: the half message of a
 SendMessage, EndTransaction, and the broker's check of an open transaction turned into the
 recover-orphaned-transaction command on the producer's telemetry stream."""
 
 from __future__ import annotations
 
-from ..broker.context import BrokerContext
-from ..broker.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
-from ..common.codes import RequestCode, ResponseCode
+from ..common.codes import RequestCode
 from ..common.record import MessageDecodeError, decode_record
 from ..remoting import RemotingCommand
+from .backend import Backend
 from .convert import check_topic, outgoing
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
-from .receipt import TransactionId, decode_transaction_id
-from .status import Code, GrpcStatusError, ok, response_code, status
+from .receipt import TransactionId
+from .status import Code, GrpcStatusError, ok, status
 
 
-async def end_transaction(broker: BrokerContext, req: spb.EndTransactionRequest) -> spb.EndTransactionResponse:
+async def end_transaction(backend: Backend, req: spb.EndTransactionRequest) -> spb.EndTransactionResponse:
     check_topic(req.topic.name)
-    txid = decode_transaction_id(req.transaction_id)
-    if req.resolution == pb.COMMIT:
-        kind = TRANSACTION_COMMIT_TYPE
-    elif req.resolution == pb.ROLLBACK:
-        kind = TRANSACTION_ROLLBACK_TYPE
-    else:
+    if req.resolution not in (pb.COMMIT, pb.ROLLBACK):
         raise GrpcStatusError(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
-    # The producer group of a gRPC producer is its topic, as RocketMQ's proxy sets it.
-    outcome = await broker.transactions.end(
-        producer_group=req.topic.name, tran_state_table_offset=txid.half_offset,
-        commit_log_offset=txid.commit_log_offset, commit_or_rollback=kind)
-    if outcome.code != ResponseCode.SUCCESS:
-        return spb.EndTransactionResponse(status=status(response_code(outcome.code), outcome.remark or ""))
+    code, remark = await backend.end_transaction(req.topic.name, req.transaction_id, req.resolution == pb.COMMIT)
+    if code != Code.OK:
+        return spb.EndTransactionResponse(status=status(code, remark))
     return spb.EndTransactionResponse(status=ok())
 
 

@@ -220,7 +220,9 @@ def simple(cfg: dict[str, Any]) -> int:
         try:
             msgs = consumer.receive(int(cfg.get("batch", 16)), int(cfg.get("invisibleSec", 15)))
         except Exception as exc:
-            emit("receive_error", name=type(exc).__name__, error=str(exc), code=getattr(exc, "code", None))
+            code = getattr(exc, "code", None)
+            # The SDK's own errors carry a code; a gRPC error's `code` is a method.
+            emit("receive_error", name=type(exc).__name__, error=str(exc), code=str(code()) if callable(code) else code)
             time.sleep(0.2)
             if budget.over():
                 break

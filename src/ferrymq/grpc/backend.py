@@ -1,0 +1,110 @@
+"""The seam between the apache.rocketmq.v2 service and the brokers it fronts (RocketMQ 5's
+MessagingProcessor): the service checks requests, converts messages and shapes the responses;
+a Backend resolves topics, stores sends, pops, acknowledges and ends transactions.
+
+Two implement it: `ferrymq/grpc/local.py:LocalBackend`, the broker in the same process (the
+broker's own --grpc-port, RocketMQ's local mode), and `ferrymq/proxy/backend.py:ClusterBackend`,
+every broker group registered with a name server, over remoting (`ferrymq proxy`, RocketMQ's
+cluster mode). Receipt handles and transaction ids are each backend's own strings: the service
+hands them out and back without reading them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..broker.clients import ClientRegistry, Subscription
+from ..common.message import MessageExt
+from ..store import StoreMessage
+from .pb import definition_pb2 as pb
+from .pb import service_pb2 as spb
+
+
+@dataclass(frozen=True, slots=True)
+class TopicGroup:
+    """One broker group's share of a topic, as its route lists it."""
+
+    topic: str
+    broker_name: str
+    perm: int
+    read_queue_nums: int
+    write_queue_nums: int
+    order: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The broker settings the service checks requests against before the backend sees them."""
+
+    max_message_size: int
+    timer_max_delay_sec: int
+    reject_transaction_message: bool
+    enable_property_filter: bool
+    long_polling_enable: bool
+    cluster_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutAnswer:
+    """A send's outcome: OK with one (queue offset, transaction id) per message, or the code
+    and reason the broker refused it with."""
+
+    code: pb.Code
+    reason: str = ""
+    offsets: tuple[int, ...] = ()
+    transaction_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A popped message and the receipt handle that acknowledges or changes this delivery."""
+
+    message: MessageExt
+    handle: str
+
+
+class Backend(Protocol):
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def registry(self) -> ClientRegistry:
+        """Where gRPC clients join their producer and consumer groups."""
+        ...
+
+    @property
+    def translate(self) -> Callable[[Any], spb.TelemetryCommand | None]:
+        """A server notice for a client (a transaction check) as its telemetry command."""
+        ...
+
+    def now_ms(self) -> int: ...
+
+    async def topic(self, name: str) -> list[TopicGroup]:
+        """The topic's broker groups, by broker name; empty when no broker has it."""
+        ...
+
+    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
+        ...
+
+    async def pop(self, group: str, topic: TopicGroup, queue_id: int, *, max_nums: int, invisible_ms: int,
+                  sub: Subscription, order: bool, poll_ms: int) -> list[Delivery]:
+        """Up to max_nums messages of the group's topic on one broker group (queue_id < 0: any
+        of its queues), waiting up to poll_ms for one."""
+        ...
+
+    async def ack(self, group: str, topic: str, handle: str) -> None:
+        """Raises GrpcStatusError (INVALID_RECEIPT_HANDLE) for a handle it cannot use."""
+        ...
+
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """The delivery's new receipt handle."""
+        ...
+
+    async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
+                             message_id: str) -> None:
+        """A copy into %DLQ%<group>, and the delivery acknowledged."""
+        ...
+
+    async def end_transaction(self, topic: str, transaction_id: str, commit: bool) -> tuple[pb.Code, str]:
+        ...

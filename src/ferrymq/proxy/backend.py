@@ -1,0 +1,312 @@
+"""The Backend of `ferrymq proxy` (RocketMQ 5's cluster mode): every broker group a topic's
+route lists, reached over remoting through one client instance (its route cache, connections,
+heartbeats and the brokers' requests back).
+
+Nothing is kept here that a restart would lose: a receipt handle carries the broker group that
+issued it (RocketMQ's ReceiptHandle: the pop's extraInfo, whose fields name the broker), so an
+acknowledgement reaches that broker through any proxy; a transaction id carries the group and
+the half message's position."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..broker.clients import ClientRegistry, Subscription
+from ..broker.config import BrokerConfig
+from ..client import pop_api
+from ..client.errors import BrokerError
+from ..client.instance import ClientInstance
+from ..client.route import TopicRoute
+from ..common import props as P
+from ..common.codes import RequestCode, ResponseCode
+from ..common.errors import FerryMQError
+from ..common.headers import fields
+from ..common.ids import MessageIdError, decode_offset_msg_id
+from ..common.message import MessageExt
+from ..common.popinfo import PROPERTY_FIRST_POP_TIME, PROPERTY_POP_CK, ExtraInfo, ExtraInfoError, parse_extra_info
+from ..common.record import encode_batch
+from ..grpc.backend import Delivery, Limits, PutAnswer, TopicGroup
+from ..grpc.convert import outgoing
+from ..grpc.pb import definition_pb2 as pb
+from ..grpc.pb import service_pb2 as spb
+from ..grpc.status import Code, GrpcStatusError, response_code
+from ..remoting import RemotingError
+from ..store import StoreMessage
+
+log = logging.getLogger("ferrymq.proxy")
+
+_HANDLE_VERSION = "p1"
+_TXID_VERSION = "pt1"
+# ConsumeInitMode.MAX, as the broker's own endpoint pops (a young queue starts at 0).
+_INIT_MAX = 1
+# MessageSysFlag: a half message, and END_TRANSACTION's commit / rollback types.
+_TRANSACTION_PREPARED = 0x4
+_COMMIT, _ROLLBACK = 0x8, 0xC
+# A route is asked of the name server again after this long, so new groups and queues show.
+ROUTE_TTL_S = 5.0
+
+
+def encode_handle(commit_log_offset: int, extra_info: str) -> str:
+    return f"{_HANDLE_VERSION} {commit_log_offset} {extra_info}"
+
+
+def _decode_handle(text: str) -> tuple[int, str]:
+    parts = text.split(" ", 2)
+    if len(parts) != 3 or parts[0] != _HANDLE_VERSION:
+        raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {text!r} is not one a proxy issued")
+    try:
+        return int(parts[1]), parts[2]
+    except ValueError:
+        raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {text!r} is malformed") from None
+
+
+def encode_transaction_id(broker_name: str, half_offset: int, commit_log_offset: int, msg_id: str) -> str:
+    return f"{_TXID_VERSION} {broker_name} {half_offset} {commit_log_offset} {msg_id}"
+
+
+def _decode_transaction_id(text: str) -> tuple[str, int, int, str]:
+    parts = text.split(" ")
+    if len(parts) != 5 or parts[0] != _TXID_VERSION:
+        raise GrpcStatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {text!r} is not one a proxy issued")
+    try:
+        return parts[1], int(parts[2]), int(parts[3]), parts[4]
+    except ValueError:
+        raise GrpcStatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {text!r} is malformed") from None
+
+
+def _refused(exc: FerryMQError) -> GrpcStatusError:
+    """A broker's refusal, or a broker out of reach, as the status the SDK sees."""
+    if isinstance(exc, BrokerError):
+        return GrpcStatusError(response_code(exc.code), exc.remark or str(exc))
+    return GrpcStatusError(Code.PROXY_TIMEOUT, str(exc))
+
+
+class _TopicProducer:
+    """The proxy's member of producer group <topic> (a gRPC producer's group is its topic, as
+    RocketMQ's proxy sets it): heartbeats make the brokers send it their transaction checks,
+    which go to a producer of the topic with an open telemetry stream."""
+
+    def __init__(self, topic: str, backend: ClusterBackend) -> None:
+        self.group = topic
+        self._backend = backend
+
+    def topics(self) -> set[str]:
+        return {self.group}
+
+    def check_transaction_state(self, broker_addr: str, msg: MessageExt, header: Mapping[str, str]) -> None:
+        self._backend.transaction_check(self.group, broker_addr, msg, header)
+
+
+class _Registry(ClientRegistry):
+    """The proxy's gRPC clients by group; a producer's topic makes the proxy a member of the
+    topic's producer group on the brokers."""
+
+    def __init__(self, backend: ClusterBackend, channel_expired_ms: int) -> None:
+        super().__init__(channel_expired_ms=channel_expired_ms)
+        self._backend = backend
+
+    def register_producer(self, group: str, channel: Any) -> None:
+        super().register_producer(group, channel)
+        self._backend.join_producer_group(group)
+
+
+class ClusterBackend:
+    def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000,
+                 limits: Limits | None = None) -> None:
+        self._inst = instance
+        defaults = BrokerConfig()
+        self._limits = limits or Limits(
+            max_message_size=defaults.max_message_size, timer_max_delay_sec=defaults.timer_max_delay_sec,
+            reject_transaction_message=False, enable_property_filter=True, long_polling_enable=True,
+            cluster_name="")
+        self._registry = _Registry(self, channel_expired_ms)
+        self._fetched: dict[str, float] = {}
+        self.counts = {"sent": 0, "received": 0, "acked": 0}
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def registry(self) -> ClientRegistry:
+        return self._registry
+
+    @property
+    def translate(self) -> Callable[[Any], spb.TelemetryCommand | None]:
+        # The brokers' notices reach the client instance, not the sessions (transaction_check).
+        return lambda _req: None
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    # --- routes ----------------------------------------------------------------------------
+    async def _route(self, topic: str) -> TopicRoute | None:
+        now = time.monotonic()
+        route = self._inst.routes.get(topic)
+        if route is None or now - self._fetched.get(topic, 0.0) >= ROUTE_TTL_S:
+            self._fetched[topic] = now
+            route = await self._inst.update_route(topic)
+        return route
+
+    async def topic(self, name: str) -> list[TopicGroup]:
+        route = await self._route(name)
+        if route is None:
+            return []
+        masters = route.brokers
+        return [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums, False)
+                for q in route.queue_datas if q.broker_name in masters]
+
+    async def _master(self, broker_name: str, topic: str) -> str:
+        addr = self._inst.master_addr(broker_name)
+        if addr is None:
+            await self._inst.update_route(topic)
+            addr = self._inst.master_addr(broker_name)
+        if addr is None:
+            raise GrpcStatusError(Code.PROXY_TIMEOUT,
+                                  f"broker group {broker_name} has no master in the route of {topic}")
+        return addr
+
+    async def _failed(self, topic: str, exc: BaseException) -> None:
+        # A broker gone under a request: the next requests see the name server's new route.
+        await self._inst.after_failure(topic, exc)
+
+    # --- send ------------------------------------------------------------------------------
+    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
+        addr = await self._master(topic.broker_name, topic.topic)
+        batch = len(msgs) > 1
+        first = msgs[0]
+        props = first.properties if isinstance(first.properties, dict) else {}
+        header = {
+            "producerGroup": topic.topic, "topic": topic.topic, "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4", "queueId": str(queue_id),
+            "sysFlag": str(_TRANSACTION_PREPARED if half else 0), "bornTimestamp": str(first.born_timestamp),
+            "flag": str(first.flag), "properties": "" if batch else P.properties_to_string(props),
+            "reconsumeTimes": "0", "unitMode": "false", "batch": "true" if batch else "false",
+        }
+        body = encode_batch(msgs) if batch else first.body  # type: ignore[arg-type]
+        try:
+            resp = await self._inst.api.send(addr, header, body, batch=batch, timeout=self._inst.api.timeout)
+        except RemotingError as exc:
+            await self._failed(topic.topic, exc)
+            return PutAnswer(Code.PROXY_TIMEOUT, f"send to broker group {topic.broker_name} ({addr}) failed: {exc}")
+        if resp.code != ResponseCode.SUCCESS:
+            return PutAnswer(response_code(resp.code), resp.remark or f"send failed: code {resp.code}")
+        e = resp.ext_fields
+        first_offset = int(e.get("queueOffset", -1))
+        offsets = tuple(first_offset + i for i in range(len(msgs)))
+        self.counts["sent"] += len(msgs)
+        if not half:
+            return PutAnswer(Code.OK, offsets=offsets, transaction_ids=("",) * len(msgs))
+        msg_id = e.get("msgId", "")
+        try:
+            commit_log_offset = decode_offset_msg_id(msg_id).offset
+        except MessageIdError as exc:
+            return PutAnswer(Code.INTERNAL_SERVER_ERROR, f"the broker's answer has no usable msgId: {exc}")
+        uniq = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, msg_id)
+        return PutAnswer(Code.OK, offsets=offsets, transaction_ids=(
+            encode_transaction_id(topic.broker_name, first_offset, commit_log_offset, uniq),))
+
+    # --- pop -------------------------------------------------------------------------------
+    async def pop(self, group: str, topic: TopicGroup, queue_id: int, *, max_nums: int, invisible_ms: int,
+                  sub: Subscription, order: bool, poll_ms: int) -> list[Delivery]:
+        addr = await self._master(topic.broker_name, topic.topic)
+        try:
+            answer = await pop_api.pop(
+                self._inst.api, addr, topic.broker_name, group=group, topic=topic.topic, queue_id=queue_id,
+                max_nums=max_nums, invisible_ms=invisible_ms, poll_ms=poll_ms, expression=sub.expression,
+                expression_type=sub.expression_type, order=order, init_mode=_INIT_MAX)
+        except RemotingError as exc:
+            await self._failed(topic.topic, exc)
+            raise GrpcStatusError(Code.PROXY_TIMEOUT, f"pop from broker group {topic.broker_name} failed: {exc}") \
+                from None
+        except FerryMQError as exc:
+            raise _refused(exc) from None
+        self.counts["received"] += len(answer.messages)
+        out = []
+        for p in answer.messages:
+            # What pop_api adds for a 4.x consumer; a gRPC consumer has the receipt handle.
+            p.message.properties.pop(PROPERTY_POP_CK, None)
+            p.message.properties.pop(PROPERTY_FIRST_POP_TIME, None)
+            out.append(Delivery(p.message, encode_handle(p.message.commit_log_offset, p.handle.encode())))
+        return out
+
+    async def _handle(self, topic: str, text: str) -> tuple[str, int, ExtraInfo]:
+        commit_log_offset, extra = _decode_handle(text)
+        try:
+            handle = parse_extra_info(extra)
+        except ExtraInfoError as exc:
+            raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return await self._master(handle.broker_name, topic), commit_log_offset, handle
+
+    async def ack(self, group: str, topic: str, handle: str) -> None:
+        addr, _, h = await self._handle(topic, handle)
+        try:
+            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h)
+        except (RemotingError, FerryMQError) as exc:
+            raise _refused(exc) from None
+        self.counts["acked"] += 1
+
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        addr, commit_log_offset, h = await self._handle(topic, handle)
+        try:
+            renewed = await pop_api.change_invisible(self._inst.api, addr, group=group, topic=topic, handle=h,
+                                                     invisible_ms=invisible_ms)
+        except (RemotingError, FerryMQError) as exc:
+            raise _refused(exc) from None
+        return encode_handle(commit_log_offset, renewed.encode())
+
+    async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
+                             message_id: str) -> None:
+        addr, commit_log_offset, h = await self._handle(topic, handle)
+        try:
+            # Delay level -1: straight to %DLQ%<group> (RocketMQ's proxy forwards the same way).
+            await self._inst.api.consumer_send_back(
+                addr, commit_log_offset=commit_log_offset, group=group, delay_level=-1, origin_msg_id=message_id,
+                origin_topic=topic, max_reconsume_times=max(delivery_attempt - 1, 0))
+            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h)
+        except (RemotingError, FerryMQError) as exc:
+            raise _refused(exc) from None
+
+    # --- transactions ----------------------------------------------------------------------
+    async def end_transaction(self, topic: str, transaction_id: str, commit: bool) -> tuple[pb.Code, str]:
+        broker_name, half_offset, commit_log_offset, msg_id = _decode_transaction_id(transaction_id)
+        addr = await self._master(broker_name, topic)
+        api = self._inst.api
+        try:
+            # One-way, as RocketMQ's proxy ends it: a lost one is recovered by the broker's check.
+            await api.invoke_oneway(addr, RequestCode.END_TRANSACTION, fields(
+                topic=topic, producerGroup=topic, tranStateTableOffset=half_offset,
+                commitLogOffset=commit_log_offset, commitOrRollback=_COMMIT if commit else _ROLLBACK,
+                fromTransactionCheck=False, msgId=msg_id, transactionId=msg_id, brokerName=broker_name))
+        except RemotingError as exc:
+            return Code.PROXY_TIMEOUT, f"END_TRANSACTION to {addr} failed: {exc}"
+        return Code.OK, ""
+
+    def join_producer_group(self, topic: str) -> None:
+        if topic in self._inst.producers:
+            return
+        self._inst.register_producer(_TopicProducer(topic, self))
+
+    def transaction_check(self, topic: str, broker_addr: str, msg: MessageExt, header: Mapping[str, str]) -> None:
+        """A broker's check of an open transaction, to one producer of the topic with an open
+        telemetry stream (the most recently seen), as the recover-orphaned-transaction command."""
+        broker_name = header.get("brokerName") or next(
+            (name for name, addrs in self._inst.broker_addrs.items() if broker_addr in addrs.values()), "")
+        try:
+            txid = encode_transaction_id(broker_name, int(header["tranStateTableOffset"]),
+                                         int(header["commitLogOffset"]),
+                                         msg.properties.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id)
+        except (KeyError, ValueError):
+            log.warning("transaction check from %s without its offsets: %s", broker_addr, dict(header))
+            return
+        command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+            message=outgoing(msg, now_ms=self.now_ms()), transaction_id=txid))
+        channels = sorted(self._registry.producers.get(topic, {}).values(), key=lambda c: -c.last_update_ms)
+        for channel in channels:
+            push = getattr(channel.conn, "push", None)
+            if push is not None and push(command):
+                return
+        log.info("transaction check for topic %s: no producer of it has a telemetry stream here", topic)

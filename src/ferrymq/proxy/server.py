@@ -1,0 +1,103 @@
+"""The proxy process's parts: one client instance towards the name server and brokers, the
+ClusterBackend over it, the gRPC endpoint (grpc/'s GrpcServer) and the optional metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from ..acl import AclFile
+from ..acl.signing import Credentials
+from ..broker.config import BrokerConfig
+from ..client.instance import ClientInstance, InstanceConfig
+from ..common.delay import parse_delay_levels
+from ..grpc.server import FrontConfig, GrpcServer
+from ..grpc.settings import ServerSettings
+from ..metrics import MetricsServer, metrics_server
+from ..remoting.tls import TlsClientSettings, TlsMode, TlsServerSettings, server_context
+from .backend import ClusterBackend
+
+log = logging.getLogger("ferrymq.proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    namesrv: str
+    host: str = "127.0.0.1"
+    grpc_port: int = 8081
+    metrics_port: int | None = None
+    # RocketMQ's plain_acl.yml for the SDKs' signed calls; its first admin account also signs
+    # the proxy's own requests to the brokers unless access_key is given.
+    acl_file: Path | None = None
+    access_key: str = ""
+    secret_key: str = ""
+    tls_server: TlsServerSettings = field(default_factory=TlsServerSettings)
+    tls_client: TlsClientSettings = field(default_factory=TlsClientSettings)
+    request_timeout_s: float = 3.0
+    channel_expired_timeout_ms: int = 120_000
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.acl = AclFile(config.acl_file) if config.acl_file is not None else None
+        credentials = None
+        if config.access_key:
+            credentials = Credentials(config.access_key, config.secret_key)
+        elif self.acl is not None:
+            admin = self.acl.rules.first_admin()
+            if admin is not None:
+                credentials = Credentials(admin.access_key, admin.secret_key)
+        self._instance_config = InstanceConfig(namesrv=config.namesrv, request_timeout=config.request_timeout_s,
+                                               credentials=credentials, tls=config.tls_client)
+        self.instance: ClientInstance | None = None
+        self.backend: ClusterBackend | None = None
+        self.grpc: GrpcServer | None = None
+        self.metrics: MetricsServer | None = None
+        self._acl_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Start it; returns the ready line."""
+        cfg = self.config
+        # The remoting client binds to the running loop: built here, not in __init__.
+        self.instance = ClientInstance(self._instance_config, 1)
+        self.instance.ensure_started()
+        backend = self.backend = ClusterBackend(self.instance, channel_expired_ms=cfg.channel_expired_timeout_ms)
+        defaults = BrokerConfig()
+        levels = list(parse_delay_levels(defaults.message_delay_level))
+        settings = ServerSettings(max_body_size=backend.limits.max_message_size,
+                                  max_reconsume_times=defaults.max_reconsume_times, retry_delays_ms=levels[2:])
+        front = FrontConfig(host=cfg.host, tls=cfg.tls_server, max_message_size=backend.limits.max_message_size,
+                            channel_expired_timeout_ms=cfg.channel_expired_timeout_ms)
+        self.grpc = GrpcServer(backend, front, lambda: settings, acl=self.acl)
+        if self.acl is not None:
+            self._acl_task = asyncio.create_task(self.acl.run(), name="ferrymq-acl-reload")
+        line = f"proxy grpc={await self.grpc.start(cfg.grpc_port)}"
+        if cfg.metrics_port is not None:
+            context = server_context(cfg.tls_server) if cfg.tls_server.mode is TlsMode.ENFORCING else None
+            self.metrics = metrics_server([self._collect], host=cfg.host, port=cfg.metrics_port, tls=context)
+            line += f" metrics={await self.metrics.start()}"
+        return line
+
+    async def _collect(self) -> list[Metric]:
+        family = CounterMetricFamily("ferrymq_proxy_messages", "Messages through the proxy, by what happened to them",
+                                     labels=["kind"])
+        counts = self.backend.counts if self.backend is not None else {}
+        for kind, value in sorted(counts.items()):
+            family.add_metric([kind], value)
+        return [family]
+
+    async def stop(self) -> None:
+        if self._acl_task is not None:
+            self._acl_task.cancel()
+        if self.metrics is not None:
+            await self.metrics.stop()
+        if self.grpc is not None:
+            await self.grpc.stop()
+        if self.instance is not None:
+            await self.instance.close()
