@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import Standalone, start_standalone
+from ferrymq_cmd import run_ferrymq
 
 ADMIN = {"access_key": "adminKey1", "secret_key": "adminSecret1"}
 APP = {"access_key": "appKey01", "secret_key": "appSecret01"}
@@ -50,5 +50,4 @@ def run_cli(server: Standalone, *args: str, env: dict[str, str] | None = None) -
     unless `env` gives them."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMQ_")}
     full_env.update(FERRYMQ_NAMESRV=server.namesrv, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "ferrymq", *args], capture_output=True, env=full_env, text=True,
-                          timeout=60)
+    return run_ferrymq(*args, env=full_env)

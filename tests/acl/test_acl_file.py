@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from acl_util import RULES, write_rules
 from ferrymq.acl import AclConfigError, AclFile, AclGuard
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.remoting import RemotingCommand
+from ferrymq_cmd import run_ferrymq
 
 
 def test_reload_applies_a_valid_change_and_keeps_the_rules_on_a_bad_one(tmp_path: Path,
@@ -69,8 +69,7 @@ def test_guard_answers_no_permission_and_logs_each_reason_once_per_interval(
 
 
 def _acl_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ferrymq", "acl", *args], capture_output=True, text=True,
-                          timeout=60)
+    return run_ferrymq("acl", *args)
 
 
 def test_cli_checks_a_file_before_the_servers_reload_it(tmp_path: Path) -> None:

@@ -1,25 +1,21 @@
-"""Running the `ferrymq` command as a user does: a child process against a real server."""
+"""Running the `ferrymq` command as a user does: a child process (ferrymq_cmd.py) against a
+real server."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from typing import Any
+
+from ferrymq_cmd import run_ferrymq
 
 
 def ferrymq(
     server: Any, *args: str, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ, FERRYMQ_NAMESRV=server.namesrv, **(env or {}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "ferrymq", *args],
-        capture_output=True,
-        env=full_env,
-        text=True,
-        timeout=60,
-    )
+    proc = run_ferrymq(*args, env=full_env)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"ferrymq {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
@@ -39,3 +35,24 @@ def json_error(server: Any, *args: str, exit_code: int = 1) -> dict[str, Any]:
     assert set(doc) == {"error"}, doc
     error: dict[str, Any] = doc["error"]
     return error
+
+
+def ferrymq_in_process(namesrv: str, *args: str) -> tuple[int, str, str]:
+    """The `ferrymq` command run in this process (no interpreter start-up per call): exit
+    code, stdout, stderr. The command's clients are real and talk to real servers."""
+    import contextlib
+    import io
+
+    from ferrymq.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, "--namesrv", namesrv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def json_in_process(namesrv: str, *args: str, exit_code: int = 0) -> Any:
+    """The --json document of an in-process command; its exit code is checked."""
+    code, out, err = ferrymq_in_process(namesrv, *args, "--json")
+    assert code == exit_code, (code, out, err)
+    return json.loads(out.strip().splitlines()[-1])

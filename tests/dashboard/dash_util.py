@@ -9,7 +9,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 import zlib
@@ -18,6 +17,7 @@ from typing import Any
 
 from conftest import Standalone, start_standalone
 from ferrymq.embedded.process import ServerProcess
+from ferrymq_cmd import run_ferrymq
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -140,8 +140,7 @@ class DashClient:
 
 def cli_json(namesrv: str, *args: str) -> Any:
     """`ferrymq ARGS --json` as a user runs it, parsed."""
-    proc = subprocess.run([sys.executable, "-m", "ferrymq", *args, "--namesrv", namesrv, "--json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = run_ferrymq(*args, "--namesrv", namesrv, "--json")
     if proc.returncode != 0:
         raise AssertionError(f"ferrymq {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout)

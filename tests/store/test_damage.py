@@ -8,8 +8,6 @@ import json
 import logging
 import os
 import struct
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from conftest import start_standalone, wait_until
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from ferrymq.common.message import MessageQueue
+from ferrymq_cmd import run_ferrymq
 
 TOPIC = "dmg"
 N = 24
@@ -34,8 +33,7 @@ REPORT = "damaged commit-log record"
 
 def _cli(server: Any, *args: str) -> Any:
     """`ferrymq ARGS --json` as an operator runs it; its JSON output."""
-    proc = subprocess.run([sys.executable, "-m", "ferrymq", *args, "--json"], capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, FERRYMQ_NAMESRV=server.namesrv))
+    proc = run_ferrymq(*args, "--json", env=dict(os.environ, FERRYMQ_NAMESRV=server.namesrv))
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     return json.loads(proc.stdout)
 
