@@ -21,6 +21,7 @@ from typing import Any
 
 from ..common.codes import ResponseCode
 from ..common.errors import FerryMQError
+from ..common.group_fields import GROUP_FIELDS, field_value
 from ..common.names import TOOLS_CONSUMER_GROUP, validate_group
 from ..store import atomic_write, read_json_file
 from . import topic_journal
@@ -35,23 +36,6 @@ SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 # tools (admin, dashboard, Spark) pull with TOOLS_CONSUMER.
 _BUILT_IN = (TOOLS_CONSUMER_GROUP,)
 _JOURNAL_MIN_LINES = 1000
-
-# RocketMQ's SubscriptionGroupConfig field names, ours in the same order.
-_FIELDS = (
-    ("consume_enable", "consumeEnable", bool),
-    ("consume_from_min_enable", "consumeFromMinEnable", bool),
-    ("consume_broadcast_enable", "consumeBroadcastEnable", bool),
-    ("consume_message_orderly", "consumeMessageOrderly", bool),
-    ("retry_queue_nums", "retryQueueNums", int),
-    ("retry_max_times", "retryMaxTimes", int),
-    ("broker_id", "brokerId", int),
-    ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly", int),
-    ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable", bool),
-    ("group_sys_flag", "groupSysFlag", int),
-    ("consume_timeout_minute", "consumeTimeoutMinute", int),
-)
-JSON_NAMES = {ours: theirs for ours, theirs, _ in _FIELDS}
-
 
 class GroupConfigError(FerryMQError, ValueError):
     """A subscription group setting out of range."""
@@ -70,12 +54,6 @@ class GroupRefused(FerryMQError):
         super().__init__(remark)
         self.group = group
         self.code = code
-
-
-def _as_bool(value: object) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() == "true"
-    return bool(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +87,15 @@ class SubscriptionGroupConfig:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)
         out["groupName"] = self.group_name
-        for ours, theirs, _ in _FIELDS:
+        for ours, theirs, _ in GROUP_FIELDS:
             out[theirs] = getattr(self, ours)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SubscriptionGroupConfig:
-        known = {theirs for _, theirs, _ in _FIELDS} | {"groupName"}
-        values: dict[str, Any] = {}
-        for ours, theirs, kind in _FIELDS:
-            if data.get(theirs) is not None:
-                values[ours] = _as_bool(data[theirs]) if kind is bool else int(data[theirs])
+        known = {theirs for _, theirs, _ in GROUP_FIELDS} | {"groupName"}
+        values: dict[str, Any] = {ours: field_value(data[theirs], kind) for ours, theirs, kind in GROUP_FIELDS
+                  if data.get(theirs) is not None}
         return cls(group_name=str(data.get("groupName") or ""),
                    extra={k: v for k, v in data.items() if k not in known}, **values)
 

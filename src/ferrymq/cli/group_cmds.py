@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 
 from ..client.admin import AdminClient
+from . import group_table_cmds
 from .auth import credentials
 from .failures import CommandFailed
 from .render import print_json, print_table, stdout
@@ -115,3 +116,4 @@ def add(
     target.add_argument("--to-end", action="store_true", help="skip everything stored so far")
     target.add_argument("--to-start", action="store_true", help="consume everything again")
     c.set_defaults(func=cmd_reset)
+    group_table_cmds.add_actions(gsub, common)

@@ -28,6 +28,7 @@ from ..common.record import decode_records
 from ..common.trace_events import TraceEvent
 from ..remoting import ClientConfig, RemotingClient
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
+from .admin_groups import GroupsAdmin
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
@@ -44,7 +45,7 @@ from .route import TopicRoute
 from .store_damage import StoreDamage, parse_store_damage
 
 
-class AsyncAdminClient:
+class AsyncAdminClient(GroupsAdmin):
     """Stateless apart from a route cache; every call is one or a few requests. Use it as an
     async context manager, or call close()."""
 

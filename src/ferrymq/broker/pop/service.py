@@ -11,7 +11,8 @@ checkpointed in the revive log before a pop or a change of invisible time is ans
 is visible again only once its invisible time has passed.
 
 A lease that expires is handed out again with its reconsume count one higher; once that count
-would pass the broker's max_reconsume_times the message is copied to %DLQ%<group> and
+would pass the group's retry count (its subscription group's retry_max_times) the message is
+copied to %DLQ%<group> and
 acknowledged instead, as CONSUMER_SEND_MSG_BACK does for 4.x consumers."""
 
 from __future__ import annotations

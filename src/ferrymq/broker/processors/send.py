@@ -109,7 +109,8 @@ def _retry_to_dlq(broker: BrokerContext, topic: str, ext: dict[str, str], recons
     if not is_retry_topic(topic):
         return None
     group = topic[len("%RETRY%"):]
-    max_times = opt_int(ext, "maxReconsumeTimes", broker.config.max_reconsume_times)
+    # The client's count when it sends one (every client since RocketMQ 3.4.9), else the group's.
+    max_times = opt_int(ext, "maxReconsumeTimes", broker.groups.existing(group).retry_max_times)
     if reconsume >= max_times:
         dlq = broker.topics.create_group_topic(dlq_topic(group))
         props.pop(P.PROPERTY_DELAY_TIME_LEVEL, None)
@@ -261,7 +262,9 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
     props.setdefault(P.PROPERTY_RETRY_TOPIC, msg.topic)
     props.pop(P.PROPERTY_WAIT_STORE_MSG_OK, None)
     delay_level = opt_int(ext, "delayLevel", 0)
-    max_times = opt_int(ext, "maxReconsumeTimes", broker.config.max_reconsume_times)
+    group_cfg = broker.groups.existing(group)
+    # The client's count when it sends one (every client since RocketMQ 3.4.9), else the group's.
+    max_times = opt_int(ext, "maxReconsumeTimes", group_cfg.retry_max_times)
     origin_id = props.get(P.PROPERTY_ORIGIN_MESSAGE_ID) or opt_str(ext, "originMsgId") or msg.msg_id
     props[P.PROPERTY_ORIGIN_MESSAGE_ID] = origin_id
     if msg.reconsume_times >= max_times or delay_level < 0:
@@ -269,7 +272,7 @@ async def consumer_send_msg_back(broker: BrokerContext, conn: Connection,
         props.pop(P.PROPERTY_DELAY_TIME_LEVEL, None)
         kind = MessageEventKind.DEAD_LETTERED
     else:
-        target = broker.topics.create_group_topic(retry_topic(group))
+        target = broker.topics.create_group_topic(retry_topic(group), group_cfg.retry_queue_nums)
         if delay_level == 0:
             delay_level = 3 + msg.reconsume_times
         props[P.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
