@@ -1,20 +1,26 @@
 """End-to-end benchmark of the Python clients through a real `ferrymq standalone` broker
-(async flush), beside the same workload on Redis Streams (appendfsync everysec):
+(async flush), beside the same workloads on three peers, each with its own Python client:
+Redis Streams (appendfsync everysec; here), NATS JetStream (file store; bench/nats_peer.py) and
+RabbitMQ (a durable quorum queue; bench/rabbitmq_peer.py):
 
-- produce throughput of 1 KiB messages (send_async with a window / pipelined XADD),
-- consume-with-ack throughput (push consumer committing offsets / XREADGROUP + XACK),
+- produce throughput of 1 KiB messages (send_async with a window / the peers' pipelined or
+  asynchronous publishes with acks),
+- consume-with-ack throughput (push consumer committing offsets / XREADGROUP + XACK / a
+  JetStream pull consumer / a prefetching AMQP consumer),
 - end-to-end latency p50/p99 at a steady 2,000 and 20,000 msg/s.
 
-`run(quick)` returns one row per measurement, the median of 3 runs, Redis as the peer.
-The bench installs redis-server from Debian (`apt-get install -y redis-server`) if missing
-and runs its own instance on a free loopback port."""
+`run(quick)` returns one row per measurement, the median of 3 runs, with every peer's median
+(`peers`) and the best peer's as `peer`, the figure the ratio is against. The bench installs
+each peer's server from Debian and its client from PyPI (pyproject.toml's `bench` extra) when
+missing (bench/peer_setup.py) and runs its own instance on free loopback ports; bench/README.md
+lists each peer's client settings."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import importlib
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -27,6 +33,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.peer_setup import server_binary
 
 from ferrymq import (
     AdminClient,
@@ -252,6 +260,9 @@ def paced_send(kind: str, addr: str, target: str, seconds: float, rate: int) -> 
                 time.sleep(0.001)
             if errors:
                 raise RuntimeError(f"{len(errors)} paced sends failed: {errors[0]}")
+    elif kind != "redis":
+        # A peer module of its own (bench/nats_peer.py, bench/rabbitmq_peer.py).
+        importlib.import_module(f"bench.{kind}_peer").paced_send(addr, target, seconds, rate)
     else:
         import redis
 
@@ -296,19 +307,7 @@ def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
 
 # --- Redis Streams ---------------------------------------------------------------------------
 def redis_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    subprocess.run(
-        ["apt-get", "install", "-y", "redis-server"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    found = shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not Path(found).exists():
-        raise RuntimeError("redis-server is not installed and apt-get did not provide it")
-    return found
+    return server_binary("redis-server")
 
 
 @contextlib.contextmanager
@@ -461,13 +460,60 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2) if values else float("nan")
 
 
+# The peers beside Redis (here): modules with NAME and runs(quick), bench/nats_peer.py and
+# bench/rabbitmq_peer.py. FERRYMQ_BENCH_PEERS="redis" (a comma list of redis, nats, rabbitmq)
+# runs fewer, for A/B runs of ferrymq alone.
+PEER_MODULES = ("nats", "rabbitmq")
+SELECTED_PEERS = tuple(os.environ.get("FERRYMQ_BENCH_PEERS", "redis,nats,rabbitmq").split(","))
+
+
+def all_peer_runs(quick: bool) -> dict[str, dict[str, list[float]] | str]:
+    """Each selected peer's runs by its name, or the error that stopped it: a peer is context,
+    its absence must not hide our numbers nor the other peers'."""
+    out: dict[str, dict[str, list[float]] | str] = {}
+    runners: list[tuple[str, Any]] = []
+    if "redis" in SELECTED_PEERS:
+        runners.append((PEER, redis_runs))
+    for kind in PEER_MODULES:
+        if kind in SELECTED_PEERS:
+            module = importlib.import_module(f"bench.{kind}_peer")
+            runners.append((module.NAME, module.runs))
+    for name, runs in runners:
+        try:
+            out[name] = runs(quick)
+        except Exception as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def peer_fields(key: str, unit: str, peers: dict[str, dict[str, list[float]] | str]) -> dict[str, Any]:
+    """A row's peer fields: every peer's median (`peers`) and runs, and the best of them as
+    `peer` / `peer_name` / `peer_runs`, the figure the ratio is taken against."""
+    # NaN runs: a rate the peer's client could not publish at (no figure).
+    medians = {name: _median([v for v in r[key] if v == v]) for name, r in peers.items()
+               if not isinstance(r, str)}
+    medians = {name: v for name, v in medians.items() if v == v}
+    fields: dict[str, Any] = {
+        "peers": medians,
+        "peers_runs": {name: [round(v, 2) for v in r[key]] for name, r in peers.items()
+                       if not isinstance(r, str)},
+    }
+    errors = {name: r for name, r in peers.items() if isinstance(r, str)}
+    if errors:
+        fields["peer_errors"] = errors
+    if not medians:
+        fields.update(peer=None, peer_name=", ".join(peers),
+                      peer_error="; ".join(errors.values()))
+        return fields
+    pick = min if unit == "ms" else max
+    best = pick(medians, key=lambda name: medians[name])
+    fields.update(peer=medians[best], peer_name=best, peer_runs=fields["peers_runs"][best])
+    return fields
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     ours = ferrymq_runs(quick)
-    try:
-        theirs: dict[str, list[float]] | None = redis_runs(quick)
-        peer_error = ""
-    except Exception as exc:  # the peer is context; its absence must not hide our numbers
-        theirs, peer_error = None, str(exc)
+    peers = all_peer_runs(quick)
     rows: list[dict[str, Any]] = []
     for key, measurement, unit in MEASUREMENTS:
         if LATENCY_ONLY and key in THROUGHPUT_KEYS:
@@ -478,14 +524,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "value": _median(ours[key]),
             "unit": unit,
             "target": TARGETS[key],
-            "peer": _median(theirs[key]) if theirs else None,
             "runs": [round(v, 2) for v in ours[key]],
-            "peer_name": PEER,
         }
-        if theirs:
-            row["peer_runs"] = [round(v, 2) for v in theirs[key]]
-        else:
-            row["peer_error"] = peer_error
+        row.update(peer_fields(key, unit, peers))
         rows.append(row)
     return rows
 

@@ -2,8 +2,9 @@
 
 A workload module under bench/ exposes `run(quick: bool) -> list[dict]`, one row per
 measurement: workload, measurement, unit, value (median of the runs), runs, and optionally
-target, peer_name, peer_value, peer_runs. Rows in the older shape (`area`, `peer`) are
-accepted. A module that fails yields an error row; the others still run."""
+target, peer_name, peer_value, peer_runs, and peers (name -> median) when a row has several
+peers (peer_* then being the best of them, the one the ratio is against). Rows in the older
+shape (`area`, `peer`) are accepted. A module that fails yields an error row; the others still run."""
 
 from __future__ import annotations
 
@@ -90,8 +91,21 @@ def ratio(row: dict[str, Any]) -> str:
     return f"{r:.2f}×"
 
 
+def _peer_text(row: dict[str, Any], unit: str) -> str:
+    """The peer the ratio is against; a row measured against several (`peers`: name ->
+    median) names the others after it."""
+    peer = row.get("peer_value")
+    if peer is None:
+        return "–"
+    best = row.get("peer_name", "")
+    text = f"{_fmt(peer)} {unit} ({best})"
+    others = [f"{_fmt(v)} ({name})" for name, v in (row.get("peers") or {}).items()
+              if name != best]
+    return text + ("; " + "; ".join(others) if others else "")
+
+
 def render(rows: list[dict[str, Any]]) -> str:
-    lines = ["| workload | measurement | ours (median of N) | target | peer | ratio |",
+    lines = ["| workload | measurement | ours (median of N) | target | peer (best first) | ratio |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         unit = r.get("unit", "")
@@ -105,8 +119,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             target_text = target or "–"  # already says its unit or ratio
         else:
             target_text = f"{_fmt(target)} {unit}" if target is not None else "–"
-        peer = r.get("peer_value")
-        peer_text = "–" if peer is None else f"{_fmt(peer)} {unit} ({r.get('peer_name', '')})"
+        peer_text = _peer_text(r, unit)
         lines.append(f"| {r.get('workload', '')} | {r.get('measurement', '')} | {ours} | "
                      f"{target_text} | {peer_text} | {ratio(r)} |")
     return "\n".join(lines)
