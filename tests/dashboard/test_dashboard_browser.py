@@ -129,6 +129,7 @@ def test_group_page_shows_lag_a_chart_and_queue_progress(server: Standalone, das
             producer.send(Message("browser-lag", f"m{i}".encode()))
     with AdminClient(server.namesrv) as admin:
         admin.update_consumer_offset("browser-lag-group", MessageQueue("browser-lag", "broker-a", 0), 2)
+        admin.update_subscription_group("browser-lag-group", {"retry_max_times": 7, "consume_enable": False})
     wait_until(lambda: len(get_json(dash, "/api/group?name=browser-lag-group")["history"]) >= 3,
                timeout=20, what="three lag samples")
 
@@ -138,6 +139,7 @@ def test_group_page_shows_lag_a_chart_and_queue_progress(server: Standalone, das
     assert "total lag 5" in text_of(body)
     assert re.search(r'<polyline class="lag" points="[\d., ]+"', body), "no lag line drawn"
     assert "browser-lag broker-a 0 7 2 5" in text_of(body)
+    assert "broker-a disabled allowed true 7 1 1" in text_of(body)  # the group's settings
     png = screenshot(f"http://{dash}/#/group/browser-lag-group", tmp_path, "group.png")
     assert_rendered(png, (1280, 900), HEADER_RGB, LAG_LINE_RGB)
 

@@ -210,13 +210,16 @@ class DashboardApi:
 
     async def group(self, request: Request, caller: Caller) -> dict[str, Any]:
         name = request.arg("name")
-        progress, conns = await asyncio.gather(caller.admin.group_progress(name),
-                                               caller.admin.consumer_connections(name))
+        progress, conns, table = await asyncio.gather(caller.admin.group_progress(name),
+                                                      caller.admin.consumer_connections(name),
+                                                      caller.admin.subscription_groups())
         return {
             "name": name,
             "lag": sum(r.lag for r in progress),
             "progress": [r.to_json() for r in progress],
             "connections": conns.to_json(),
+            # The group's subscription group entry on each master (`ferrymq group list`).
+            "settings": [s.to_json() for s in table if s.group == name],
             "history": [s.to_json() for s in self.sampler.history.series(name)],
             "retry_topic": retry_topic(name),
             "dlq_topic": dlq_topic(name),

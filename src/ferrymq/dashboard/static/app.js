@@ -354,6 +354,16 @@ async function viewGroup(seq, name) {
       link(`#/dlq?group=${encodeURIComponent(data.name)}`, "dead letters")),
     h("div", {class: "card chart"}, h("h2", null, "Lag over time"), lagChart(data.history),
       h("div", {class: "muted"}, `${data.history.length} sample(s) · solid: lag on subscribed topics · dashed: waiting retries`)),
+    h("h2", null, "Settings"),
+    table([
+      {title: "broker", key: "broker"},
+      {title: "consume", render: s => s.consume_enable ? "enabled" : "disabled"},
+      {title: "broadcast", render: s => s.consume_broadcast_enable ? "allowed" : "refused"},
+      {title: "from min", render: s => String(s.consume_from_min_enable)},
+      {title: "retry max", num: true, key: "retry_max_times"},
+      {title: "retry queues", num: true, key: "retry_queue_nums"},
+      {title: "slow broker id", num: true, key: "which_broker_when_consume_slowly"},
+    ], data.settings, {id: "settings", empty: "no subscription group entry on any broker (one is made at the group's first heartbeat or by ferrymq group update)"}),
     h("h2", null, "Consumer connections"),
     h("p", {class: "muted"}, [c.message_model, c.consume_type, c.consume_from_where].filter(Boolean).join(" · ")),
     table([
