@@ -283,6 +283,10 @@ class QueueLocks:
                 if entry is not None and entry.client_id == client_id:
                     del table[mq]
 
+    def has_group(self, group: str) -> bool:
+        """Some member of `group` locked a queue here (an orderly consumer)."""
+        return bool(self._table.get(group))
+
     def holder(self, group: str, mq: tuple[str, str, int], now_ms: int) -> str | None:
         entry = self._table.get(group, {}).get(mq)
         if entry is None or now_ms - entry.last_update_ms > self.lease_ms:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..common.histogram import Histogram
+from .stats_history import StatsHistory, WindowFigure
 
 if TYPE_CHECKING:
     from ..store import PutResult, StoreMessage
@@ -80,6 +81,7 @@ class TrafficStats:
         self.pull_latency = Histogram()
         self._day = self._today()
         self._next_day_check = self._clock() + 1.0
+        self.history = StatsHistory(self._clock())
 
     def _today(self) -> int:
         return time.localtime(self._wall()).tm_yday
@@ -88,6 +90,7 @@ class TrafficStats:
         now = self._clock()
         if now >= self._next_day_check:  # the calendar is asked once a second, not per message
             self._next_day_check = now + 1.0
+            self.history.maybe_sample(now, self.topic_put, self.group_got)
             day = self._today()
             if day != self._day:
                 self._day = day
@@ -141,6 +144,19 @@ class TrafficStats:
     def count_send_back(self, topic: str, group: str, dead_lettered: bool) -> None:
         row = self.send_back.setdefault((topic, group), [0, 0])
         row[1 if dead_lettered else 0] += 1
+
+    def window_figures(self, kind: str, key: str | tuple[str, str]) -> dict[str, WindowFigure] | None:
+        """Messages stored to topic `key` ("put") or delivered to (topic, group) `key` ("got")
+        over the last minute, hour and day; None when the broker has counted none."""
+        if kind == "put":
+            row = self.topic_put.get(key) if isinstance(key, str) else None
+        else:
+            row = self.group_got.get(key) if isinstance(key, tuple) else None
+        if row is None:
+            return None
+        now = self._clock()
+        self.history.maybe_sample(now, self.topic_put, self.group_got)
+        return self.history.figures(now, kind, key, row[0])
 
     def runtime_table(self) -> dict[str, str]:
         """RocketMQ's keys (BrokerController's runtime info) and value formats."""

@@ -15,7 +15,19 @@ import os
 from collections.abc import Callable
 
 from ..common.errors import FerryMQError
-from . import acl_cmds, auth, cluster_cmds, dashboard_cmds, dlq_cmds, group_cmds, message_cmds, store_cmds, topic_cmds
+from . import (
+    acl_cmds,
+    auth,
+    cluster_cmds,
+    dashboard_cmds,
+    dlq_cmds,
+    group_cmds,
+    message_cmds,
+    producer_cmds,
+    stats_cmds,
+    store_cmds,
+    topic_cmds,
+)
 from .failures import CommandFailed, describe, report
 from .tls_flags import add_tls_client_flags, apply_tls_client_flags
 
@@ -73,7 +85,7 @@ def add_client_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     common = common_options()
     before = set(subparsers.choices)
     for module in (topic_cmds, message_cmds, group_cmds, dlq_cmds, cluster_cmds, store_cmds, dashboard_cmds,
-                   acl_cmds):
+                   acl_cmds, producer_cmds, stats_cmds):
         module.add(subparsers, common)
     for name in set(subparsers.choices) - before:
         wrap(subparsers.choices[name])

@@ -8,6 +8,7 @@ import argparse
 
 from ..client.admin import AdminClient
 from ..client.admin_results import BrokerStatus
+from . import stats_cmds
 from .auth import credentials
 from .failures import CommandFailed
 from .render import fmt_time, print_json, print_table, stdout
@@ -166,4 +167,5 @@ def add_broker_actions(
     c.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
     c.add_argument("--broker", help="one broker (name or HOST:PORT); default every master")
     c.set_defaults(func=cmd_config_update)
+    stats_cmds.add_broker_actions(bsub, common)
     return list(bsub.choices.values())

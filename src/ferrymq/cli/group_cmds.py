@@ -6,10 +6,10 @@ import argparse
 import datetime as dt
 
 from ..client.admin import AdminClient
-from . import group_table_cmds
+from . import group_ops_cmds, group_table_cmds
 from .auth import credentials
 from .failures import CommandFailed
-from .render import print_json, print_table, stdout
+from .render import broker_label, print_json, print_slave_note, print_table, stdout
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
@@ -25,9 +25,11 @@ def cmd_progress(args: argparse.Namespace) -> int:
     print_table(
         f"group {args.group}: total lag {total}",
         ["topic", "broker", "queue", "broker offset", "consumer offset", "lag"],
-        ([r.topic, r.broker, r.queue_id, r.broker_offset, r.consumer_offset, r.lag] for r in rows),
+        ([r.topic, broker_label(r.broker, r.read_from), r.queue_id, r.broker_offset,
+          r.consumer_offset, r.lag] for r in rows),
         right=["queue", "broker offset", "consumer offset", "lag"],
     )
+    print_slave_note(rows)
     return 0
 
 
@@ -116,4 +118,5 @@ def add(
     target.add_argument("--to-end", action="store_true", help="skip everything stored so far")
     target.add_argument("--to-start", action="store_true", help="consume everything again")
     c.set_defaults(func=cmd_reset)
+    group_ops_cmds.add_actions(gsub, common)
     group_table_cmds.add_actions(gsub, common)

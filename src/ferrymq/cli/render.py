@@ -60,6 +60,19 @@ def print_table(
     stdout.print(table, width=max(stdout.width, needed), crop=False)
 
 
+def broker_label(broker: str, read_from: str) -> str:
+    """A broker group's name, marked when its master is down and its slave was read."""
+    return broker if read_from != "slave" else f"{broker} (slave)"
+
+
+def print_slave_note(rows: Iterable[Any]) -> None:
+    """After a table of rows with `broker` and `read_from`: which groups were read from a
+    slave because their master is down."""
+    names = sorted({r.broker for r in rows if r.read_from == "slave"})
+    if names:
+        stdout.print(f"{', '.join(names)}: master down, read from slave", markup=False)
+
+
 def fmt_time(ms: int) -> str:
     if ms <= 0:
         return "-"

@@ -8,7 +8,7 @@ from ..client.admin import AdminClient
 from ..common.headers import PERM_READ, PERM_WRITE
 from .auth import credentials
 from .failures import CommandFailed
-from .render import fmt_time, print_json, print_table, stdout
+from .render import broker_label, fmt_time, print_json, print_slave_note, print_table, stdout
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -56,7 +56,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ["broker", "queue", "min offset", "max offset", "messages", "last update"],
         (
             [
-                r.broker,
+                broker_label(r.broker, r.read_from),
                 r.queue_id,
                 r.min_offset,
                 r.max_offset,
@@ -67,6 +67,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ),
         right=["queue", "min offset", "max offset", "messages"],
     )
+    print_slave_note(rows)
     return 0
 
 

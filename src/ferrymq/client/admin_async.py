@@ -29,6 +29,7 @@ from ..common.trace_events import TraceEvent
 from ..remoting import ClientConfig, RemotingClient
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .admin_groups import GroupsAdmin
+from .admin_ops import OpsAdmin, route_read_targets
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
@@ -45,7 +46,7 @@ from .route import TopicRoute
 from .store_damage import StoreDamage, parse_store_damage
 
 
-class AsyncAdminClient(GroupsAdmin):
+class AsyncAdminClient(OpsAdmin, GroupsAdmin):
     """Stateless apart from a route cache; every call is one or a few requests. Use it as an
     async context manager, or call close()."""
 
@@ -384,10 +385,13 @@ class AsyncAdminClient(GroupsAdmin):
         return await self.api.topic_list()
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Every queue of the topic; a broker group whose master is down is read from its
+        slave (read_from "slave"), not left out."""
         route = await self.topic_route(topic, refresh=True)
+        targets = route_read_targets(route)
         rows: list[QueueStatus] = []
-        tables = await _gather(self.api.topic_stats(addr, topic) for addr in route.brokers.values())
-        for table in tables:
+        tables = await _gather(self.api.topic_stats(addr, topic) for addr, _ in targets.values())
+        for (_addr, read_from), table in zip(targets.values(), tables, strict=True):
             for key, v in (table or {}).items():
                 mq = mq_from_key(key)
                 rows.append(
@@ -398,20 +402,24 @@ class AsyncAdminClient(GroupsAdmin):
                         int(v.get("minOffset", 0)),
                         int(v.get("maxOffset", 0)),
                         int(v.get("lastUpdateTimestamp", 0)),
+                        read_from,
                     )
                 )
         return sorted(rows, key=lambda r: (r.broker, r.queue_id))
 
     # --- groups ------------------------------------------------------------------------------
     async def consume_stats(self, group: str, topic: str | None = None) -> list[QueueProgress]:
-        """Per queue: broker max offset, the group's committed offset, lag."""
+        """Per queue: broker max offset, the group's committed offset, lag. A broker group
+        whose master is down is read from its slave (read_from "slave"), not left out."""
         if topic is not None:
-            addrs = list((await self.topic_route(topic, refresh=True)).brokers.values())
+            targets = route_read_targets(await self.topic_route(topic, refresh=True))
         else:
-            addrs = list((await self.brokers()).values())
-        tables = await _gather(self.api.consume_stats(addr, group, topic) for addr in addrs)
+            targets = await self.read_brokers()
+        tables = await _gather(
+            self.api.consume_stats(addr, group, topic) for addr, _ in targets.values()
+        )
         rows: list[QueueProgress] = []
-        for data in tables:
+        for (_addr, read_from), data in zip(targets.values(), tables, strict=True):
             for key, v in (data.get("offsetTable") or {}).items():
                 mq = mq_from_key(key)
                 rows.append(
@@ -422,6 +430,7 @@ class AsyncAdminClient(GroupsAdmin):
                         int(v.get("brokerOffset", 0)),
                         int(v.get("consumerOffset", 0)),
                         int(v.get("lastTimestamp", 0)),
+                        read_from,
                     )
                 )
         return sorted(rows, key=lambda r: (r.topic, r.broker, r.queue_id))

@@ -74,6 +74,8 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     last_update: int  # store time (ms) of the newest message, 0 if none
+    # "slave": the broker group's master is down and its slave answered.
+    read_from: str = "master"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class QueueStatus:
             "min_offset": self.min_offset,
             "max_offset": self.max_offset,
             "last_update": self.last_update,
+            "read_from": self.read_from,
         }
 
 
@@ -95,6 +98,8 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int = 0
+    # "slave": the broker group's master is down and its slave answered.
+    read_from: str = "master"
 
     @property
     def lag(self) -> int:
@@ -112,6 +117,7 @@ class QueueProgress:
             "broker_offset": self.broker_offset,
             "consumer_offset": self.consumer_offset,
             "lag": self.lag,
+            "read_from": self.read_from,
         }
 
 

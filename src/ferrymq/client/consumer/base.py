@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from ...acl.signing import credentials_from
@@ -17,6 +18,7 @@ from ..errors import ClientError
 from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from ..lifecycle import Lifecycle, State
 from ..loop import wait_event
+from .consume_stats import ConsumeStats
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .options import ConsumerOptions
 from .process_queue import ProcessQueue
@@ -50,6 +52,7 @@ class ConsumerBase(Lifecycle):
         self._retry_sub: Subscription | None = None
         self.table: dict[MessageQueue, ProcessQueue] = {}
         self.read_from: dict[MessageQueue, int] = {}
+        self.consume_stats = ConsumeStats()
         self.pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._inst: ClientInstance | None = None
         self._store: OffsetStore | None = None
@@ -356,20 +359,29 @@ class ConsumerBase(Lifecycle):
         self.trigger_rebalance()
 
     def running_info(self) -> dict[str, Any]:
+        """RocketMQ's ConsumerRunningInfo: properties, subscriptions, each queue held
+        (ProcessQueueInfo) and the figures per topic (ConsumeStatus)."""
         from ...common.jsonx import FrozenKey
 
-        mq_table = {
-            FrozenKey(
+        # The process queues keep monotonic times; the running info carries wall-clock ms.
+        to_wall = time.time() - time.monotonic()
+        mq_table = {}
+        for mq, pq in sorted(self.table.items()):
+            held = pq.messages()
+            mq_table[FrozenKey(
                 (("brokerName", mq.broker_name), ("queueId", mq.queue_id), ("topic", mq.topic))
-            ): {
+            )] = {
                 "cachedMsgCount": pq.count,
                 "cachedMsgSizeInMiB": pq.bytes // (1024 * 1024),
+                "cachedMsgMinOffset": held[0].queue_offset if held else 0,
+                "cachedMsgMaxOffset": held[-1].queue_offset if held else 0,
                 "commitOffset": self.offset_store.read_memory(mq),
                 "droped": pq.dropped,
                 "locked": pq.locked,
+                "lastLockTimestamp": int((pq.last_lock_time + to_wall) * 1000) if pq.last_lock_time else 0,
+                "lastPullTimestamp": int((pq.last_pull_time + to_wall) * 1000),
+                "lastConsumeTimestamp": int((pq.last_consume_time + to_wall) * 1000),
             }
-            for mq, pq in sorted(self.table.items())
-        }
         return {
             "properties": {
                 "consumeType": self.consume_type,
@@ -377,10 +389,16 @@ class ConsumerBase(Lifecycle):
                 "consumeFromWhere": self.options.consume_from_where.value,
                 "consumeThreads": str(self.options.consume_threads),
                 "consumeOrderly": str(self.orderly).lower(),
+                # RocketMQ's ConsumerRunningInfo.PROP_* keys, as its console reads them.
+                "PROP_NAMESERVER_ADDR": self.namesrv,
+                "PROP_CONSUME_TYPE": self.consume_type,
+                "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+                "PROP_THREADPOOL_CORE_SIZE": str(self.options.consume_threads),
+                "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp_ms),
             },
             "subscriptionSet": [s.to_json() for s in self.effective_subscriptions().values()],
             "mqTable": mq_table,
-            "statusTable": {},
+            "statusTable": self.consume_stats.status_table(),
         }
 
     async def consume_directly(self, msg: MessageExt, broker: str) -> dict[str, Any]:

@@ -79,6 +79,9 @@ class ConcurrentService:
     def _settle_finished(self, reqs: list[ConsumeRequest]) -> None:
         done: dict[ProcessQueue, list[MessageExt]] = defaultdict(list)
         closing = self._closing
+        # topic -> [consumed, failed, listener calls, seconds in them], for the running info.
+        counts: dict[str, list[float]] = {}
+        now = time.time()
         for req in reqs:
             pq = req.pq
             if not req.ran or (pq.dropped and pq not in closing):
@@ -87,8 +90,14 @@ class ConcurrentService:
             ctx: ConsumeConcurrentlyContext = req.ctx
             msgs = req.msgs
             result = req.result
+            row = counts.get(pq.mq.topic)
+            if row is None:
+                row = counts[pq.mq.topic] = [0, 0, 0, 0.0]
+            row[2] += 1
+            row[3] += now - req.started
             if result is _SUCCESS and ctx.ack_index >= len(msgs) - 1:
                 done[pq] += msgs  # the common case: the whole batch consumed
+                row[0] += len(msgs)
                 continue
             if concurrent_status(result) is ConsumeStatus.CONSUME_SUCCESS:
                 ack_index = max(min(ctx.ack_index, len(msgs) - 1), -1)
@@ -96,6 +105,8 @@ class ConcurrentService:
                 ack_index = -1
             done[pq] += msgs[: ack_index + 1]
             failed = msgs[ack_index + 1 :]
+            row[0] += ack_index + 1
+            row[1] += len(failed)
             if failed and not self.c.clustering:
                 for m in failed:
                     log.warning("%s: BROADCASTING, consuming %s failed; dropped", self.c.group, m)
@@ -106,6 +117,8 @@ class ConcurrentService:
                 task.add_done_callback(self._sending.discard)
         for pq, msgs in done.items():
             self.c.settle(pq, msgs, closing=pq in closing)
+        for topic, (n_ok, n_failed, calls, secs) in counts.items():
+            self.c.consume_stats.consumed(topic, int(n_ok), int(n_failed), int(calls), secs * 1000)
 
     async def _send_back(
         self, pq: ProcessQueue, failed: list[MessageExt], ctx: ConsumeConcurrentlyContext

@@ -12,6 +12,7 @@ from ...common.message import MessageExt, MessageQueue
 if TYPE_CHECKING:
     from ..instance import ClientInstance
     from ..lifecycle import State
+    from .consume_stats import ConsumeStats
     from .offset_store import OffsetStore
     from .options import ConsumerOptions
     from .process_queue import ProcessQueue
@@ -23,6 +24,7 @@ class ConsumeHost(Protocol):
 
     group: str
     options: ConsumerOptions
+    consume_stats: ConsumeStats
 
     @property
     def clustering(self) -> bool: ...
@@ -54,6 +56,7 @@ class QueueHost(Protocol):
     table: dict[MessageQueue, ProcessQueue]
     # The broker id each queue's last pull answer suggested reading from next.
     read_from: dict[MessageQueue, int]
+    consume_stats: ConsumeStats
 
     @property
     def inst(self) -> ClientInstance: ...

@@ -65,7 +65,11 @@ class OrderlyService:
                     return
                 self.c.reset_retry_topic(msgs)
                 ctx = ConsumeOrderlyContext(pq.mq)
+                started = time.monotonic()
                 ok = orderly_succeeded(await self.runner.call(msgs, ctx))
+                self.c.consume_stats.consumed(pq.mq.topic, len(msgs) if ok else 0,
+                                              0 if ok else len(msgs), 1,
+                                              (time.monotonic() - started) * 1000)
                 if pq.dropped:
                     # Handed over while the batch ran: this member still holds the broker
                     # lock (it is given up only after this task ends), so a finished batch is

@@ -45,6 +45,7 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
         commit_offset = c.offset_store.read_memory(mq) if c.clustering else -1
         suspend_ms = int(opts.pull_suspend_timeout * 1000)
         addr = None
+        asked = time.monotonic()
         try:
             addr = await c.inst.find_read_addr(
                 mq.broker_name, mq.topic, c.read_from.get(mq, MASTER_ID)
@@ -95,6 +96,7 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
                 await asyncio.sleep(opts.pull_delay_on_error)
                 continue
             next_offset = result.next_begin_offset
+            c.consume_stats.pulled(mq.topic, len(msgs), (pq.last_pull_time - asked) * 1000)
             wanted = msgs if sub.matches_all else [m for m in msgs if sub.accepts(m)]
             added = pq.put(wanted)
             if added:
