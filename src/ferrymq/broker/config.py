@@ -132,6 +132,11 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6_000
     transaction_check_max: int = 15
     reject_transaction_message: bool = False
+    # Topic message types (docs/protocol.md, "Topic message types"): a send is checked against
+    # its topic's `message.type` (RocketMQ's proxy, enableTopicMessageTypeCheck, on); a MIXED
+    # topic is refused unless enable_mixed_message_type (RocketMQ's broker: off).
+    enable_topic_message_type_check: bool = True
+    enable_mixed_message_type: bool = False
     # Timer messages (docs/storage.md, "Timer wheel"): delivery at any time up to
     # timer_max_delay_sec ahead, to within timer_precision_ms. The wheel has timer_wheel_slots
     # slots of that precision (its horizon); later timers are rolled forward until in reach.
@@ -322,6 +327,8 @@ _CAMEL_ALIASES = {
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckMax": "transaction_check_max",
     "rejectTransactionMessage": "reject_transaction_message",
+    "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
+    "enableMixedMessageType": "enable_mixed_message_type",
     "timerWheelEnable": "timer_wheel_enable",
     "timerPrecisionMs": "timer_precision_ms",
     "timerMaxDelaySec": "timer_max_delay_sec",

@@ -7,10 +7,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common import topic_types
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
 from ..common.names import (
@@ -34,9 +35,16 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ's topic attributes, stored without their +/- sign (message.type).
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        """The message type the topic accepts (common/topic_types.py)."""
+        return topic_types.topic_type(self.attributes, self.order)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -45,6 +53,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "writeQueueNums": self.write_queue_nums,
         }
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicConfig:
@@ -55,6 +66,7 @@ class TopicConfig:
             perm=int(data.get("perm", PERM_READ | PERM_WRITE)),
             topic_sys_flag=int(data.get("topicSysFlag", 0)),
             order=bool(data.get("order", False)),
+            attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..client.admin import AdminClient
+from ..common import topic_types
 from ..common.headers import PERM_READ, PERM_WRITE
 from .auth import credentials
 from .failures import CommandFailed
@@ -19,13 +20,18 @@ def cmd_create(args: argparse.Namespace) -> int:
             f"{read} read queue(s) for {write} write queue(s): what producers send to queues "
             f"{read}-{write - 1} would never be consumed (lower --write-queues too, or --force)"
         )
+    if args.order and args.type not in (None, topic_types.FIFO):
+        raise CommandFailed(f"--order is --type FIFO; it cannot go with --type {args.type}")
+    # --order stays what it was, an order topic, and that is RocketMQ 5's FIFO type.
+    message_type = topic_types.FIFO if args.order else args.type
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.create_topic(
-            args.topic, write, read_queue_nums=read, order=args.order, force=args.force
+            args.topic, write, read_queue_nums=read, order=args.order, force=args.force,
+            message_type=message_type,
         )
     if args.json:
         print_json({"topic": args.topic, "queues": write, "read_queues": read,
-                    "write_queues": write, "brokers": brokers})
+                    "write_queues": write, "brokers": brokers, "message_type": message_type})
     else:
         counts = f"{write} queue(s)" if read == write else f"{read} read / {write} write queue(s)"
         stdout.print(
@@ -48,11 +54,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         rows = admin.topic_status(args.topic)
+        types = admin.topic_message_types(args.topic)
     if args.json:
-        print_json([r.to_json() for r in rows])
+        print_json([{**r.to_json(), "message_type": types.get(r.broker)} for r in rows])
         return 0
+    kinds = ", ".join(sorted(set(types.values())))
     print_table(
-        f"topic {args.topic}",
+        f"topic {args.topic} ({kinds})" if kinds else f"topic {args.topic}",
         ["broker", "queue", "min offset", "max offset", "messages", "last update"],
         (
             [
@@ -125,7 +133,14 @@ def add(
         help="lower the read queues even where messages are still unconsumed (they become "
         "unreadable), or give fewer read than write queues",
     )
-    c.add_argument("--order", action="store_true", help="mark the topic as ordered")
+    c.add_argument("--order", action="store_true", help="an order topic: --type FIFO")
+    c.add_argument(
+        "--type",
+        choices=topic_types.TOPIC_TYPES,
+        help="RocketMQ 5's topic message type (attribute message.type; a send of another type "
+        "is refused): NORMAL (the default), FIFO, DELAY, TRANSACTION, or MIXED (any; needs the "
+        "broker's enable_mixed_message_type)",
+    )
     c.set_defaults(func=cmd_create)
     c = tsub.add_parser("list", parents=[common], help="every topic the name server knows")
     c.set_defaults(func=cmd_list)

@@ -89,6 +89,7 @@ class AdminClient(Facade[AsyncAdminClient]):
     update_topic_perm = blocking(AsyncAdminClient.update_topic_perm)
     topic_list = blocking(AsyncAdminClient.topic_list)
     topic_status = blocking(AsyncAdminClient.topic_status)
+    topic_message_types = blocking(AsyncAdminClient.topic_message_types)
     consume_stats = blocking(AsyncAdminClient.consume_stats)
     group_progress = blocking(AsyncAdminClient.group_progress)
     reset_offset_by_time = blocking(AsyncAdminClient.reset_offset_by_time)

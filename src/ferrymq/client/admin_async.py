@@ -10,8 +10,9 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..acl.signing import credentials_from, signer_for
-from ..common.errors import FerryMQError
+from ..common import topic_types
 from ..common.codes import RequestCode
+from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE, fields
 from ..common.ids import decode_offset_msg_id, decode_uniq_id, is_offset_msg_id, is_uniq_id
 from ..common.message import MessageExt, MessageQueue
@@ -316,6 +317,7 @@ class AsyncAdminClient(OpsAdmin, GroupsAdmin):
         *,
         read_queue_nums: int | None = None,
         perm: int = PERM_READ | PERM_WRITE,
+        message_type: str | None = None,
         order: bool = False,
         cluster: str | None = None,
         force: bool = False,
@@ -324,7 +326,8 @@ class AsyncAdminClient(OpsAdmin, GroupsAdmin):
         queue_nums is the write queue count, and the read count unless read_queue_nums is
         given. A ferrymq broker refuses to lower the read queues where that would leave
         messages some group has not consumed, unless forced (BrokerError naming them); the
-        other brokers still apply the change."""
+        other brokers still apply the change. message_type: RocketMQ 5's topic message type
+        (common/topic_types.py), the `message.type` attribute; FIFO makes an order topic."""
         validate_topic(topic)
         brokers = await self.cluster_brokers(cluster)
         if not brokers:
@@ -336,13 +339,25 @@ class AsyncAdminClient(OpsAdmin, GroupsAdmin):
                 read_queue_nums=read_queue_nums or queue_nums,
                 write_queue_nums=queue_nums,
                 perm=perm,
-                order=order,
+                order=order or message_type == topic_types.FIFO,
                 force=force,
+                attributes=f"+{topic_types.MESSAGE_TYPE_ATTRIBUTE}={message_type}" if message_type else None,
             )
             for addr in brokers.values()
         )
         self._routes.pop(topic, None)
         return sorted(brokers)
+
+    async def topic_message_types(self, topic: str) -> dict[str, str]:
+        """The message type each broker of the topic's route gives it (RocketMQ 5's
+        `message.type`, common/topic_types.py), by broker name."""
+        route = await self.topic_route(topic, refresh=True)
+        names = sorted(route.brokers)
+        configs = await _gather(self.api.topic_config(route.brokers[n], topic) for n in names)
+        return {
+            n: topic_types.topic_type(cfg.get("attributes") or {}, bool(cfg.get("order")))
+            for n, cfg in zip(names, configs, strict=True) if cfg is not None
+        }
 
     async def delete_topic(self, topic: str) -> list[str]:
         """Delete the topic on every broker that serves it, then on every name server

@@ -438,9 +438,11 @@ class MQClientAPI:
         order: bool = False,
         topic_sys_flag: int = 0,
         force: bool = False,
+        attributes: str | None = None,
     ) -> None:
         """force: a ferrymq broker lowers the read queues even where that leaves messages no
-        group has consumed (without it, it refuses)."""
+        group has consumed (without it, it refuses). attributes: RocketMQ's changes,
+        "+message.type=FIFO" (a broker keeps the attributes a request does not change)."""
         await self.invoke_ok(
             addr,
             RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -454,8 +456,20 @@ class MQClientAPI:
                 topicSysFlag=topic_sys_flag,
                 order=order,
                 force=True if force else None,
+                attributes=attributes or None,
             ),
         )
+
+    async def topic_config(self, addr: str, topic: str) -> dict[str, Any] | None:
+        """GET_TOPIC_CONFIG: the broker's config of the topic (attributes included); None
+        when the broker has no such topic, or does not know the request (RocketMQ 4)."""
+        resp = await self.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, fields(topic=topic),
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST,
+                                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED))
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        data: dict[str, Any] = jsonx.loads(resp.body or b"{}")
+        return data
 
     async def topic_stats(self, addr: str, topic: str) -> dict[Any, Any] | None:
         resp = await self.invoke_ok(

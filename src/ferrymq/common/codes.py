@@ -72,6 +72,7 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
+    GET_TOPIC_CONFIG = 351
     # ferrymq extension (outside RocketMQ's range): precise acknowledgement of offsets above the
     # committed one, so a crash does not re-deliver messages already consumed.
     UPDATE_CONSUMER_ACK_RANGES = 9001

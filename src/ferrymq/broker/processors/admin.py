@@ -8,13 +8,14 @@ import os
 import platform
 from typing import Any
 
-from ...common import jsonx
+from ...common import jsonx, topic_types
 from ...common.codes import RequestCode, ResponseCode
 from ...common.headers import PERM_READ, PERM_WRITE, fields, opt_bool, opt_int, opt_str, req_int, req_str
 from ...common.ids import MessageIdError, decode_offset_msg_id
 from ...common.javaprops import format_properties, parse_properties
 from ...common.jsonx import FrozenKey
 from ...common.names import is_reserved_topic, validate_topic
+from ...common.topic_types import TopicAttributeError
 from ...remoting import Connection, RemotingCommand
 from ..config import ConfigError
 from ..context import BrokerContext
@@ -119,8 +120,14 @@ async def update_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
         except ReadShrinkRefused as exc:
             # Not SYSTEM_ERROR, which clients retry: the same request is refused again.
             return reply(req, ResponseCode.INVALID_PARAMETER, str(exc))
+    try:
+        attributes = topic_types.alter(existing.attributes if existing is not None else {},
+                                       opt_str(ext, "attributes", "") or "",
+                                       allow_mixed=broker.config.enable_mixed_message_type)
+    except TopicAttributeError as exc:
+        return reply(req, ResponseCode.INVALID_PARAMETER, exc.reason)
     broker.topics.upsert(TopicConfig(topic, read, write, opt_int(ext, "perm", PERM_READ | PERM_WRITE),
-                                     opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order")))
+                                     opt_int(ext, "topicSysFlag", 0), opt_bool(ext, "order"), attributes))
     # As RocketMQ does: the topic is on disk and the name server knows it before the creator
     # hears "done", so a producer that starts right after finds its route.
     await broker.persist_topics()
@@ -152,6 +159,17 @@ async def delete_topic(broker: BrokerContext, conn: Connection, req: RemotingCom
     await broker.persist_topics()
     await broker.register_once()
     return reply(req, ResponseCode.SUCCESS)
+
+
+async def topic_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """GET_TOPIC_CONFIG: one topic's config with its attributes (RocketMQ's
+    TopicConfigAndQueueMapping; ferrymq has no static queue mapping)."""
+    topic = req_str(req.ext_fields, "topic")
+    cfg = broker.topics.get(topic)
+    if cfg is None:
+        return reply(req, ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(
+        {**cfg.to_json(), "attributes": dict(cfg.attributes)}))
 
 
 async def all_topic_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
@@ -339,6 +357,7 @@ HANDLERS = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: update_topic,
     RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: all_topic_config,
+    RequestCode.GET_TOPIC_CONFIG: topic_config,
     RequestCode.GET_BROKER_RUNTIME_INFO: runtime_info,
     RequestCode.GET_CONSUME_STATS: get_consume_stats,
     RequestCode.GET_TOPIC_STATS_INFO: topic_stats,

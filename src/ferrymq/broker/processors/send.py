@@ -6,6 +6,7 @@ import asyncio
 import random
 
 from ...common import props as P
+from ...common import topic_types
 from ...common.codes import RequestCode, ResponseCode
 from ...common.errors import FerryMQError
 from ...common.headers import (
@@ -32,6 +33,7 @@ from ...common.record import (
     RecordEncodeError,
     batch_to_messages,
     decode_record,
+    properties_map,
     with_property,
 )
 from ...remoting import Connection, RemotingCommand
@@ -65,6 +67,23 @@ class SendRejected(FerryMQError):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+def _type_refusal(broker: BrokerContext, cfg: TopicConfig, props: list[dict[str, str]]) -> str | None:
+    """Why a typed topic refuses these messages (None: it takes them). Only a topic given a
+    `message.type` is checked here: RocketMQ's broker checks no type (its proxy does), so a
+    4.x client keeps sending what it always sent to the topics it always had, while a topic
+    created with --type refuses the others as RocketMQ's proxy refuses them over remoting
+    (an ordered 4.x send carries no sharding key: a FIFO topic takes it)."""
+    expected = cfg.attributes.get(topic_types.MESSAGE_TYPE_ATTRIBUTE)
+    if not expected or not broker.config.enable_topic_message_type_check:
+        return None
+    try:
+        for p in props:
+            topic_types.check_send(cfg.topic_name, expected, p, order_by_queue=True)
+    except topic_types.TopicMessageTypeMismatch as exc:
+        return str(exc)
+    return None
 
 
 def _resolve_topic(broker: BrokerContext, topic: str, default_topic: str | None, queue_nums: int) -> TopicConfig:
@@ -164,6 +183,8 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, exc.reason)
         if not msgs:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
+        if cfg.attributes and (refused := _type_refusal(broker, cfg, [properties_map(m.properties) for m in msgs])):
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, refused)
         # The marks are looked for in the properties only: a scan of the whole body (bodies
         # are most of it) cost more than the rest of the checks together.
         tran = timer = False
@@ -178,6 +199,8 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
                          "a batch cannot carry transactional (half) messages; send them one by one")
     else:
         text = opt_str(ext, "properties", "") or ""
+        if cfg.attributes and (refused := _type_refusal(broker, cfg, [P.string_to_properties(text)])):
+            return reply(req, ResponseCode.MESSAGE_ILLEGAL, refused)
         if is_half_message(sys_flag, text.encode(), reconsume):
             return await _send_half(broker, req, cfg, queue_id, text, body, ext, born_host, topics_version)
         dlq = None
