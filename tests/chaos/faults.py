@@ -87,6 +87,13 @@ def kill_leader_then_master(t: Target) -> Repair:
     return repair
 
 
+def kill_namesrv(t: Target) -> Repair:
+    """The first name server (the one clients ask first; maybe the controller leader) dies."""
+    ns = t.cluster.namesrvs[0]
+    ns.kill()
+    return ns.start
+
+
 def kill_slave(t: Target) -> Repair:
     s = t.slave()
     s.kill()
@@ -119,7 +126,7 @@ class Schedule:
     hold_s: float
     hold_leases: float = 0.0
     static_only: bool = False  # the proxy can only sit in front of a static slave
-    quorum_only: bool = False  # needs several controllers (a quorum mode)
+    quorum_only: bool = False  # needs several name servers and controllers (a quorum mode)
 
     def hold(self, lease_s: float, scale: float) -> float:
         return (self.hold_s + self.hold_leases * lease_s) * scale
@@ -134,6 +141,7 @@ SCHEDULES = {
         Schedule("restart-all", restart_all, 0.2),
         Schedule("partition-ha", partition_ha, 2.0, static_only=True),
         Schedule("kill-ctl-leader-master", kill_leader_then_master, 0.5, quorum_only=True),
+        Schedule("kill-namesrv", kill_namesrv, 1.0, hold_leases=1.5, quorum_only=True),
     )
 }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +63,7 @@ def answer(resp: RemotingCommand) -> dict[str, Any]:
 
 
 async def test_a_controller_cut_off_from_etcd_cannot_elect(tmp_path: Path, etcd: EtcdCluster) -> None:
-    proxies = [TcpProxy(ep.removeprefix("http://")).start() for ep in etcd.endpoints]
+    proxies = [TcpProxy(ep.removeprefix("http://"), port=_port_below_ephemeral()).start() for ep in etcd.endpoints]
     client = RemotingClient()
     # The first controller reaches etcd only through the proxies, and is started alone so it leads.
     first = controller(tmp_path, 0, [f"http://{p.addr}" for p in proxies])
@@ -118,6 +120,20 @@ async def test_a_controller_cut_off_from_etcd_cannot_elect(tmp_path: Path, etcd:
             ns.kill()
         for p in proxies:
             p.close()
+
+
+def _port_below_ephemeral() -> int:
+    """A free port outside the ephemeral range: healing a proxy listens on its port again, and
+    the many short HTTP connections to etcd could have taken an ephemeral one meanwhile."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12000), low), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 async def _leads(client: RemotingClient, addr: str) -> bool:
