@@ -272,3 +272,8 @@ def test_an_empty_receive_is_message_not_found_then_the_delivery_timestamp(stub:
     short.CopyFrom(req)
     short.invisible_duration.CopyFrom(Duration(nanos=10_000_000))
     assert next(iter(stub.ReceiveMessage(short, metadata=meta(), timeout=10))).status.code == pb.ILLEGAL_INVISIBLE_TIME
+    # A group whose subscription group entry disables consumption is refused (RocketMQ's
+    # NO_PERMISSION, FORBIDDEN over gRPC as its proxy answers).
+    admin.update_subscription_group("recv-g", {"consume_enable": False})
+    refused = next(iter(stub.ReceiveMessage(req, metadata=meta(), timeout=10))).status
+    assert (refused.code, refused.message) == (pb.FORBIDDEN, "subscription group no permission, recv-g")

@@ -274,7 +274,10 @@ class PopService:
                   poll_ms: int = 0, client: str = "") -> PopResult:
         """Up to max_nums messages of `topic` (queue_id < 0: any of its read queues),
         invisible to the group for invisible_ms. With nothing to hand out, waits up to
-        poll_ms for an arrival, an acknowledgement or an expiring lease."""
+        poll_ms for an arrival, an acknowledgement or an expiring lease. A group its
+        subscription group entry refuses raises GroupRefused (both fronts answer it as
+        RocketMQ's pop processor does)."""
+        self.broker.groups.consumable(group)
         cfg = self.broker.topics.get(topic)
         if cfg is None:
             raise PopRefused(f"topic[{topic}] not exist")

@@ -59,7 +59,6 @@ async def pop_message(broker: BrokerContext, conn: Connection, req: RemotingComm
     poll_ms = min(max(0, opt_int(ext, "pollTime", 0)), MAX_POLL_MS)
     order = opt_bool(ext, "order")
     init_mode = opt_int(ext, "initMode", INIT_MAX)
-    broker.groups.consumable(group)  # refused as RocketMQ refuses (GroupRefused)
     if max_nums > MAX_POP_BATCH:
         return reply(req, ResponseCode.INVALID_PARAMETER,
                      f"the broker[{broker.config.broker_name}] pop message's num is greater than 32")
