@@ -9,6 +9,7 @@ the half message's position."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -124,6 +125,7 @@ class ClusterBackend:
             cluster_name="")
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
+        self._joins: set[asyncio.Task[bool]] = set()
         self.counts = {"sent": 0, "received": 0, "acked": 0}
 
     @property
@@ -289,6 +291,10 @@ class ClusterBackend:
         if topic in self._inst.producers:
             return
         self._inst.register_producer(_TopicProducer(topic, self))
+        # At once, not at the next heartbeat round: a transaction's check may come before it.
+        task = asyncio.get_running_loop().create_task(self._inst.heartbeat_now(), name=f"ferrymq-proxy-join-{topic}")
+        self._joins.add(task)
+        task.add_done_callback(self._joins.discard)
 
     def transaction_check(self, topic: str, broker_addr: str, msg: MessageExt, header: Mapping[str, str]) -> None:
         """A broker's check of an open transaction, to one producer of the topic with an open
