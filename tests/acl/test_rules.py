@@ -197,6 +197,9 @@ def test_admin_requests_need_an_admin_account() -> None:
     assert check_request(RULES, admin, "1.1.1.1") is None
     reset = _req(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, topic="orders", group="g1", timestamp=0)
     assert check_request(RULES, reset, "1.1.1.1") is not None
+    clone = _req(RequestCode.CLONE_GROUP_OFFSET, srcGroup="g1", destGroup="g2", topic="orders")
+    denial = check_request(RULES, clone, "1.1.1.1")
+    assert denial is not None and denial.needed == "admin"
 
 
 def test_unsigned_unknown_and_forged_requests_are_refused() -> None:

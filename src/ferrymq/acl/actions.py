@@ -33,6 +33,7 @@ _VERBS: dict[int, str] = {
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "update subscription group config",
     RequestCode.DELETE_SUBSCRIPTIONGROUP: "delete subscription group",
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: "reset the offsets of",
+    RequestCode.CLONE_GROUP_OFFSET: "copy a group's offsets on",
     RequestCode.UPDATE_CONSUMER_OFFSET: "commit an offset of",
     RequestCode.QUERY_CONSUMER_OFFSET: "read an offset of",
     RequestCode.HEART_BEAT: "heartbeat",

@@ -28,6 +28,7 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+    RequestCode.CLONE_GROUP_OFFSET,  # rewrites another group's offsets, as a reset does
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
