@@ -46,7 +46,7 @@ async def consumer_running_info(broker: BrokerContext, conn: Connection,
     channel = next((c for c in (info.channels.values() if info else ()) if c.client_id == client_id),
                    None)
     if channel is None:
-        return reply(req, ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> <{group}> not online")
+        return reply(req, ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
     ask = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO,
                                   ext_fields=dict(req.ext_fields))
     try:
