@@ -45,7 +45,9 @@ def test_runtime_keys_change_with_typed_values() -> None:
         False,
     )
     assert {"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable",
-            "access_message_in_memory_max_ratio"} == RUNTIME_KEYS
+            "access_message_in_memory_max_ratio"} < RUNTIME_KEYS
+    # broker.conf's own spelling where it is not ferrymq's camelCase
+    assert apply_runtime_update(BrokerConfig(), {"transactionTimeOut": "9000"}).transaction_timeout_ms == 9000
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,13 @@ _VERBS: dict[int, str] = {
     RequestCode.UNREGISTER_CLIENT: "unregister a client of",
     RequestCode.REGISTER_BROKER: "register broker",
     RequestCode.UNREGISTER_BROKER: "unregister broker",
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: "take a broker out of writes",
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: "give a broker writes back",
+    RequestCode.PUT_KV_CONFIG: "put a name server KV config",
+    RequestCode.DELETE_KV_CONFIG: "delete a name server KV config",
+    RequestCode.UPDATE_NAMESRV_CONFIG: "update name server config",
+    RequestCode.CONTROLLER_ELECT_MASTER: "elect a master",
+    RequestCode.CLEAN_UNUSED_TOPIC: "clean unused topics",
 }
 
 # Header fields naming a topic or a group, the short ones of SEND_MESSAGE_V2 included.

@@ -33,6 +33,10 @@ ADMIN_CODES = frozenset({
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
+    RequestCode.CONTROLLER_ELECT_MASTER,
+    RequestCode.CLEAN_UNUSED_TOPIC,
     RequestCode.TRIGGER_DELETE_FILES,
     RequestCode.SKIP_STORE_RANGE,
     RequestCode.REGISTER_BROKER,
@@ -52,8 +56,12 @@ NAMESRV_GUARDED_CODES = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
     RequestCode.BROKER_HEARTBEAT,
     RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+    RequestCode.CONTROLLER_ELECT_MASTER,
 })
 
 

@@ -171,6 +171,9 @@ class BrokerConfig:
     tls_client_auth_server: bool = True  # verify the server's certificate
     tls_client_cert_path: str = ""
     tls_client_key_path: str = ""
+    # RocketMQ's brokerConfigPath: the file the broker was started with (`--config`), where a
+    # runtime UPDATE_BROKER_CONFIG is written back so a restart keeps it. "": none.
+    broker_config_path: str = ""
 
     @property
     def broker_addr(self) -> str:

@@ -1,10 +1,10 @@
 """The broker's configuration over the wire (RocketMQ's GET_BROKER_CONFIG / UPDATE_BROKER_CONFIG):
-every key as `camelCase=value` text, and the few keys that may change while the broker runs.
+every key as `camelCase=value` text, and the keys that may change while the broker runs.
 
 Only keys the broker reads on every request can change at runtime; a key read once at start
 (ports, store layout, intervals of running loops) is refused rather than accepted and then
-ignored. A runtime change is not written back to the configuration file: a restart takes the
-file's value again."""
+ignored. A broker started with a configuration file (`--config`) writes the change back to it
+(config_file.py), so a restart keeps it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import BrokerConfig, ConfigError
+from .config import _CAMEL_ALIASES, BrokerConfig, ConfigError
 
 # RocketMQ's broker.conf names where they are not the plain camelCase of ferrymq's field.
 ROCKETMQ_NAMES = {
@@ -24,9 +24,15 @@ ROCKETMQ_NAMES = {
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
 
-# Read on each send, pull or offset query, so a change takes effect at once.
-RUNTIME_KEYS = frozenset({"auto_create_topic_enable", "max_reconsume_times", "long_polling_enable",
-                          "access_message_in_memory_max_ratio"})
+# Read from the broker's current configuration on each request (send, pull, heartbeat, pop,
+# transaction check), so a change takes effect at once: RocketMQ's runtime-updatable keys
+# that ferrymq has.
+RUNTIME_KEYS = frozenset({
+    "auto_create_topic_enable", "auto_create_subscription_group", "max_reconsume_times",
+    "long_polling_enable", "access_message_in_memory_max_ratio", "slave_read_enable",
+    "reject_transaction_message", "transaction_timeout_ms", "transaction_check_max",
+    "enable_property_filter", "pop_max_inflight_per_queue",
+})
 
 
 def camel(name: str) -> str:
@@ -45,6 +51,8 @@ def field_name(key: str) -> str | None:
         return key
     if key in _BY_WIRE_NAME:
         return _BY_WIRE_NAME[key]
+    if key in _CAMEL_ALIASES:  # broker.conf's spelling where it differs (transactionTimeOut)
+        return _CAMEL_ALIASES[key]
     snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
     return snake if snake in _FIELDS else None
 

@@ -17,6 +17,7 @@ from ..common.headers import PERM_INHERIT, PERM_READ, PERM_WRITE
 from ..common.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
     TIMER_TOPIC,
     is_dlq_topic,
     is_retry_topic,
@@ -176,6 +177,8 @@ class TopicManager:
         )
         self.topics.setdefault(SCHEDULE_TOPIC, TopicConfig(SCHEDULE_TOPIC, 18, 18, PERM_READ | PERM_WRITE))
         self.topics.setdefault(TIMER_TOPIC, TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
+        # RocketMQ's TopicConfigManager makes it too: what `cluster send-rt` probes each broker with.
+        self.topics.setdefault(SELF_TEST_TOPIC, TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
 
     @property
     def version(self) -> int:

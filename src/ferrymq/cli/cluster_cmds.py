@@ -11,6 +11,7 @@ from ..client.admin_results import BrokerStatus
 from . import stats_cmds
 from .auth import credentials
 from .failures import CommandFailed
+from .operator_cmds import add_broker_perm_actions, add_cluster_actions
 from .render import fmt_time, print_json, print_table, stdout
 
 
@@ -108,7 +109,7 @@ def cmd_config_get(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
+def parse_pairs(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -119,7 +120,7 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 
 def cmd_config_update(args: argparse.Namespace) -> int:
-    values = _pairs(args.pairs)
+    values = parse_pairs(args.pairs)
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         addrs = admin.update_broker_config(values, args.broker)
     if args.json:
@@ -140,6 +141,7 @@ def add(
         "list", parents=[common], help="every broker (slaves too) with its runtime state"
     )
     c.set_defaults(func=cmd_cluster_list)
+    add_cluster_actions(csub, common)
 
 
 def add_broker_actions(
@@ -167,5 +169,6 @@ def add_broker_actions(
     c.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
     c.add_argument("--broker", help="one broker (name or HOST:PORT); default every master")
     c.set_defaults(func=cmd_config_update)
+    add_broker_perm_actions(bsub, common)
     stats_cmds.add_broker_actions(bsub, common)
     return list(bsub.choices.values())

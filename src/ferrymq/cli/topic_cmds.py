@@ -1,4 +1,4 @@
-"""`ferrymq topic create|list|status|delete|update`."""
+"""`ferrymq topic create|list|status|delete|update|route|clusters`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.create_topic(
             args.topic, write, read_queue_nums=read, order=args.order, force=args.force,
-            message_type=message_type,
+            cluster=args.cluster, broker=args.broker, message_type=message_type,
         )
     if args.json:
         print_json({"topic": args.topic, "queues": write, "read_queues": read,
@@ -116,14 +116,61 @@ def cmd_update(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_route(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        route = admin.topic_route_data(args.topic)
+    if args.json:
+        print_json(route)
+        return 0
+    clusters = {str(b.get("brokerName")): str(b.get("cluster", "")) for b in route.get("brokerDatas") or []}
+    print_table(
+        f"topic {args.topic}: brokers",
+        ["broker", "cluster", "bid", "addr"],
+        sorted(
+            [name, clusters[name], int(bid), addr]
+            for b in route.get("brokerDatas") or []
+            for name in [str(b.get("brokerName"))]
+            for bid, addr in (b.get("brokerAddrs") or {}).items()
+        ),
+        right=["bid"],
+    )
+    print_table(
+        f"topic {args.topic}: queues",
+        ["broker", "read queues", "write queues", "perm", "sys flag"],
+        (
+            [q.get("brokerName"), q.get("readQueueNums"), q.get("writeQueueNums"),
+             f"{PERM_NAMES.get(int(q.get('perm', 0)), '?')} ({q.get('perm')})", q.get("topicSysFlag", 0)]
+            for q in route.get("queueDatas") or []
+        ),
+        right=["read queues", "write queues", "sys flag"],
+    )
+    if route.get("orderTopicConf"):
+        stdout.print(f"order topic conf: {route['orderTopicConf']}", markup=False)
+    return 0
+
+
+def cmd_clusters(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        clusters = admin.topic_clusters(args.topic)
+    if args.json:
+        print_json({"topic": args.topic, "clusters": clusters})
+    else:
+        for c in clusters:
+            stdout.print(c, markup=False)
+    return 0
+
+
 def add(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("topic", help="create, list and inspect topics")
     tsub = p.add_subparsers(dest="topic_command", metavar="ACTION")
     tsub.required = True
-    c = tsub.add_parser("create", parents=[common], help="create or update a topic on every broker")
+    c = tsub.add_parser("create", parents=[common],
+                        help="create or update a topic on every broker, or those of --cluster, or --broker")
     c.add_argument("topic")
+    c.add_argument("--cluster", help="only the brokers of this cluster (default: every broker)")
+    c.add_argument("--broker", help="only this broker (name or its master's HOST:PORT)")
     c.add_argument("--queues", type=int, default=4, help="read/write queues per broker (default 4)")
     c.add_argument("--read-queues", type=int, help="read queues per broker (default: --queues)")
     c.add_argument("--write-queues", type=int, help="write queues per broker (default: --queues)")
@@ -161,3 +208,10 @@ def add(
         help="rw (6), r (4: no sends), w (2: no consumption) or none (0)",
     )
     c.set_defaults(func=cmd_update)
+    c = tsub.add_parser("route", parents=[common],
+                        help="the topic's route as the name server returns it (brokers, queues, perms)")
+    c.add_argument("topic")
+    c.set_defaults(func=cmd_route)
+    c = tsub.add_parser("clusters", parents=[common], help="the clusters whose brokers serve the topic")
+    c.add_argument("topic")
+    c.set_defaults(func=cmd_clusters)

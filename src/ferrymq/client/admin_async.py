@@ -31,6 +31,7 @@ from ..remoting import ClientConfig, RemotingClient
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .admin_groups import GroupsAdmin
 from .admin_ops import OpsAdmin, route_read_targets
+from .admin_namesrv import NamesrvAdmin
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
@@ -47,7 +48,7 @@ from .route import TopicRoute
 from .store_damage import StoreDamage, parse_store_damage
 
 
-class AsyncAdminClient(OpsAdmin, GroupsAdmin):
+class AsyncAdminClient(NamesrvAdmin, OpsAdmin, GroupsAdmin):
     """Stateless apart from a route cache; every call is one or a few requests. Use it as an
     async context manager, or call close()."""
 
@@ -321,8 +322,11 @@ class AsyncAdminClient(OpsAdmin, GroupsAdmin):
         order: bool = False,
         cluster: str | None = None,
         force: bool = False,
+        broker: str | None = None,
     ) -> list[str]:
-        """Create or update the topic on every broker of the cluster; returns the broker names.
+        """Create or update the topic on every broker of the cluster (every broker when no
+        cluster is named), or on the one `broker` (a name or a master's HOST:PORT, as
+        mqadmin updateTopic -b); returns the broker names.
         queue_nums is the write queue count, and the read count unless read_queue_nums is
         given. A ferrymq broker refuses to lower the read queues where that would leave
         messages some group has not consumed, unless forced (BrokerError naming them); the
@@ -330,6 +334,11 @@ class AsyncAdminClient(OpsAdmin, GroupsAdmin):
         (common/topic_types.py), the `message.type` attribute; FIFO makes an order topic."""
         validate_topic(topic)
         brokers = await self.cluster_brokers(cluster)
+        if broker is not None:
+            named = {n: a for n, a in brokers.items() if broker in (n, a)}
+            if not named:
+                raise UnknownBrokerError(broker, self.namesrv, tuple(sorted(brokers)))
+            brokers = named
         if not brokers:
             raise NoRouteError(topic, self.namesrv, "no broker is registered")
         await _gather(

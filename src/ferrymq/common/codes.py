@@ -60,6 +60,7 @@ class RequestCode(IntEnum):
     GET_CONSUMER_STATUS_FROM_CLIENT = 221
     INVOKE_BROKER_TO_RESET_OFFSET = 222
     INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
+    GET_KVLIST_BY_NAMESPACE = 219
     GET_TOPICS_BY_CLUSTER = 224
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
@@ -71,7 +72,11 @@ class RequestCode(IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
+    CLEAN_UNUSED_TOPIC = 316
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     QUERY_DATA_VERSION = 322
+    ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351
     # ferrymq extension (outside RocketMQ's range): precise acknowledgement of offsets above the
     # committed one, so a crash does not re-deliver messages already consumed.
@@ -87,6 +92,7 @@ class RequestCode(IntEnum):
     # Controller mode (docs/replication.md): RocketMQ 5's codes, with JSON bodies.
     BROKER_HEARTBEAT = 904
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
     CONTROLLER_GET_REPLICA_INFO = 1004
     # Pop consumption (RocketMQ 5): per-message invisibility and acknowledgement.
     POP_MESSAGE = 200050

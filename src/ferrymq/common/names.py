@@ -35,8 +35,10 @@ TRANSACTION_TOPICS = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHE
 
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
 # Names a client may not create, change or delete on a broker (RocketMQ's TopicValidator set).
+# Every broker serves it (one queue), as RocketMQ's do: `ferrymq cluster send-rt` probes it.
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 RESERVED_TOPICS = SYSTEM_TOPICS | frozenset({
-    "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", SELF_TEST_TOPIC, "OFFSET_MOVED_EVENT",
 }) | TRANSACTION_TOPICS
 RESERVED_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 

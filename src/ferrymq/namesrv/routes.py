@@ -77,6 +77,11 @@ class RouteRegistry:
         self.brokers: dict[str, BrokerData] = {}
         self.clusters: dict[str, set[str]] = {}
         self.live: dict[str, BrokerLive] = {}
+        # Broker names taken out of writes (WIPE_WRITE_PERM_OF_BROKER): their queues are
+        # routed without PERM_WRITE until ADD_WRITE_PERM_OF_BROKER. Kept apart from the perms
+        # the broker reports, so its periodic registration does not give writes back and
+        # adding them back restores each topic's own perm (a read-only topic stays so).
+        self.write_wiped: set[str] = set()
 
     def register_broker(
         self,
@@ -171,6 +176,18 @@ class RouteRegistry:
             if not topics:
                 del self.broker_topics[broker_name]
 
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Take the broker's queues out of writes in every route; the number of its topics."""
+        with self._lock:
+            self.write_wiped.add(broker_name)
+            return len(self.broker_topics.get(broker_name, ()))
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Undo wipe_write_perm; the number of the broker's topics."""
+        with self._lock:
+            self.write_wiped.discard(broker_name)
+            return len(self.broker_topics.get(broker_name, ()))
+
     def delete_topic(self, topic: str) -> None:
         """Forget the topic on every broker (DELETE_TOPIC_IN_NAMESRV)."""
         with self._lock:
@@ -262,8 +279,14 @@ class RouteRegistry:
             return {
                 "brokerDatas": brokers,
                 "filterServerTable": {},
-                "queueDatas": [per_broker[b].to_json() for b in sorted(per_broker)],
+                "queueDatas": [self._routed(per_broker[b]) for b in sorted(per_broker)],
             }
+
+    def _routed(self, qd: QueueData) -> dict[str, Any]:
+        doc = qd.to_json()
+        if qd.broker_name in self.write_wiped:
+            doc["perm"] = qd.perm & ~PERM_WRITE
+        return doc
 
     def cluster_info(self) -> dict[str, Any]:
         with self._lock:

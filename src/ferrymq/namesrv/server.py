@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..acl import AclFile, AclGuard, GuardScope
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.dirlock import DirectoryLock
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
+from ..common.javaprops import format_properties, parse_properties
 from ..common.paths import OptionalPathField, PathField
 from ..common.registration import FULL_REQUIRED_FIELD, INCREMENT_FIELD
 from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
@@ -19,6 +22,8 @@ from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
 from .controller_api import ControllerApi
 from .etcd import parse_endpoints
+from .kvconfig import ORDER_TOPIC_CONFIG, KvConfig
+from .operator_requests import OperatorRequests
 from .quorum import EtcdQuorum, QuorumConfig
 from .routes import RouteRegistry
 
@@ -48,6 +53,60 @@ class NamesrvConfig:
     acl_file: OptionalPathField = OptionalPathField()
     acl_reload_interval_ms: int = 1000
     tls: TlsServerSettings = field(default_factory=TlsServerSettings)  # docs/security.md
+    # RocketMQ's kvConfigPath: where the KV config is kept (None: in memory only).
+    kv_config_path: OptionalPathField = OptionalPathField()
+    # RocketMQ's orderMessageEnable: routes carry the topic's ORDER_TOPIC_CONFIG KV value as
+    # orderTopicConf.
+    order_message_enable: bool = False
+    # RocketMQ's enableAllTopicList: GET_ALL_TOPIC_LIST_FROM_NAMESERVER is refused when off.
+    enable_all_topic_list: bool = True
+
+
+# GET_NAMESRV_CONFIG's keys (RocketMQ's NamesrvConfig names) -> the field; UPDATE_NAMESRV_CONFIG
+# changes only RUNTIME_KEYS: the others are read once at start (ports, paths, controller mode).
+CONFIG_KEYS = {
+    "bindAddress": "host",
+    "listenPort": "port",
+    "scanNotActiveBrokerInterval": "scan_interval_ms",
+    "brokerChannelExpiredTime": "broker_expire_ms",
+    "enableControllerInNamesrv": "enable_controller",
+    "kvConfigPath": "kv_config_path",
+    "orderMessageEnable": "order_message_enable",
+    "enableAllTopicList": "enable_all_topic_list",
+}
+RUNTIME_KEYS = ("scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "orderMessageEnable",
+                "enableAllTopicList")
+
+
+def config_properties(cfg: NamesrvConfig) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, name in CONFIG_KEYS.items():
+        value = getattr(cfg, name)
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else ("" if value is None else str(value))
+    return out
+
+
+def apply_runtime_update(cfg: NamesrvConfig, values: dict[str, str]) -> NamesrvConfig:
+    """`cfg` with `values` applied, all or nothing; ValueError names the first key refused."""
+    changes: dict[str, Any] = {}
+    for key, text in values.items():
+        if key not in RUNTIME_KEYS:
+            why = "unknown key" if key not in CONFIG_KEYS else "cannot change while the name server runs"
+            raise ValueError(f"{key}: {why}; keys that can: {', '.join(RUNTIME_KEYS)}")
+        name = CONFIG_KEYS[key]
+        if isinstance(getattr(cfg, name), bool):
+            if text.strip().lower() not in ("true", "false"):
+                raise ValueError(f"{key}: {text!r} is not true or false")
+            changes[name] = text.strip().lower() == "true"
+        else:
+            try:
+                number = int(text.strip())
+            except ValueError:
+                raise ValueError(f"{key}: {text!r} is not an integer") from None
+            if number <= 0:
+                raise ValueError(f"{key}: must be positive, not {number}")
+            changes[name] = number
+    return dataclasses.replace(cfg, **changes)
 
 
 class NameServer:
@@ -82,9 +141,11 @@ class NameServer:
         s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
         s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
         s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self._topic_list)
-        s.register(RequestCode.GET_KV_CONFIG, self._kv_config)
-        s.register(RequestCode.PUT_KV_CONFIG, self._ok)
         s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self._delete_topic)
+        s.register(RequestCode.GET_NAMESRV_CONFIG, self._get_config)
+        s.register(RequestCode.UPDATE_NAMESRV_CONFIG, self._update_config)
+        self.kv = KvConfig(config.kv_config_path)
+        OperatorRequests(self.registry, self.kv).install(s)
 
     async def start(self) -> str:
         controller = self._injected_controller
@@ -230,6 +291,10 @@ class NameServer:
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"No topic route info in name server for the topic: {topic}",
             )
+        if self.config.order_message_enable:
+            conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+            if conf is not None:
+                route["orderTopicConf"] = conf
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(route))
 
     async def _cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -237,14 +302,27 @@ class NameServer:
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
 
     async def _topic_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        if not self.config.enable_all_topic_list:
+            return RemotingCommand.make_response_to(req, ResponseCode.SYSTEM_ERROR, remark="disable")
         body = jsonx.dumps_bytes({"topicList": self.registry.topic_list()})
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
 
-    async def _kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        # No KV config is kept; RocketMQ answers QUERY_NOT_FOUND for a missing key too.
-        return RemotingCommand.make_response_to(req, ResponseCode.QUERY_NOT_FOUND, remark="no such key")
+    async def _get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        props = config_properties(self.config)
+        if self.address:  # the port bound, when 0 asked the OS for one
+            props["listenPort"] = self.address.rsplit(":", 1)[1]
+        body = format_properties(props).encode("utf-8")
+        return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS, body=body)
 
-    async def _ok(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def _update_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        values = parse_properties((req.body or b"").decode("utf-8"))
+        try:
+            self.config = apply_runtime_update(self.config, values)
+        except ValueError as exc:
+            return RemotingCommand.make_response_to(req, ResponseCode.INVALID_PARAMETER, remark=str(exc))
+        # The registry keeps its own copy of the expiry; the scan loop reads the config anew.
+        self.registry.broker_expire_ms = self.config.broker_expire_ms
+        log.info("name server config updated: %s", values)
         return RemotingCommand.make_response_to(req, ResponseCode.SUCCESS)
 
     async def _delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 from ...common import jsonx, topic_types
@@ -18,8 +19,9 @@ from ...common.names import is_reserved_topic, validate_topic
 from ...common.topic_types import TopicAttributeError
 from ...remoting import Connection, RemotingCommand
 from ..config import ConfigError
+from ..config_file import write_back
 from ..context import BrokerContext
-from ..runtime_config import apply_runtime_update, config_properties
+from ..runtime_config import apply_runtime_update, config_properties, field_name
 from ..topics import ReadShrinkRefused, TopicConfig, check_read_shrink
 from . import log, reply
 
@@ -340,10 +342,22 @@ async def update_broker_config(broker: BrokerContext, conn: Connection, req: Rem
     if not values:
         return reply(req, ResponseCode.SYSTEM_ERROR, "no key=value in the request body")
     try:
-        broker.reconfigure(apply_runtime_update(broker.config, values))
+        updated = apply_runtime_update(broker.config, values)
     except ConfigError as exc:
         return reply(req, ResponseCode.NO_PERMISSION, str(exc))
+    broker.reconfigure(updated)
     log.info("configuration changed at runtime by %s: %s", conn.remote_addr, values)
+    path = updated.broker_config_path
+    if path:
+        names = [n for n in (field_name(k) for k in values) if n is not None]
+        try:
+            # On the loop, not a thread: two updates never interleave their read and write of
+            # the file, and an operator's rare request costs one small fsync.
+            write_back(Path(path), {n: getattr(updated, n) for n in names})
+        except (OSError, ValueError) as exc:
+            return reply(req, ResponseCode.SYSTEM_ERROR,
+                         f"applied until the broker restarts, but not written to {path}: {exc}")
+        log.info("configuration change written to %s", path)
     return reply(req, ResponseCode.SUCCESS)
 
 

@@ -1,0 +1,86 @@
+"""`ferrymq broker wipe-write-perm|add-write-perm` (mqadmin wipeWritePerm / addWritePerm: take
+a broker out of writes for maintenance and back) and `ferrymq cluster send-rt` (mqadmin
+checkMsgSendRT: the round trip of probe sends to every broker)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from ..client.admin import AdminClient
+from ..common.names import SELF_TEST_TOPIC
+from .auth import credentials
+from .failures import CommandFailed
+from .render import print_json, print_table, stdout
+
+
+def cmd_wipe_write_perm(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        counts = admin.wipe_write_perm(args.broker)
+    return _report_perm(args, counts, wiped=True)
+
+
+def cmd_add_write_perm(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        counts = admin.add_write_perm(args.broker)
+    return _report_perm(args, counts, wiped=False)
+
+
+def _report_perm(args: argparse.Namespace, counts: dict[str, int], *, wiped: bool) -> int:
+    if args.json:
+        print_json({"broker": args.broker, "writable": not wiped, "namesrvs": counts})
+        return 0
+    what = "taken out of writes" if wiped else "takes writes again"
+    for addr, n in counts.items():
+        stdout.print(f"broker {args.broker} {what} on name server {addr} ({n} topic(s))", markup=False)
+    return 0
+
+
+def cmd_send_rt(args: argparse.Namespace) -> int:
+    if args.count < 1 or args.size < 1:
+        raise CommandFailed("--count and --size must be at least 1", kind="UsageError", exit_code=2)
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        rows = admin.send_round_trips(args.topic, count=args.count, size=args.size)
+    if args.json:
+        print_json([r.to_json() for r in rows])
+    else:
+        print_table(
+            f"send round trip to topic {args.topic}",
+            ["broker", "queue", "result", "rt ms"],
+            ([r.broker, r.queue_id, "ok" if r.ok else f"failed: {r.error}", f"{r.rt_ms:.2f}"] for r in rows),
+            right=["queue", "rt ms"],
+        )
+        by_broker: dict[str, list[float]] = {}
+        for r in rows:
+            if r.ok:
+                by_broker.setdefault(r.broker, []).append(r.rt_ms)
+        for name, rts in sorted(by_broker.items()):
+            stdout.print(f"{name}: avg {statistics.fmean(rts):.2f} ms, max {max(rts):.2f} ms "
+                         f"over {len(rts)} send(s)", markup=False)
+    failed = [r for r in rows if not r.ok]
+    return 1 if failed else 0
+
+
+def add_broker_perm_actions(
+    bsub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    c = bsub.add_parser("wipe-write-perm", parents=[common],
+                        help="take a broker out of writes in the name servers' routes (maintenance)")
+    c.add_argument("broker", help="broker name")
+    c.set_defaults(func=cmd_wipe_write_perm)
+    c = bsub.add_parser("add-write-perm", parents=[common],
+                        help="give a broker taken out of writes its write permission back")
+    c.add_argument("broker", help="broker name")
+    c.set_defaults(func=cmd_add_write_perm)
+
+
+def add_cluster_actions(
+    csub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    c = csub.add_parser("send-rt", parents=[common],
+                        help="time probe sends to every broker (mqadmin checkMsgSendRT)")
+    c.add_argument("--topic", default=SELF_TEST_TOPIC,
+                   help=f"topic to probe (default {SELF_TEST_TOPIC}, which every broker serves)")
+    c.add_argument("--count", type=int, default=3, help="sends per broker (default 3)")
+    c.add_argument("--size", type=int, default=128, help="body bytes of each probe (default 128)")
+    c.set_defaults(func=cmd_send_rt)
