@@ -51,3 +51,29 @@ def test_day_totals_roll_at_midnight() -> None:
     assert table["msgPutTotalTodayMorning"] == "5"
     assert table["msgPutTotalTodayNow"] == "7"
     assert table["msgPutTotalYesterdayMorning"] == "0"
+
+
+def test_topic_and_group_figures_over_the_minute_hour_and_day() -> None:
+    """VIEW_BROKER_STATS_DATA's figures: what was counted within each window, from the
+    snapshots the traffic itself takes (every 10 s for the minute)."""
+    mono = Clock(0.0)
+    stats = TrafficStats(clock=mono, wall_clock=Clock(1_700_000_000.0))
+    assert stats.window_figures("put", "orders") is None
+    for second in range(0, 7200, 5):  # two hours: 3 messages stored, 1 delivered every 5 s
+        mono.now = float(second)
+        stats.add_put(3)
+        # What count_put and count_got add per topic and group (they take the store's types).
+        stats.topic_put.setdefault("orders", [0, 0])[0] += 3
+        stats.add_got(1)
+        stats.group_got.setdefault(("orders", "g"), [0, 0])[0] += 1
+    mono.now = 7200.0
+    put = stats.window_figures("put", "orders")
+    got = stats.window_figures("got", ("orders", "g"))
+    assert put is not None and got is not None
+    # Snapshots are 10 s apart: a window reaches back to the newest one at least its length old.
+    assert 3 * 12 <= put["statsMinute"].sum <= 3 * 14 and abs(put["statsMinute"].tps - 0.6) < 0.1
+    assert 3 * 720 <= put["statsHour"].sum <= 3 * 840
+    assert put["statsDay"].sum == 3 * 1440  # younger than a day: everything since the start
+    assert abs(put["statsDay"].tps - 0.6) < 0.01
+    assert 12 <= got["statsMinute"].sum <= 14 and got["statsDay"].sum == 1440
+    assert stats.window_figures("got", ("orders", "other")) is None
