@@ -2,8 +2,8 @@
 groups, all real processes, driven by the official RocketMQ 5 Python SDK: routes list both
 groups' queues behind the proxy's endpoint, sends spread over both groups, a SimpleConsumer and
 a PushConsumer of new groups receive every message once, and a proxy SIGKILLed and restarted
-mid-stream loses nothing acknowledged, and transactions are committed, rolled back and checked
-back through it."""
+mid-stream loses nothing acknowledged, transactions are committed, rolled back and checked back
+through it, and FIFO message groups keep their order."""
 
 from __future__ import annotations
 
@@ -95,8 +95,8 @@ def admin(server: ProxyCluster) -> Iterator[AdminClient]:
         yield client
 
 
-def _create(admin: AdminClient, topic: str, queues: int) -> None:
-    admin.create_topic(topic, queues)
+def _create(admin: AdminClient, topic: str, queues: int, *, order: bool = False) -> None:
+    admin.create_topic(topic, queues, order=order)
     wait_until(lambda: {mq.broker_name for mq in admin.message_queues(topic)} == set(BROKERS), 30,
                what=f"{topic} on both broker groups")
 
@@ -182,3 +182,17 @@ def test_transactions_through_the_proxy_commit_roll_back_and_are_checked_back(
     assert consumer.wait_exit(60) == 0, consumer.diag()
     assert sorted(e["body"] for e in consumer.of("received")) == ["msg-0", "msg-2"], "msg-1 rolled back"
     producer.stop()
+
+
+def test_fifo_message_groups_keep_their_order_through_the_proxy(clients: Clients, admin: AdminClient) -> None:
+    topic, group, groups, per_group = "px-fifo", "px-fifo-g", ["o-a", "o-b", "o-c", "o-d", "o-e"], 8
+    n = len(groups) * per_group
+    _create(admin, topic, 2, order=True)
+    run_producer(clients.sdk5("produce", topic=topic, count=n, messageGroup=groups, body="{i}"), n, 60)
+    consumer = clients.sdk5("push", topic=topic, group=group, expect=n)
+    assert consumer.wait_exit(60) == 0, consumer.diag()
+    received = consumer.of("received")
+    assert sorted(int(e["body"]) for e in received) == list(range(n)), "each message once"
+    for g in groups:
+        bodies = [int(e["body"]) for e in received if e["messageGroup"] == g]
+        assert bodies == sorted(bodies), f"message group {g} out of order: {bodies}"

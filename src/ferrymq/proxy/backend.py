@@ -126,6 +126,7 @@ class ClusterBackend:
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
         self._joins: set[asyncio.Task[bool]] = set()
+        self._order_cache: dict[str, tuple[float, dict[str, bool]]] = {}
         self.counts = {"sent": 0, "received": 0, "acked": 0}
 
     @property
@@ -158,8 +159,25 @@ class ClusterBackend:
         if route is None:
             return []
         masters = route.brokers
-        return [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums, False)
+        orders = await self._orders(name, masters)
+        return [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
+                           order=orders.get(q.broker_name, False))
                 for q in route.queue_datas if q.broker_name in masters]
+
+    async def _orders(self, topic: str, masters: Mapping[str, str]) -> dict[str, bool]:
+        """Whether each group keeps the topic as an order topic: a route does not say, so the
+        groups' masters are asked (GET_TOPIC_CONFIG, as RocketMQ's proxy reads a topic's
+        config), again once the route is."""
+        now = time.monotonic()
+        cached = self._order_cache.get(topic)
+        if cached is not None and now - cached[0] < ROUTE_TTL_S and cached[1].keys() == masters.keys():
+            return cached[1]
+        names = sorted(masters)
+        answers = await asyncio.gather(*(self._inst.api.topic_config(masters[n], topic) for n in names),
+                                       return_exceptions=True)
+        orders = {n: isinstance(a, dict) and bool(a.get("order")) for n, a in zip(names, answers, strict=True)}
+        self._order_cache[topic] = (now, orders)
+        return orders
 
     async def _master(self, broker_name: str, topic: str) -> str:
         addr = self._inst.master_addr(broker_name)
