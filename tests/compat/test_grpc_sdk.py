@@ -119,7 +119,7 @@ def test_fifo_message_groups_each_go_to_one_queue_in_send_order(clients: Clients
 
 def test_delivery_timestamp_delivers_at_that_time(clients: Clients, admin: AdminClient, server: Standalone) -> None:
     topic = "sdk5-delay"
-    admin.create_topic(topic, 2)
+    admin.create_topic(topic, 2, message_type="DELAY")  # a NORMAL topic's route refuses them (SDK side)
     got = consume_in_background(server, topic, "sdk5-delay-py")
     producer = clients.sdk5("produce", topic=topic, count=1, deliverAfterMs=3_000)
     [sent] = run_producer(producer, 1, 60)

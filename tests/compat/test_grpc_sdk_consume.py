@@ -138,7 +138,7 @@ def test_4x_producers_messages_are_received_over_grpc(clients: Clients, admin: A
 
 def test_transactions_commit_rollback_and_the_broker_check(clients: Clients, admin: AdminClient) -> None:
     topic, group = "pop-txn", "pop-txn-g"
-    admin.create_topic(topic, 2)
+    admin.create_topic(topic, 2, message_type="TRANSACTION")
     consumer = clients.sdk5("simple", topic=topic, group=group, invisibleSec=20, awaitSec=1, idleExitMs=60_000)
     consumer.wait_event("ready", 30)
     wait_group_started(admin, group, topic)

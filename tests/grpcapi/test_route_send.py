@@ -5,11 +5,13 @@ The official SDK's runs are in tests/compat/test_grpc_sdk.py."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from conftest import Standalone, start_standalone
 from ferrymq import AdminClient
@@ -84,15 +86,28 @@ def test_route_lists_the_queues_pointing_at_this_endpoint(stub: sgrpc.MessagingS
         assert q.permission == pb.READ_WRITE
         assert q.broker.name == "broker-a" and q.broker.id == 0
         assert q.broker.endpoints == access_point(server)
-        assert list(q.accept_message_types) == [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
+        assert list(q.accept_message_types) == [pb.NORMAL]  # no type: RocketMQ's NORMAL
 
 
-def test_an_order_topic_accepts_fifo_messages(stub: sgrpc.MessagingServiceStub, server: Standalone,
-                                              admin: AdminClient) -> None:
+def test_a_topics_type_is_what_its_queues_accept_and_a_send_of_another_is_refused(
+        stub: sgrpc.MessagingServiceStub, server: Standalone, admin: AdminClient) -> None:
     admin.create_topic("route-fifo", 2, order=True)
-    resp = route(stub, server, "route-fifo")
-    assert resp.status.code == pb.OK
-    assert all(list(q.accept_message_types) == [pb.FIFO] for q in resp.message_queues)
+    admin.create_topic("route-delay", 1, message_type="DELAY")
+    admin.create_topic("route-plain", 1)
+    accepted = {t: {tuple(q.accept_message_types) for q in route(stub, server, t).message_queues}
+                for t in ("route-fifo", "route-delay", "route-plain")}
+    assert accepted == {"route-fifo": {(pb.FIFO,)}, "route-delay": {(pb.DELAY,)}, "route-plain": {(pb.NORMAL,)}}
+    later = Timestamp(seconds=int(time.time()) + 60)
+    refused = send(stub, message("route-delay"))
+    assert refused.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert refused.status.message == ("TopicMessageType validate failed, the expected type is DELAY, "
+                                      "but actual type is NORMAL")
+    refused = send(stub, message("route-plain", message_type=pb.DELAY, delivery_timestamp=later))
+    assert refused.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "the expected type is NORMAL, but actual type is DELAY" in refused.status.message
+    assert send(stub, message("route-delay", message_type=pb.DELAY, delivery_timestamp=later)).status.code == pb.OK
+    assert send(stub, message("route-fifo", message_type=pb.FIFO, message_group="g")).status.code == pb.OK
+    assert admin.max_offset(admin.message_queues("route-plain")[0]) == 0
 
 
 def test_a_read_only_topic_has_read_queues_and_refuses_sends(stub: sgrpc.MessagingServiceStub, server: Standalone,

@@ -31,6 +31,9 @@ class TopicGroup:
     read_queue_nums: int
     write_queue_nums: int
     order: bool
+    # RocketMQ 5's topic message type (common/topic_types.py); None: the backend cannot tell,
+    # and the broker behind it checks what it can (docs/protocol.md, "Topic message types").
+    message_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class Limits:
     enable_property_filter: bool
     long_polling_enable: bool
     cluster_name: str
+    # RocketMQ's enableTopicMessageTypeCheck: a send is checked against its topic's type.
+    check_message_type: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,8 @@ class LocalBackend:
         return Limits(max_message_size=cfg.max_message_size, timer_max_delay_sec=cfg.timer_max_delay_sec,
                       reject_transaction_message=cfg.reject_transaction_message,
                       enable_property_filter=cfg.enable_property_filter,
-                      long_polling_enable=cfg.long_polling_enable, cluster_name=cfg.broker_cluster_name)
+                      long_polling_enable=cfg.long_polling_enable, cluster_name=cfg.broker_cluster_name,
+                      check_message_type=cfg.enable_topic_message_type_check)
 
     @property
     def registry(self) -> ClientRegistry:
@@ -55,7 +56,7 @@ class LocalBackend:
         if cfg is None:
             return []
         return [TopicGroup(name, self._broker.config.broker_name, cfg.perm, cfg.read_queue_nums, cfg.write_queue_nums,
-                           cfg.order)]
+                           cfg.order, cfg.message_type)]
 
     async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
         broker = self._broker

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..common import topic_types
 from ..common.headers import PERM_READ, PERM_WRITE
 from .backend import TopicGroup
 from .convert import check_group, check_topic
@@ -34,12 +35,24 @@ def permission(perm: int) -> pb.Permission:
     return pb.NONE
 
 
+# RocketMQ's RouteActivity.parseTopicMessageType; UNSPECIFIED (or a type it does not know)
+# accepts nothing.
+_ACCEPTED: dict[str, list[pb.MessageType]] = {
+    topic_types.NORMAL: [pb.NORMAL],
+    topic_types.FIFO: [pb.FIFO],
+    topic_types.DELAY: [pb.DELAY],
+    topic_types.TRANSACTION: [pb.TRANSACTION],
+    topic_types.MIXED: [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+}
+
+
 def accepted_types(cfg: TopicGroup) -> list[pb.MessageType]:
-    """An order topic takes FIFO messages (message groups); any other takes normal, delayed and
-    transactional ones, as a RocketMQ 5 topic of each kind would."""
-    if cfg.order:
-        return [pb.FIFO]
-    return [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
+    """The topic's message type as the SDKs read it (they refuse to send another). A backend
+    that cannot tell the type: FIFO for an order topic, else every other type (its brokers
+    check typed topics themselves)."""
+    if cfg.message_type is None:
+        return [pb.FIFO] if cfg.order else [pb.NORMAL, pb.DELAY, pb.TRANSACTION]
+    return _ACCEPTED.get(cfg.message_type, [pb.MESSAGE_TYPE_UNSPECIFIED])
 
 
 def queues(cfg: TopicGroup, broker: pb.Broker) -> list[pb.MessageQueue]:

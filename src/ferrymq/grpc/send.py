@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 import zlib
 
+from ..common import topic_types
 from ..common.headers import PERM_WRITE
+from ..common.record import properties_map
 from .backend import Backend
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
@@ -55,6 +57,13 @@ class Sender:
         ]
         for m in msgs:
             self._check_kind(m, len(msgs))
+        if group.message_type is not None and limits.check_message_type:
+            try:
+                for m in msgs:
+                    topic_types.check_send(topic, group.message_type, properties_map(m.message.properties))
+            except topic_types.TopicMessageTypeMismatch as exc:
+                # RocketMQ's proxy: ProxyExceptionCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE.
+                raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(exc)) from None
         half = msgs[0].message_type == pb.TRANSACTION
         result = await backend.put(group, queue_id, [m.message for m in msgs], half=half)
         code = result.code

@@ -121,6 +121,7 @@ def broker_grpc_server(broker: BrokerContext) -> GrpcServer:
             max_reconsume_times=broker.config.max_reconsume_times,
             # A 4.x consumer's first retry is delay level 3, each further one the next level.
             retry_delays_ms=levels[2:] or levels,
+            validate_message_type=broker.config.enable_topic_message_type_check,
         )
 
     front = FrontConfig(host=cfg.host, tls=cfg.tls_server(), max_message_size=cfg.max_message_size,
