@@ -62,16 +62,20 @@ etcd:
 demo: venv
 	$(PY) -m examples.pipeline.run
 
+# Two workers, each test file on one of them (its module fixtures stay whole): most tests wait
+# on real processes and sockets, so two files at a time keep both cores busy.
+XDIST = -n 2 --dist loadfile
+
 test: venv node compat-cpp compat-py5 chromium etcd
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(XDIST) tests
 
 test-fast: venv
-	$(PY) -m pytest -q tests -m "not spark and not compat and not slow and not browser"
+	$(PY) -m pytest -q $(XDIST) tests -m "not spark and not compat and not slow and not browser"
 
 # The fast suite once more on the pure-Python codec, the fallback of an install without the
 # compiled one.
 test-pure: venv
-	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q tests -m "not spark and not compat and not slow and not browser"
+	FERRYMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q $(XDIST) tests -m "not spark and not compat and not slow and not browser"
 
 # Every replication mode under every fault schedule, several rounds each (tests/chaos); `make
 # test` runs a short set of the same.
