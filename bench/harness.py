@@ -35,6 +35,7 @@ REGISTRY: list[str] = [
     "trace_bench",
     "tls_bench",
     "scale_bench",
+    "fleet_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
