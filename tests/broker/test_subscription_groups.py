@@ -10,53 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc_cluster import Group
 from wire_util import Wire
 
-from ferrymq.broker.config import BrokerConfig
-from ferrymq.broker.controller import Broker
 from ferrymq.broker.groups import SNAPSHOT_NAME, GroupManager
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.record import decode_records
-from ferrymq.namesrv.server import NameServer, NamesrvConfig
 from waits import eventually
 
 TOPIC = "sg-topic"
 
 
-class Cluster:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.namesrv = NameServer(NamesrvConfig(port=0))
-        self.brokers: list[Broker] = []
-        self.wires: list[Wire] = []
-
-    async def broker(self, name: str, **config: Any) -> Broker:
-        values: dict[str, Any] = dict(ha_heartbeat_interval_ms=100, ha_slave_sync_interval_ms=200)
-        values.update(config)
-        b = Broker(BrokerConfig(store_dir=self.tmp / name, listen_port=0,
-                                namesrv_addr=self.namesrv.address, **values))
-        await b.start()
-        await b.register_once()
-        self.brokers.append(b)
-        return b
-
-    def wire(self, broker: Broker) -> Wire:
-        w = Wire(self.namesrv.address, broker.addr)
-        self.wires.append(w)
-        return w
-
-    async def close(self) -> None:
-        for w in self.wires:
-            await w.close()
-        for b in reversed(self.brokers):
-            await b.stop()
-        await self.namesrv.stop()
-
-
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    c = Cluster(tmp_path)
+async def cluster(tmp_path: Path) -> AsyncIterator[Group]:
+    c = Group(tmp_path)
     await c.namesrv.start()
     yield c
     await c.close()
@@ -97,7 +65,7 @@ async def send_back(wire: Wire, group: str, offset: int) -> Any:
 
 
 async def test_groups_created_updated_honoured_deleted_and_kept_across_a_restart(
-        cluster: Cluster, tmp_path: Path) -> None:
+        cluster: Group, tmp_path: Path) -> None:
     broker = await cluster.broker("b")
     wire = cluster.wire(broker)
     await wire.create_topic(TOPIC, 1)
@@ -170,7 +138,7 @@ async def test_groups_created_updated_honoured_deleted_and_kept_across_a_restart
     assert "set-group" not in (await table(wire2))["subscriptionGroupTable"]
 
 
-async def test_auto_create_off_refuses_unknown_groups_as_rocketmq(cluster: Cluster) -> None:
+async def test_auto_create_off_refuses_unknown_groups_as_rocketmq(cluster: Group) -> None:
     broker = await cluster.broker("b", auto_create_subscription_group=False)
     wire = cluster.wire(broker)
     await wire.create_topic(TOPIC, 1)
@@ -187,7 +155,7 @@ async def test_auto_create_off_refuses_unknown_groups_as_rocketmq(cluster: Clust
     assert (await wire.pull(TOPIC, 0, 0, group="nobody")).code == ResponseCode.SUCCESS
 
 
-async def test_broadcast_and_consume_from_min_settings(cluster: Cluster) -> None:
+async def test_broadcast_and_consume_from_min_settings(cluster: Group) -> None:
     broker = await cluster.broker("b")
     wire = cluster.wire(broker)
     await wire.create_topic(TOPIC, 1)
@@ -208,7 +176,7 @@ async def test_broadcast_and_consume_from_min_settings(cluster: Cluster) -> None
         assert resp.code == code, (group, resp.remark)
 
 
-async def test_a_slave_copies_its_masters_groups_and_refuses_changes(cluster: Cluster) -> None:
+async def test_a_slave_copies_its_masters_groups_and_refuses_changes(cluster: Group) -> None:
     master = await cluster.broker("m")
     slave = await cluster.broker("s", broker_role="SLAVE", broker_id=1)
     wm, ws = cluster.wire(master), cluster.wire(slave)

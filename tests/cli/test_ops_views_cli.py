@@ -97,3 +97,29 @@ def test_producer_connections_group_status_consume_stats_clone_and_stats_all(
     finally:
         producer.shutdown()
         admin.close()
+
+
+def test_group_status_names_a_member_that_does_not_answer(standalone: Any) -> None:
+    """A member that never answers GET_CONSUMER_RUNNING_INFO (ali-ons has no handler for
+    server requests): listed with the broker's reason, not a timeout of the whole command."""
+    import socket
+
+    from ferrymq.common import jsonx
+    from ferrymq.common.codes import RequestCode
+    from ferrymq.remoting import RemotingCommand
+    from ferrymq.remoting.codec import encode_frame
+
+    beat = {"clientID": "mute-client", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "ovw-mute", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "expressionType": "TAG",
+                                 "subVersion": 1, "tagsSet": [], "codeSet": [],
+                                 "classFilterMode": False}]}]}
+    host, port = standalone.broker.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as mute:
+        mute.sendall(encode_frame(RemotingCommand.request(RequestCode.HEART_BEAT,
+                                                          body=jsonx.dumps_bytes(beat))))
+        assert mute.recv(4)  # the heartbeat's answer begins: the member is registered
+        (member,) = json_out(standalone, "group", "status", "ovw-mute")["clients"]
+    assert member["client_id"] == "mute-client" and member["queues"] == []
+    assert "invoke consumer <mute-client> <ovw-mute> failed" in member["error"]

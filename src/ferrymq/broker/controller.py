@@ -50,9 +50,6 @@ from .transaction import TransactionService
 
 log = logging.getLogger("ferrymq.broker")
 
-# Fewer journal lines than this never trigger a topics.json rewrite.
-_JOURNAL_MIN_LINES = 1000
-
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] | None = None,
@@ -356,7 +353,7 @@ class Broker:
         if records:
             await asyncio.to_thread(self.topics.append_journal, records)
         self._topics_durable = max(self._topics_durable, version)
-        if self.topics.journal_lines >= max(_JOURNAL_MIN_LINES, len(self.topics.topics) // 2):
+        if self.topics.snapshot_due(len(self.topics.topics)):
             snapshot = self.topics.wrapper_json()
             await asyncio.to_thread(self.topics.write, snapshot)
 

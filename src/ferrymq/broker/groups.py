@@ -3,7 +3,7 @@ format): per-group settings a consumer group is served by.
 
 A group is created on its first heartbeat, pull or pop when auto_create_subscription_group is
 on (RocketMQ's findSubscriptionGroupConfig), or explicitly (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP).
-Changes are journaled as the topic table's are (topic_journal.py's line format, in
+Changes are journaled as the topic table's are (topic_journal.JournaledTable, in
 config/subscriptionGroup.journal): a group created by a heartbeat costs one appended line, not
 a rewrite of every group; the snapshot is rewritten once the journal holds as many lines as
 half the groups (at least 1,000) and at a clean stop."""
@@ -11,9 +11,6 @@ half the groups (at least 1,000) and at a clean stop."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,10 +20,9 @@ from ..common.codes import ResponseCode
 from ..common.errors import FerryMQError
 from ..common.group_fields import GROUP_FIELDS, field_value
 from ..common.names import TOOLS_CONSUMER_GROUP, validate_group
-from ..store import atomic_write, read_json_file
-from . import topic_journal
+from ..store import read_json_file
 from .coalesce import Coalescer
-from .topic_journal import TopicRecord
+from .topic_journal import JournaledTable
 
 SNAPSHOT_NAME = "subscriptionGroup.json"
 JOURNAL_NAME = "subscriptionGroup.journal"
@@ -35,7 +31,6 @@ SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 # Groups every broker has from the start, as RocketMQ's SubscriptionGroupManager.init: the
 # tools (admin, dashboard, Spark) pull with TOOLS_CONSUMER.
 _BUILT_IN = (TOOLS_CONSUMER_GROUP,)
-_JOURNAL_MIN_LINES = 1000
 
 class GroupConfigError(FerryMQError, ValueError):
     """A subscription group setting out of range."""
@@ -100,7 +95,7 @@ class SubscriptionGroupConfig:
                    extra={k: v for k, v in data.items() if k not in known}, **values)
 
 
-class GroupManager:
+class GroupManager(JournaledTable):
     """The table. `settings` gives (auto_create_subscription_group, the broker's
     max_reconsume_times: the retry count of the groups it creates); `writable` says whether
     this broker may add to its table now (a slave serves a group its master has not copied
@@ -108,16 +103,11 @@ class GroupManager:
 
     def __init__(self, config_dir: Path, *, settings: Callable[[], tuple[bool, int]],
                  writable: Callable[[], bool], on_change: Callable[[], None] | None = None) -> None:
-        self._path = config_dir / SNAPSHOT_NAME
-        self._journal_path = config_dir / JOURNAL_NAME
+        super().__init__(config_dir / SNAPSHOT_NAME, config_dir / JOURNAL_NAME)
         self._settings = settings
         self._writable = writable
         self.on_change = on_change
-        self._lock = threading.RLock()
         self.groups: dict[str, SubscriptionGroupConfig] = {}
-        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
-        self._pending: list[TopicRecord] = []
-        self.journal_lines = 0
         self._durable = 0
         # Set once the broker runs a loop: changes are journaled by a coalesced worker-thread
         # append; before (start-up, tools) each change writes the snapshot at once.
@@ -129,30 +119,20 @@ class GroupManager:
         if isinstance(data, dict):
             for name, cfg in (data.get("subscriptionGroupTable") or {}).items():
                 self.groups[str(name)] = SubscriptionGroupConfig.from_json({"groupName": name, **cfg})
-            version = data.get("dataVersion")
-            if isinstance(version, dict):
-                self.data_version = {"counter": int(version.get("counter", 0)),
-                                     "timestamp": int(version.get("timestamp", 0))}
-        records = topic_journal.read(self._journal_path)
-        self.journal_lines = len(records)
-        for r in records:
-            if r.version <= self.data_version["counter"]:
-                continue  # already in the snapshot (a crash before the journal was removed)
-            if r.config is None:
-                self.groups.pop(r.topic, None)
-            else:
-                self.groups[r.topic] = SubscriptionGroupConfig.from_json(r.config)
-            self.data_version = {"counter": r.version, "timestamp": r.timestamp}
+            self._load_version(data)
+        self._replay(self._apply)
         for name in _BUILT_IN:
             self.groups.setdefault(name, SubscriptionGroupConfig(name))
         self._durable = self.version
 
+    def _apply(self, name: str, config: dict[str, Any] | None) -> None:
+        if config is None:
+            self.groups.pop(name, None)
+        else:
+            self.groups[name] = SubscriptionGroupConfig.from_json(config)
+
     def start_writer(self) -> None:
         self._writer = Coalescer(self._write_pending, "groups-persist", min_interval=0.05, pace=1.0)
-
-    @property
-    def version(self) -> int:
-        return int(self.data_version["counter"])
 
     def wrapper_json(self) -> dict[str, Any]:
         """RocketMQ's SubscriptionGroupWrapper (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, the file)."""
@@ -163,28 +143,17 @@ class GroupManager:
                 "subscriptionGroupTable": {n: g.to_json() for n, g in sorted(self.groups.items())},
             }
 
-    def persist(self) -> None:
-        self._write_snapshot(self.wrapper_json())
-
-    def _write_snapshot(self, snapshot: dict[str, Any]) -> None:
-        atomic_write(self._path, json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode())
-        version = int(snapshot["dataVersion"]["counter"])
-        with self._lock:
-            self._pending = [r for r in self._pending if r.version > version]
-        topic_journal.remove(self._journal_path)
-        self.journal_lines = 0
-        self._durable = max(self._durable, version)
+    def write(self, snapshot: dict[str, Any]) -> None:
+        super().write(snapshot)
+        self._durable = max(self._durable, int(snapshot["dataVersion"]["counter"]))
 
     async def _write_pending(self) -> None:
-        with self._lock:
-            records, self._pending = self._pending, []
-            version = self.version
+        records, version = self.take_pending()
         if records:
-            await asyncio.to_thread(topic_journal.append, self._journal_path, records)
-            self.journal_lines += len(records)
+            await asyncio.to_thread(self.append_journal, records)
         self._durable = max(self._durable, version)
-        if self.journal_lines >= max(_JOURNAL_MIN_LINES, len(self.groups) // 2):
-            await asyncio.to_thread(self._write_snapshot, self.wrapper_json())
+        if self.snapshot_due(len(self.groups)):
+            await asyncio.to_thread(self.write, self.wrapper_json())
 
     async def durable(self) -> None:
         """Return once every change made so far is on disk."""
@@ -199,15 +168,13 @@ class GroupManager:
             await writer.idle()
 
     def _changed(self, *names: str) -> None:
-        self.data_version = {"counter": self.data_version["counter"] + 1,
-                             "timestamp": int(time.time() * 1000)}
+        version, stamp = self._bump()
         if self._writer is None:
             self.persist()
         else:
-            version, stamp = self.data_version["counter"], self.data_version["timestamp"]
             for name in names:
                 cfg = self.groups.get(name)
-                self._pending.append(TopicRecord(version, stamp, name, None if cfg is None else cfg.to_json()))
+                self.stage(version, stamp, name, None if cfg is None else cfg.to_json())
             try:
                 self._writer.ask_nowait()
             except RuntimeError:  # no running loop (tools): written here

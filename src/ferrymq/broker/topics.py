@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,9 +20,9 @@ from ..common.names import (
     is_retry_topic,
     validate_topic,
 )
-from ..store import atomic_write, read_json_file
+from ..store import read_json_file
 from . import topic_journal
-from .topic_journal import TopicRecord
+from .topic_journal import JournaledTable
 
 
 @dataclass(slots=True)
@@ -129,19 +126,13 @@ class TopicChanges:
     deleted: list[str]
 
 
-class TopicManager:
+class TopicManager(JournaledTable):
     def __init__(self, config_dir: Path, *, default_queue_nums: int = 8,
                  on_change: Callable[[], None] | None = None) -> None:
-        self._path = config_dir / "topics.json"
-        self._journal_path = config_dir / topic_journal.JOURNAL_NAME
-        # Changes not yet appended to the journal (kept only while on_dirty is set), and how
-        # many lines the journal holds.
-        self._pending: list[TopicRecord] = []
-        self.journal_lines = 0
-        self._lock = threading.RLock()
+        # Changes are staged for the journal only while on_dirty is set.
+        super().__init__(config_dir / "topics.json", config_dir / topic_journal.JOURNAL_NAME)
         self.topics: dict[str, TopicConfig] = {}
         self.default_queue_nums = default_queue_nums
-        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
         # Topic -> the version that last changed it (deleted ones too), oldest first: what
         # changed since a version is read from the end, in time proportional to the changes.
         self._touched: OrderedDict[str, int] = OrderedDict()
@@ -155,20 +146,8 @@ class TopicManager:
         if isinstance(data, dict):
             for name, cfg in (data.get("topicConfigTable") or {}).items():
                 self.topics[str(name)] = TopicConfig.from_json(cfg)
-            version = data.get("dataVersion")
-            if isinstance(version, dict):
-                self.data_version = {"counter": int(version.get("counter", 0)),
-                                     "timestamp": int(version.get("timestamp", 0))}
-        records = topic_journal.read(self._journal_path)
-        self.journal_lines = len(records)
-        for r in records:
-            if r.version <= self.data_version["counter"]:
-                continue  # already in the snapshot (a crash before the journal was removed)
-            if r.config is None:
-                self.topics.pop(r.topic, None)
-            else:
-                self.topics[r.topic] = TopicConfig.from_json(r.config)
-            self.data_version = {"counter": r.version, "timestamp": r.timestamp}
+            self._load_version(data)
+        self._replay(self._apply)
         # The system topics always exist. TBW102 inherits into auto-created topics.
         self.topics.setdefault(
             AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -180,48 +159,21 @@ class TopicManager:
         # RocketMQ's TopicConfigManager makes it too: what `cluster send-rt` probes each broker with.
         self.topics.setdefault(SELF_TEST_TOPIC, TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
 
-    @property
-    def version(self) -> int:
-        return int(self.data_version["counter"])
-
-    def persist(self) -> None:
-        self.write(self.wrapper_json())
-
-    def write(self, snapshot: dict[str, Any]) -> None:
-        """Write a snapshot taken by wrapper_json() (safe from a worker thread); the journal's
-        changes are in it, so the journal goes."""
-        # Every key is a string: the C encoder writes what jsonx would, tens of times faster.
-        atomic_write(self._path, json.dumps(snapshot, separators=(",", ":"), ensure_ascii=False).encode())
-        version = int(snapshot["dataVersion"]["counter"])
-        with self._lock:
-            self._pending = [r for r in self._pending if r.version > version]
-        # Appends and snapshots are never run at the same time (the broker runs both in one
-        # coalesced task), so the file is handled without the lock the loop takes.
-        topic_journal.remove(self._journal_path)
-        self.journal_lines = 0
-
-    def take_pending(self) -> tuple[list[TopicRecord], int]:
-        """The changes not yet journaled, and the version they bring the table to."""
-        with self._lock:
-            records, self._pending = self._pending, []
-            return records, self.version
-
-    def append_journal(self, records: list[TopicRecord]) -> None:
-        """Append taken changes to the journal, durably (safe from a worker thread)."""
-        topic_journal.append(self._journal_path, records)
-        self.journal_lines += len(records)
+    def _apply(self, name: str, config: dict[str, Any] | None) -> None:
+        if config is None:
+            self.topics.pop(name, None)
+        else:
+            self.topics[name] = TopicConfig.from_json(config)
 
     def _changed(self, *names: str) -> None:
-        self.data_version = {"counter": self.data_version["counter"] + 1,
-                             "timestamp": int(time.time() * 1000)}
+        version, stamp = self._bump()
         for name in names:
-            self._touched[name] = self.data_version["counter"]
+            self._touched[name] = version
             self._touched.move_to_end(name)
         if self.on_dirty is not None:
-            version, stamp = self.data_version["counter"], self.data_version["timestamp"]
             for name in names:
                 cfg = self.topics.get(name)
-                self._pending.append(TopicRecord(version, stamp, name, None if cfg is None else cfg.to_json()))
+                self.stage(version, stamp, name, None if cfg is None else cfg.to_json())
             self.on_dirty()
         else:
             self.persist()

@@ -26,6 +26,10 @@ from .route import TopicRoute
 
 MASTER, SLAVE = "master", "slave"
 
+# Seconds added to a GET_CONSUMER_RUNNING_INFO's timeout: the broker waits up to 3 s for the
+# member (broker/processors/ops.py) before it answers.
+RUNNING_INFO_SLACK = 3.0
+
 
 def read_target(addrs: dict[int, str]) -> tuple[str, str] | None:
     """(address, "master"|"slave") to read a broker group's offsets from: its master, else
@@ -111,9 +115,12 @@ class OpsAdmin:
         error = "no broker of the group answered"
         for addr in addrs:
             try:
+                # Longer than the broker waits for the member, so its answer saying why the
+                # member did not answer arrives rather than our own timeout.
                 resp = await self.api.invoke_ok(
                     addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
-                    fields(consumerGroup=group, clientId=client_id, jstackEnable=False))
+                    fields(consumerGroup=group, clientId=client_id, jstackEnable=False),
+                    timeout=self.api.timeout + RUNNING_INFO_SLACK)
             except FerryMQError as exc:
                 error = str(exc)
                 continue
