@@ -6,7 +6,7 @@ records to RMQ_SYS_TRACE_TOPIC every 50 ms), one with trace_enable = false.
 - batched send: SEND_BATCH_MESSAGE of 32 x 1 KiB, 8 requests in flight (the path where
   per-message trace work would show most),
 - consume-with-ack throughput (push consumer, listener batches of 32: pulls and commits are
-  traced).
+  traced), and the server's CPU per message consumed (its /proc figures around each run).
 
 Runs alternate between the two servers so drift on the machine hits both alike. `value` is
 trace on, the peer trace off; the ratio is the share of throughput trace keeps. A last row
@@ -14,6 +14,7 @@ gives how many trace records (stored messages) the traced server wrote per 1000 
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -34,6 +35,12 @@ RUNS = 3
 CHUNK = 256  # pulls per trace flush in the CPU measurement
 TOPIC = "trace-bench"
 BATCH_TOPIC = "trace-bench-batch"
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the process has used: /proc/PID/stat's utime + stime."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _on_loop(coro_fn: Any) -> Any:
@@ -70,9 +77,11 @@ def trace_records(broker: str) -> int:
 
 
 def cpu_cost(n: int, trace: bool) -> tuple[float, float]:
-    """(µs per pull + commit on the request path, µs per event for the writer): a broker in
-    this process, pull events emitted as the pull processor emits them, offsets committed as
-    a consumer commits them, then the buffer written."""
+    """(µs per pull + commit on the request path, µs per pull + commit for the writer): a
+    broker in this process, pull events emitted as the pull processor emits them, offsets
+    committed as a consumer commits them (8 queues, each one's pulls following each other),
+    then the buffer written. CPU time of the loop's thread, not wall time: other processes on
+    a shared machine do not count."""
     from ferrymq.broker.config import BrokerConfig
     from ferrymq.broker.controller import Broker
     from ferrymq.broker.events import MessageEvent, MessageEventKind
@@ -92,25 +101,25 @@ def cpu_cost(n: int, trace: bool) -> tuple[float, float]:
             # As the writer does, every few milliseconds' worth of pulls becomes records:
             # the two sides are timed apart.
             hot_s = writer_s = 0.0
-            written = 0
             for chunk in range(0, n, CHUNK):
-                began = time.perf_counter()
+                began = time.thread_time()
                 for i in range(chunk, min(n, chunk + CHUNK)):
+                    offset = i // 8 * 32
                     # What pull.py does per pull that found messages.
                     if broker.trace is not None:
-                        broker.trace.delivered("t", i % 8, i * 32, i * 32 + 32, "g",
+                        broker.trace.delivered("t", i % 8, offset, offset + 32, "g",
                                                "127.0.0.1:5000")
                     if broker.events.wants(MessageEventKind.DELIVERED):
                         broker.events.emit(MessageEvent(
-                            MessageEventKind.DELIVERED, "t", i % 8, i * 32, count=32, group="g",
+                            MessageEventKind.DELIVERED, "t", i % 8, offset, count=32, group="g",
                             client="127.0.0.1:5000"))
-                    broker.offsets.commit("g", "t", i % 8, i * 32 + 32)
-                hot_s += time.perf_counter() - began
+                    broker.offsets.commit("g", "t", i % 8, offset + 32)
+                hot_s += time.thread_time() - began
                 if recorder is not None:
-                    began = time.perf_counter()
-                    written += await recorder.flush()
-                    writer_s += time.perf_counter() - began
-            return hot_s / n * 1e6, writer_s / max(written, 1) * 1e6
+                    began = time.thread_time()
+                    await recorder.flush()
+                    writer_s += time.thread_time() - began
+            return hot_s / n * 1e6, writer_s / n * 1e6
         finally:
             await broker.stop()
             await namesrv.stop()
@@ -134,6 +143,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         with standalone(home / "on", "--config", str(confs[True])) as on_server, \
                 standalone(home / "off", "--config", str(confs[False])) as off_server:
             servers = {True: on_server.namesrv, False: off_server.namesrv}
+            pids = {True: on_server.proc.pid, False: off_server.proc.pid}
             brokers = {}
             for on, namesrv in servers.items():
                 with AdminClient(namesrv) as admin:
@@ -145,8 +155,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
                     namesrv = servers[on]
                     results.setdefault(("produce", on), []).append(ferrymq_produce(namesrv, TOPIC, n))
                     results.setdefault(("batch", on), []).append(batched(brokers[on], n_batches))
+                    cpu = process_cpu(pids[on])
                     results.setdefault(("consume", on), []).append(
                         ferrymq_consume(namesrv, TOPIC, f"trace-bench-g{i}", n, 32))
+                    results.setdefault(("consume_cpu", on), []).append(
+                        (process_cpu(pids[on]) - cpu) / n * 1e6)
             time.sleep(0.2)  # the last flush interval's records
             total_msgs = RUNS * (n + 1 + n_batches * 32)
             records_per_1000 = 1000 * trace_records(brokers[True]) / total_msgs
@@ -159,6 +172,12 @@ def run(quick: bool) -> list[dict[str, Any]]:
                      "value": statistics.median(on_runs), "runs": on_runs,
                      "peer_name": "trace off", "peer_value": statistics.median(off_runs),
                      "peer_runs": off_runs})
+    # Steadier than the throughput on a shared machine: what the server spent per message.
+    on_cpu, off_cpu = results[("consume_cpu", True)], results[("consume_cpu", False)]
+    rows.append({"workload": "trace", "unit": "µs",
+                 "measurement": "server CPU per message consumed (batches of 32), trace on",
+                 "value": statistics.median(on_cpu), "runs": on_cpu, "peer_name": "trace off",
+                 "peer_value": statistics.median(off_cpu), "peer_runs": off_cpu})
     hot_on, hot_off, writer_runs = [], [], []
     for _ in range(RUNS):
         for trace in (True, False):
@@ -171,7 +190,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                  "value": statistics.median(hot_on), "runs": hot_on, "peer_name": "trace off",
                  "peer_value": statistics.median(hot_off), "peer_runs": hot_off})
     rows.append({"workload": "trace", "unit": "µs",
-                 "measurement": "writer CPU per recorded event (records built, stored, indexed)",
+                 "measurement": "writer CPU per pull + commit (records built, stored, indexed)",
                  "value": statistics.median(writer_runs), "runs": writer_runs})
     rows.append({"workload": "trace", "measurement": "trace records written per 1000 messages",
                  "unit": "records", "value": round(records_per_1000, 2), "runs": [records_per_1000]})

@@ -23,6 +23,19 @@ def test_range_events_get_one_position_key_per_bucket_and_ids_their_own() -> Non
     assert list(C.event_keys(wide)) == ["T@0@0", "T@0@999"]  # an offset reset: its two ends
 
 
+def test_keys_given_by_the_writer_are_those_the_events_would_get() -> None:
+    # The recorder builds a delivery's or a commit's keys from its tuple (range_keys) instead
+    # of from its dict (event_keys); the records must come out the same either way.
+    cache: dict[tuple[str, int, int], str] = {}
+    for start, end in ((0, 32), (1000, 1056), (1000, 2100), (0, 1024 * 1000), (5, 5)):
+        ev = {"k": C.R_DELIVERED, "t": "T", "q": 1, "o": start, "e": end, "g": "G"}
+        assert C.range_keys("T", 1, start, end, cache) == C.event_keys(ev)
+    events = [{"ts": i, "k": C.R_COMMITTED, "t": "T", "q": i % 3, "o": 32 * i, "e": 32 * i + 32,
+               "g": "G"} for i in range(200)]
+    keys = [C.range_keys("T", e["q"], e["o"], e["e"], cache) for e in events]
+    assert C.encode_records("b", events, keys) == C.encode_records("b", events)
+
+
 def test_records_split_before_their_keys_outgrow_the_properties() -> None:
     events = [{"ts": i, "k": C.R_SENT_BACK, "t": "T", "q": 0, "o": i, "id": f"{i:032X}"}
               for i in range(2000)]

@@ -10,7 +10,10 @@ from pathlib import Path
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
 from ferrymq.broker.trace.recorder import FLUSH_SLICE
+from ferrymq.broker.trace.timeline import lookup
+from ferrymq.common import props as P
 from ferrymq.namesrv.server import NameServer, NamesrvConfig
+from ferrymq.store import StoreMessage
 
 
 async def test_a_large_flush_lets_the_loop_run_between_slices(tmp_path: Path) -> None:
@@ -76,4 +79,48 @@ async def test_a_stop_in_the_middle_of_a_flushs_slices_keeps_every_event(tmp_pat
     finally:
         if not stopped:
             await b.stop()
+        await namesrv.stop()
+
+
+async def test_a_queues_contiguous_pulls_and_commits_are_one_event_each_timed_per_offset(
+        tmp_path: Path) -> None:
+    # A consumer's pulls of a queue follow each other, and so do its commits: each run is
+    # written as one event whose splits keep every pull's (and commit's) own time, so the
+    # writer builds a few events per flush instead of two per pull, and the timeline still
+    # says when each message was delivered and consumed.
+    now = [1_000]
+    namesrv = NameServer(NamesrvConfig(port=0))
+    await namesrv.start()
+    b = Broker(BrokerConfig(store_dir=tmp_path / "store", listen_port=0, grpc_listen_port=-1,
+                            namesrv_addr=namesrv.address, trace_flush_interval_ms=600_000),
+               clock=lambda: now[0])
+    await b.start()
+    try:
+        trace = b.trace
+        assert trace is not None
+        ids = [f"{i:032X}" for i in range(8)]
+        result = await b.put([StoreMessage(topic="T", queue_id=0, body=b"m",
+                                           properties={P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: m})
+                              for m in ids])
+        assert result.status.stored
+        for ts, start, end, client in ((1_001, 0, 2, "127.0.0.1:1"), (1_001, 2, 3, "127.0.0.1:1"),
+                                       (1_005, 3, 5, "127.0.0.1:1"), (1_006, 5, 8, "127.0.0.1:2")):
+            now[0] = ts
+            trace.delivered("T", 0, start, end, "G", client)
+        for ts, old, new in ((1_007, 0, 4), (1_009, 4, 8)):
+            now[0] = ts
+            trace.on_commit("G", "T", 0, old, new)
+        assert await trace.flush() == 3  # client 1's three pulls, client 2's, the commits
+        assert trace.records_written == 1
+        timeline = {i: [(e.kind, e.ts, e.client) for e in lookup(b.store, m, "b")]
+                    for i, m in enumerate(ids)}
+        stored = timeline[0][0][1]
+        assert timeline[1] == [("stored", stored, ""), ("delivered", 1_001, "127.0.0.1:1"),
+                               ("consumed", 1_007, "")]
+        assert timeline[4] == [("stored", stored, ""), ("delivered", 1_005, "127.0.0.1:1"),
+                               ("consumed", 1_009, "")]
+        assert timeline[7] == [("stored", stored, ""), ("delivered", 1_006, "127.0.0.1:2"),
+                               ("consumed", 1_009, "")]
+    finally:
+        await b.stop()
         await namesrv.stop()

@@ -5,12 +5,14 @@ A broker trace record is one stored message per batch of events: its body is JSO
 it mentions and one position key per 1024 queue offsets its range events cover, so the key
 index finds a message's records without a scan. Raw events use short field names: ts, k
 (raw kind), t/q/o (topic, queue, offset), e (exclusive end of an offset range), os (offsets,
-for pop), g (group), c (client), id (unique id), p (commit-log offset), d (detail)."""
+for pop), g (group), c (client), id (unique id), p (commit-log offset), d (detail), r (splits
+of a range coalesced from several pulls or commits: [[from offset, ts], ...], the offsets
+from each on at that ts; the range's start has "ts")."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +55,28 @@ def offset_key(topic: str, queue_id: int, offset: int) -> str:
     return position_key(topic, queue_id, offset // BUCKET)
 
 
+def range_keys(topic: str, queue_id: int, start: int, end: int,
+               cache: dict[tuple[str, int, int], str]) -> list[str]:
+    """The position keys of the queue offsets [start, end): one per bucket, or the two ends of
+    a range wider than MAX_BUCKETS buckets (an offset reset). `cache` keeps the keys built."""
+    first, last = start // BUCKET, max(start, end - 1) // BUCKET
+    if first == last:  # a pull's or a commit's range, nearly always
+        key = cache.get((topic, queue_id, first))
+        if key is None:
+            key = cache[(topic, queue_id, first)] = position_key(topic, queue_id, first)
+        return [key]
+    buckets = (first, last) if last - first + 1 > MAX_BUCKETS else range(first, last + 1)
+    return [_cached_key(topic, queue_id, b, cache) for b in buckets]
+
+
+def _cached_key(topic: str, queue_id: int, bucket: int,
+                cache: dict[tuple[str, int, int], str]) -> str:
+    key = cache.get((topic, queue_id, bucket))
+    if key is None:
+        key = cache[(topic, queue_id, bucket)] = position_key(topic, queue_id, bucket)
+    return key
+
+
 def event_keys(ev: dict[str, Any], cache: dict[tuple[str, int, int], str] | None = None) -> list[str]:
     """The index keys one raw event needs (`cache` keeps position keys built already)."""
     out: list[str] = []
@@ -62,25 +86,16 @@ def event_keys(ev: dict[str, Any], cache: dict[tuple[str, int, int], str] | None
     topic, qid = ev.get("t"), ev.get("q")
     if topic is None or qid is None:
         return out
+    if cache is None:
+        cache = {}
     offsets = ev.get("os")
-    buckets: Iterable[int]
     if offsets is not None:
-        buckets = sorted({int(o) // BUCKET for o in offsets})
-    else:
-        start = int(ev.get("o", -1))
-        if start < 0:
-            return out
-        end = int(ev.get("e", start + 1))
-        first, last = start // BUCKET, max(start, end - 1) // BUCKET
-        buckets = (first, last) if last - first + 1 > MAX_BUCKETS else range(first, last + 1)
-    for b in buckets:
-        if cache is None:
-            out.append(position_key(topic, qid, b))
-            continue
-        key = cache.get((topic, qid, b))
-        if key is None:
-            key = cache[(topic, qid, b)] = position_key(topic, qid, b)
-        out.append(key)
+        out += [_cached_key(topic, qid, b, cache) for b in sorted({int(o) // BUCKET for o in offsets})]
+        return out
+    start = int(ev.get("o", -1))
+    if start < 0:
+        return out
+    out += range_keys(topic, qid, start, int(ev.get("e", start + 1)), cache)
     return out
 
 
@@ -91,26 +106,31 @@ class EncodedRecord:
     events: int
 
 
-def encode_records(broker: str, events: Iterable[dict[str, Any]]) -> list[EncodedRecord]:
-    """Events in records of bounded key length, in order."""
+def encode_records(broker: str, events: Sequence[dict[str, Any]],
+                   keys: Sequence[list[str]] | None = None) -> list[EncodedRecord]:
+    """Events in records of bounded key length, in order. `keys`, when given, holds each
+    event's index keys (what event_keys would give), built by the caller from what it had at
+    hand: for deliveries and commits, the bulk of the events, that is a third of the writer's
+    CPU saved."""
     out: list[EncodedRecord] = []
     batch: list[dict[str, Any]] = []
-    keys: dict[str, None] = {}
+    record_keys: dict[str, None] = {}
     chars = 0
 
     def close() -> None:
-        nonlocal batch, keys, chars
+        nonlocal batch, record_keys, chars
         if batch:
             # Plain JSON through the C encoder: this runs for every event recorded.
             body = json.dumps({"v": 1, "broker": broker, "events": batch},
                               separators=(",", ":")).encode()
-            out.append(EncodedRecord(body, P.KEY_SEPARATOR.join(keys), len(batch)))
-        batch, keys, chars = [], {}, 0
+            out.append(EncodedRecord(body, P.KEY_SEPARATOR.join(record_keys), len(batch)))
+        batch, record_keys, chars = [], {}, 0
 
-    cache: dict[tuple[str, int, int], str] = {}
-    for ev in events:
-        mine = event_keys(ev, cache)
-        new = [k for k in mine if k not in keys]
+    if keys is None:
+        cache: dict[tuple[str, int, int], str] = {}
+        keys = [event_keys(ev, cache) for ev in events]
+    for ev, mine in zip(events, keys, strict=True):
+        new = [k for k in mine if k not in record_keys]
         cost = 0
         for k in new:
             cost += len(k) + 1
@@ -120,7 +140,7 @@ def encode_records(broker: str, events: Iterable[dict[str, Any]]) -> list[Encode
             cost = sum(len(k) + 1 for k in new)
         batch.append(ev)
         for k in new:
-            keys[k] = None
+            record_keys[k] = None
         chars += cost
     close()
     return out

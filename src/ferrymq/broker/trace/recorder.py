@@ -25,6 +25,7 @@ from ...common.names import (
 from ...store import StoreMessage
 from ..events import MessageEvent, MessageEventKind
 from . import codec as C
+from .codec import BUCKET
 
 if TYPE_CHECKING:
     from ..core import BrokerCore
@@ -121,7 +122,7 @@ class TraceRecorder:
         if store is None or self._broker.refuse_writes():
             # A slave: the master records what it sees.
             with contextlib.suppress(Exception):
-                self.dropped += len(self._raw_events(entries))
+                self.dropped += len(self._raw_events(entries)[0])
             return 0
         name = self._broker.config.broker_name
         host = str(store.config.store_host)
@@ -133,7 +134,7 @@ class TraceRecorder:
             if i:
                 await asyncio.sleep(0)
             try:
-                events = self._raw_events(entries[i:i + FLUSH_SLICE])
+                events, keys = self._raw_events(entries[i:i + FLUSH_SLICE])
             except Exception:
                 log.exception("trace events could not be built; %d dropped",
                               len(entries) - i)
@@ -144,7 +145,7 @@ class TraceRecorder:
                                   properties={P.PROPERTY_KEYS: rec.keys,
                                               C.PROPERTY_BROKER_TRACE: "1"},
                                   born_timestamp=now, born_host=host)
-                     for rec in C.encode_records(name, events)]
+                     for rec in C.encode_records(name, events, keys)]
             count += len(events)
         if not msgs:
             return 0
@@ -158,32 +159,69 @@ class TraceRecorder:
         self.events_written += count
         return count
 
-    def _raw_events(self, entries: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    def _raw_events(self, entries: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]], list[list[str]]]:
+        """The raw events of buffered entries and each one's index keys.
+
+        Deliveries and commits, nearly every entry of a consuming broker, are coalesced: a
+        pull (or commit) of a queue that starts where the same group's (and client's) last
+        one in these entries ended extends that event's range instead of making another,
+        and records its own time as a split [offset, ts] in the event's "r" when it differs
+        (codec.py). A consumer's pulls of one queue follow each other that way, so a slice
+        of entries becomes a few events: the writer's CPU went with the number of events
+        (a dict, its keys and its JSON each), and a pull of 32 messages and its commit made
+        two. Their keys come from the tuples' offsets (codec.range_keys), not the dicts."""
         out: list[dict[str, Any]] = []
+        keys: list[list[str]] = []
         clients: dict[tuple[str, str], str] = {}
+        positions: dict[tuple[str, int, int], str] = {}
+        # (tag, topic, queue, group, client) -> the open event of that run and its keys
+        runs: dict[tuple[Any, ...], tuple[dict[str, Any], list[str]]] = {}
+        range_keys = C.range_keys
         for entry in entries:
             tag = entry[0]
             if tag == "commit":
-                _, ts, group, topic, qid, old, new = entry
-                if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
-                    continue
-                out.append({"ts": ts, "k": C.R_COMMITTED, "t": topic, "q": qid, "o": old,
-                            "e": new, "g": group})
+                _, ts, group, topic, qid, start, end = entry
+                client = ""
             elif tag == "pull":
                 _, ts, topic, qid, start, end, group, client = entry
-                if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
-                    continue
-                raw: dict[str, Any] = {"ts": ts, "k": C.R_DELIVERED, "t": topic, "q": qid,
-                                       "o": start, "e": end, "g": group}
-                if client:
-                    raw["c"] = self._client_name(group, client, clients)
-                out.append(raw)
             else:
                 _, ts, ev = entry
                 found = self._event(ts, ev, clients)
                 if found is not None:
                     out.append(found)
-        return out
+                    keys.append(C.event_keys(found, positions))
+                continue
+            if group in _UNTRACED_GROUPS or topic in _UNTRACED_TOPICS:
+                continue
+            run_key = (tag, topic, qid, group, client)
+            run = runs.get(run_key)
+            if run is not None and run[0]["e"] == start and end > start > 0:
+                raw, raw_keys = run
+                raw["e"] = end
+                splits = raw.get("r")
+                if ts != (splits[-1][1] if splits else raw["ts"]):
+                    if splits is None:
+                        splits = raw["r"] = []
+                    splits.append([start, ts])
+                # The run's keys hold the bucket of its last offset so far (start - 1).
+                if (end - 1) // BUCKET != (start - 1) // BUCKET:
+                    for k in range_keys(topic, qid, start, end, positions):
+                        if k not in raw_keys:
+                            raw_keys.append(k)
+                continue
+            mine = range_keys(topic, qid, start, end, positions) if start >= 0 else []
+            if tag == "commit":
+                raw = {"ts": ts, "k": C.R_COMMITTED, "t": topic, "q": qid, "o": start, "e": end,
+                       "g": group}
+            else:
+                raw = {"ts": ts, "k": C.R_DELIVERED, "t": topic, "q": qid, "o": start, "e": end,
+                       "g": group}
+                if client:
+                    raw["c"] = self._client_name(group, client, clients)
+            out.append(raw)
+            keys.append(mine)
+            runs[run_key] = (raw, mine)
+        return out, keys
 
     def _event(self, ts: int, ev: MessageEvent, clients: dict[tuple[str, str], str]) -> dict[str, Any] | None:
         if ev.group in _UNTRACED_GROUPS or ev.topic in _UNTRACED_TOPICS:

@@ -235,8 +235,20 @@ def _event(msg_id: str, broker: str, ev: dict[str, Any], pos: tuple[str, int, in
     detail = {str(k): str(v) for k, v in dict(ev.get("d") or {}).items()}
     if kind == K.FAILED and "reconsume_times" in detail:
         detail["retry_level"] = detail["reconsume_times"]
-    return TraceEvent(int(ev.get("ts", 0)), kind, msg_id, broker, pos[0], pos[1], pos[2],
+    return TraceEvent(ts_at(ev, pos[2]), kind, msg_id, broker, pos[0], pos[1], pos[2],
                       group=str(ev.get("g", "")), client=str(ev.get("c", "")), detail=detail)
+
+
+def ts_at(ev: dict[str, Any], offset: int) -> int:
+    """When a range event happened to the message at `offset`: its "ts", or the time of the
+    last split ("r", [[from offset, ts], ...], ascending) at or below the offset, for a range
+    the recorder coalesced from several pulls or commits."""
+    ts = int(ev.get("ts", 0))
+    for start, at in ev.get("r") or ():
+        if offset < int(start):
+            break
+        ts = int(at)
+    return ts
 
 
 _CLIENT_KINDS = {"Pub": K.CLIENT_PUB, "SubBefore": K.CLIENT_SUB_BEFORE,
