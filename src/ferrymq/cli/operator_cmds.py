@@ -1,6 +1,7 @@
 """`ferrymq broker wipe-write-perm|add-write-perm` (mqadmin wipeWritePerm / addWritePerm: take
-a broker out of writes for maintenance and back) and `ferrymq cluster send-rt` (mqadmin
-checkMsgSendRT: the round trip of probe sends to every broker)."""
+a broker out of writes for maintenance and back), `ferrymq cluster send-rt` (mqadmin
+checkMsgSendRT: the round trip of probe sends to every broker) and `ferrymq cluster
+elect-master` (mqadmin electMaster, controller mode)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import argparse
 import statistics
 
 from ..client.admin import AdminClient
+from ..client.errors import BrokerError
+from ..common.codes import ResponseCode
 from ..common.names import SELF_TEST_TOPIC
 from .auth import credentials
 from .failures import CommandFailed
@@ -61,6 +64,25 @@ def cmd_send_rt(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_elect_master(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        try:
+            elected = admin.elect_master(args.broker, args.broker_id, controller=args.controller)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise
+            raise CommandFailed(
+                f"no controller answers at {args.controller or args.namesrv}: elect-master needs controller "
+                "mode (a name server run with --enable-controller; --controller names it)") from None
+    if args.json:
+        print_json(elected.to_json())
+    else:
+        stdout.print(f"broker group {elected.broker}: replica {elected.master_id} ({elected.master_addr}) is "
+                     f"the master at epoch {elected.epoch}, in sync: "
+                     f"{', '.join(map(str, elected.sync_state_set))}", markup=False)
+    return 0
+
+
 def add_broker_perm_actions(
     bsub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
@@ -84,3 +106,9 @@ def add_cluster_actions(
     c.add_argument("--count", type=int, default=3, help="sends per broker (default 3)")
     c.add_argument("--size", type=int, default=128, help="body bytes of each probe (default 128)")
     c.set_defaults(func=cmd_send_rt)
+    c = csub.add_parser("elect-master", parents=[common],
+                        help="make a replica the master of its broker group (controller mode)")
+    c.add_argument("broker", help="broker group (broker name)")
+    c.add_argument("--broker-id", type=int, required=True, help="the replica to elect (alive and in sync)")
+    c.add_argument("--controller", help="the controller's HOST:PORT (default: the name servers)")
+    c.set_defaults(func=cmd_elect_master)

@@ -117,6 +117,7 @@ class AdminClient(Facade[AsyncAdminClient]):
     kv_put = blocking(AsyncAdminClient.kv_put)
     kv_delete = blocking(AsyncAdminClient.kv_delete)
     send_round_trips = blocking(AsyncAdminClient.send_round_trips)
+    elect_master = blocking(AsyncAdminClient.elect_master)
     read_brokers = blocking(AsyncAdminClient.read_brokers)
     producer_connections = blocking(AsyncAdminClient.producer_connections)
     consumer_status = blocking(AsyncAdminClient.consumer_status)

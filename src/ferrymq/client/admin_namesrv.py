@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..common import jsonx
-from ..common.codes import RequestCode, ResponseCode
+from ..common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.headers import fields
 from ..common.javaprops import format_properties, parse_properties
 from ..common.message import MessageQueue
 from ..common.names import CLIENT_INNER_PRODUCER_GROUP, SELF_TEST_TOPIC
-from .errors import NoRouteError, UnknownBrokerError, broker_error
+from .api import split_addrs
+from .errors import BrokerError, NoRouteError, UnknownBrokerError, broker_error
 
 if TYPE_CHECKING:
     from .api import MQClientAPI
@@ -37,6 +38,22 @@ class SendRoundTrip:
     def to_json(self) -> dict[str, Any]:
         return {"broker": self.broker, "queue_id": self.queue_id, "ok": self.ok,
                 "rt_ms": round(self.rt_ms, 3), "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class ElectedMaster:
+    """The controller's answer to an election: the group's master, epoch and in-sync replicas."""
+
+    broker: str
+    master_id: int
+    master_addr: str
+    epoch: int
+    sync_state_set: tuple[int, ...]
+    controller: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"broker": self.broker, "master_id": self.master_id, "master_addr": self.master_addr,
+                "epoch": self.epoch, "sync_state_set": list(self.sync_state_set), "controller": self.controller}
 
 
 class NamesrvAdmin:
@@ -140,6 +157,38 @@ class NamesrvAdmin:
         for addr in self.api.namesrv_addrs:
             await self.api.invoke_ok(addr, RequestCode.DELETE_KV_CONFIG, fields(namespace=namespace, key=key))
         return list(self.api.namesrv_addrs)
+
+    # --- controller mode ----------------------------------------------------------------------
+    async def elect_master(self, broker: str, broker_id: int, *, controller: str | None = None) -> ElectedMaster:
+        """Make replica `broker_id` the master of broker group `broker` (controller mode,
+        mqadmin electMaster): the controller refuses a replica that is not alive or not in
+        the sync state set. Asked of `controller` (';'-separated), by default of the name
+        servers (run with --enable-controller); in quorum mode a follower names the leader,
+        which is asked in turn."""
+        addrs = split_addrs(controller) if controller else list(self.api.namesrv_addrs)
+        info = await self.api.cluster_info()
+        cluster = str(((info.get("brokerAddrTable") or {}).get(broker) or {}).get("cluster", ""))
+        header = fields(clusterName=cluster, brokerName=broker, brokerId=broker_id, designateElect=True,
+                        invokeTime=int(time.time() * 1000))
+        unsupported: BrokerError | None = None
+        for addr in addrs:
+            resp = await self.api.invoke(addr, RequestCode.CONTROLLER_ELECT_MASTER, header)
+            leader = resp.ext_fields.get(CONTROLLER_LEADER_FIELD)
+            if resp.code == ResponseCode.CONTROLLER_NOT_LEADER and leader:
+                addr = leader
+                resp = await self.api.invoke(addr, RequestCode.CONTROLLER_ELECT_MASTER, header)
+            if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                # A name server without a controller: another one may have it.
+                unsupported = broker_error(addr, RequestCode.CONTROLLER_ELECT_MASTER, resp.code, resp.remark)
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                raise broker_error(addr, RequestCode.CONTROLLER_ELECT_MASTER, resp.code, resp.remark)
+            view = jsonx.loads(resp.body or b"{}")
+            return ElectedMaster(broker, int(view.get("masterId", -1)), str(view.get("masterAddr", "")),
+                                 int(view.get("epoch", 0)), tuple(int(i) for i in view.get("syncStateSet") or []),
+                                 addr)
+        assert unsupported is not None
+        raise unsupported
 
     # --- send round trip ----------------------------------------------------------------------
     async def send_round_trips(

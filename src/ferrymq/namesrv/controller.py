@@ -46,6 +46,10 @@ class ControllerNotLeader(ControllerError):
         self.leader_addr = leader_addr
 
 
+class ElectionRefused(ControllerError):
+    """A designated election (CONTROLLER_ELECT_MASTER) of a replica that may not be master."""
+
+
 class StateBackend(Protocol):
     """Where the durable state goes instead of controller.json (quorum mode: etcd). `save`
     raises ControllerNotLeader when the state may not be written (any more)."""
@@ -246,6 +250,37 @@ class ReplicaController:
             with self._transaction():
                 g.sync_state_set = wanted
                 g.sync_state_set_epoch += 1
+        return _view(g)
+
+    def elect(self, broker_name: str, broker_id: int) -> GroupView:
+        """Make `broker_id` the group's master now (mqadmin electMaster). Only a replica an
+        automatic election could pick: alive and in the sync state set, so it holds every
+        acknowledged message. The master it replaces learns at its next heartbeat and follows
+        it; electing the master changes nothing."""
+        g = self.groups.get(broker_name)
+        if g is None:
+            raise InvalidControllerRequest(f"unknown broker group {broker_name!r}")
+        r = g.replicas.get(broker_id)
+        if r is None:
+            raise InvalidControllerRequest(
+                f"broker group {broker_name!r} has no replica {broker_id} (replicas: {sorted(g.replicas)})")
+        if not self._alive(r, self._clock()):
+            raise ElectionRefused(f"broker group {broker_name!r}: replica {broker_id} is not alive "
+                                  f"(no heartbeat within the {self.lease_ms} ms lease)")
+        if broker_id not in g.sync_state_set:
+            raise ElectionRefused(
+                f"broker group {broker_name!r}: replica {broker_id} is not in the sync state set "
+                f"{sorted(g.sync_state_set)}, it may lack acknowledged messages")
+        if broker_id == g.master_id:
+            return _view(g)
+        old = g.replicas.get(g.master_id)
+        old_id, old_addr = (old.broker_id, old.addr) if old is not None else (NO_MASTER, "")
+        with self._transaction():
+            g.master_id = broker_id
+            g.epoch += 1
+            g.sync_state_set = {broker_id}
+            g.sync_state_set_epoch += 1
+            self._changes.append(MasterChange(g.broker_name, old_id, old_addr, broker_id, r.addr, g.epoch))
         return _view(g)
 
     def scan(self, now: int | None = None) -> list[MasterChange]:

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 
 from ..common import jsonx
 from ..common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
+from ..common.headers import fields, req_int, req_str
 from ..remoting import Connection, RemotingCommand, RemotingServer
 from .controller import (
     ControllerError,
     ControllerNotLeader,
+    ElectionRefused,
     FencedMasterEpoch,
     FencedSyncStateSetEpoch,
     Heartbeat,
@@ -79,6 +81,7 @@ _CODES = {
     FencedMasterEpoch: ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
     FencedSyncStateSetEpoch: ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
     ControllerNotLeader: ResponseCode.CONTROLLER_NOT_LEADER,
+    ElectionRefused: ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
 }
 
 
@@ -111,6 +114,7 @@ class ControllerApi:
         server.register(RequestCode.BROKER_HEARTBEAT, self._heartbeat)
         server.register(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, self._alter_sync_state_set)
         server.register(RequestCode.CONTROLLER_GET_REPLICA_INFO, self._replica_info)
+        server.register(RequestCode.CONTROLLER_ELECT_MASTER, self._elect_master)
 
     def apply(self, changes: Iterable[MasterChange]) -> None:
         """An old master leaves the route at once, so clients stop sending to it."""
@@ -186,6 +190,21 @@ class ControllerApi:
         finally:
             self._follow()
         return _answer(req, view.to_json())
+
+    async def _elect_master(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """RocketMQ's ElectMasterRequestHeader (clusterName, brokerName, brokerId, designateElect)
+        and ElectMasterResponseHeader's fields; the body is the group's view as a heartbeat's."""
+        ext = req.ext_fields
+        try:
+            view = await self._call(self.controller.elect, req_str(ext, "brokerName"), req_int(ext, "brokerId"))
+        except ControllerError as exc:
+            return _refusal(req, exc)
+        finally:
+            self._follow()
+        return RemotingCommand.make_response_to(
+            req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(view.to_json()),
+            ext_fields=fields(masterBrokerId=view.master_id, masterAddress=view.master_addr,
+                              masterEpoch=view.epoch, syncStateSetEpoch=view.sync_state_set_epoch))
 
     async def _replica_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
