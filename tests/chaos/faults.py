@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from proxy import TcpProxy
 from workload import Workload
 
+from etcd_cluster import EtcdCluster
 from ferrymq.common import jsonx
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.embedded import BrokerProcess, LocalCluster
@@ -27,6 +28,7 @@ class Target:
     lease_s: float  # the controller's lease; also how long a freeze must last to matter
     # Seconds from a master's kill until another broker was registered as master (quorum faults).
     failovers: list[float] = field(default_factory=list)
+    etcd: EtcdCluster | None = None  # the quorum's etcd cluster (quorum modes)
 
     def master(self) -> BrokerProcess:
         if self.cluster.controller:
@@ -94,6 +96,16 @@ def kill_namesrv(t: Target) -> Repair:
     return ns.start
 
 
+def kill_etcd_member(t: Target) -> Repair:
+    """The etcd member every controller asks first dies: they move to the next endpoint, and the
+    two left are still a majority."""
+    if t.etcd is None:
+        raise ValueError("kill_etcd_member needs a quorum mode's etcd cluster")
+    etcd = t.etcd
+    etcd.kill(0)
+    return lambda: etcd.start(0)
+
+
 def kill_slave(t: Target) -> Repair:
     s = t.slave()
     s.kill()
@@ -142,6 +154,7 @@ SCHEDULES = {
         Schedule("partition-ha", partition_ha, 2.0, static_only=True),
         Schedule("kill-ctl-leader-master", kill_leader_then_master, 0.5, quorum_only=True),
         Schedule("kill-namesrv", kill_namesrv, 1.0, hold_leases=1.5, quorum_only=True),
+        Schedule("kill-etcd-member", kill_etcd_member, 3.0, quorum_only=True),
     )
 }
 

@@ -119,7 +119,7 @@ def test_chaos(tmp_path: Path, mode_name: str, schedule_name: str, run_report: l
             etcd.close()
         raise
     workload = Workload(cluster.namesrv_addrs)
-    target = Target(cluster, proxy, LEASE_MS / 1000)
+    target = Target(cluster, proxy, LEASE_MS / 1000, etcd=etcd)
     try:
         workload.create_topic()
         workload.start_consumer()
