@@ -117,17 +117,22 @@ def test_fifo_message_groups_each_go_to_one_queue_in_send_order(clients: Clients
     assert sent
 
 
-def test_delivery_timestamp_delivers_at_that_time(clients: Clients, admin: AdminClient, server: Standalone) -> None:
+def test_delivery_timestamp_delivers_at_that_time_and_recall_cancels(clients: Clients, admin: AdminClient,
+                                                                      server: Standalone) -> None:
     topic = "sdk5-delay"
-    admin.create_topic(topic, 2, message_type="DELAY")  # a NORMAL topic's route refuses them (SDK side)
+    admin.create_topic(topic, 1, message_type="DELAY")  # a NORMAL topic's route refuses them (SDK side)
     got = consume_in_background(server, topic, "sdk5-delay-py")
-    producer = clients.sdk5("produce", topic=topic, count=1, deliverAfterMs=3_000)
-    [sent] = run_producer(producer, 1, 60)
-    asked = sent["ts"] + 3_000
-    msg = got.wait(1, 30)[0]
+    # The second is recalled (RecallMessage, 5.3) with the handle its send answered; the third,
+    # due no earlier, shows when the second's time has come and gone.
+    producer = clients.sdk5("produce", topic=topic, count=3, deliverAfterMs=3_000, recall=[False, True, False])
+    sent = run_producer(producer, 3, 60)
+    assert [e["messageId"] for e in producer.of("recalled")] == [sent[1]["messageId"]]
+    asked = sent[0]["ts"] + 3_000
+    msgs = got.wait(2, 30)
     # The SDK sends whole seconds: the time asked is within the second before.
-    assert msg.store_timestamp >= asked - 1_000 - 200, "not delivered before its time"
-    assert msg.msg_id == sent["messageId"]
+    assert msgs[0].store_timestamp >= asked - 1_000 - 200, "not delivered before its time"
+    assert [m.msg_id for m in msgs] == [sent[0]["messageId"], sent[2]["messageId"]]
+    assert admin.max_offset(admin.message_queues(topic)[0]) == 2  # the recalled one was never stored
 
 
 def test_unknown_topic_fails_the_send(clients: Clients) -> None:

@@ -292,3 +292,84 @@ def test_an_empty_receive_is_message_not_found_then_the_delivery_timestamp(stub:
     admin.update_subscription_group("recv-g", {"consume_enable": False})
     refused = next(iter(stub.ReceiveMessage(req, metadata=meta(), timeout=10))).status
     assert (refused.code, refused.message) == (pb.FORBIDDEN, "subscription group no permission, recv-g")
+
+
+def _pull(stub: sgrpc.MessagingServiceStub, topic: str, offset: int, *, batch: int = 32, tag: str = "*",
+          poll_s: float = 0, queue_id: int = 0) -> tuple[int, list[pb.Message], int | None]:
+    """A PullMessage's stream as (status code, messages, next offset)."""
+    req = spb.PullMessageRequest(group=pb.Resource(name="pull-g"), offset=offset, batch_size=batch,
+                                 message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id),
+                                 filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag))
+    req.long_polling_timeout.FromMilliseconds(int(poll_s * 1000))
+    code, msgs, nxt = -1, [], None
+    for r in stub.PullMessage(req, metadata=meta(), timeout=30):
+        kind = r.WhichOneof("content")
+        if kind == "status":
+            code = r.status.code
+        elif kind == "message":
+            msgs.append(r.message)
+        else:
+            nxt = r.next_offset
+    return code, msgs, nxt
+
+
+def test_pull_style_calls_read_a_queue_from_an_offset_and_keep_the_groups_offset(
+        stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("pull-q", 1)
+    for tag in ("A", "B", "A"):
+        assert send(stub, message("pull-q", tag.encode(), tag=tag)).status.code == pb.OK
+    mq = pb.MessageQueue(topic=pb.Resource(name="pull-q"), id=0)
+    group = pb.Resource(name="pull-g")
+
+    def query(policy: int, **ts: Timestamp) -> int:
+        resp = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=mq, query_offset_policy=policy, **ts),
+                                metadata=meta())
+        assert resp.status.code == pb.OK, resp.status
+        return resp.offset
+
+    assert (query(pb.BEGINNING), query(pb.END), query(pb.TIMESTAMP, timestamp=Timestamp(seconds=0))) == (0, 3, 0)
+    code, msgs, nxt = _pull(stub, "pull-q", 0, batch=2)
+    assert (code, [m.body for m in msgs], nxt) == (pb.OK, [b"A", b"B"], 2)
+    assert [m.system_properties.queue_offset for m in msgs] == [0, 1]
+    code, msgs, nxt = _pull(stub, "pull-q", 0, tag="A")
+    assert (code, [m.system_properties.tag for m in msgs], nxt) == (pb.OK, ["A", "A"], 3)
+    assert _pull(stub, "pull-q", 3) == (pb.MESSAGE_NOT_FOUND, [], 3)
+    assert _pull(stub, "pull-q", 100)[::2] == (pb.ILLEGAL_OFFSET, 3)
+    assert _pull(stub, "pull-q", 0, queue_id=5)[0] == pb.BAD_REQUEST
+    assert _pull(stub, "pull-nope", 0)[0] == pb.TOPIC_NOT_FOUND
+    # A held pull answers with what arrives (sent at once, before or while it is held).
+    assert send(stub, message("pull-q", b"late")).status.code == pb.OK
+    code, msgs, nxt = _pull(stub, "pull-q", 3, poll_s=10)
+    assert (code, [m.body for m in msgs], nxt) == (pb.OK, [b"late"], 4)
+
+    got = stub.GetOffset(spb.GetOffsetRequest(group=group, message_queue=mq), metadata=meta())
+    assert got.status.code == pb.OFFSET_NOT_FOUND
+    updated = stub.UpdateOffset(spb.UpdateOffsetRequest(group=group, message_queue=mq, offset=2), metadata=meta())
+    assert updated.status.code == pb.OK
+    got = stub.GetOffset(spb.GetOffsetRequest(group=group, message_queue=mq), metadata=meta())
+    assert (got.status.code, got.offset) == (pb.OK, 2)
+    # The same offset table as the 4.x clients': the admin sees the group's progress.
+    assert [(p.consumer_offset, p.broker_offset) for p in admin.group_progress("pull-g")] == [(2, 4)]
+
+
+def test_recall_cancels_a_delayed_message_before_its_delivery_time(stub: sgrpc.MessagingServiceStub,
+                                                                   admin: AdminClient) -> None:
+    admin.create_topic("recall-t", 1, message_type="DELAY")
+    later = Timestamp(seconds=int(time.time()) + 3)
+    kept, dropped = (send(stub, message("recall-t", body, message_type=pb.DELAY, delivery_timestamp=later)).entries[0]
+                     for body in (b"keep", b"drop"))
+    assert kept.recall_handle and dropped.recall_handle
+    assert send(stub, message("route-rw")).entries[0].recall_handle == ""  # delivered at once: none
+
+    def recall(topic: str, handle: str) -> spb.RecallMessageResponse:
+        return stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle),
+                                  metadata=meta())
+
+    wrong = recall("route-rw", dropped.recall_handle)
+    assert (wrong.status.code, wrong.status.message) == (pb.BAD_REQUEST, "recall failed, topic not match")
+    assert recall("recall-t", "bm90IGEgaGFuZGxl").status.message == "recall handle is invalid"
+    done = recall("recall-t", dropped.recall_handle)
+    assert (done.status.code, done.message_id) == (pb.OK, dropped.message_id)
+    mq = admin.message_queues("recall-t")[0]
+    wait_until(lambda: admin.max_offset(mq) >= 1, 30, what="the kept message's delivery")
+    assert [m.msg_id for m in admin.pull(mq, 0, 32).messages] == [kept.message_id]

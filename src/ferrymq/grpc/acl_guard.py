@@ -74,7 +74,12 @@ def needs_of_message(request: Any) -> Needs:
                     | spb.QueryAssignmentRequest | spb.ChangeInvisibleDurationRequest):
         group(request.group)
         needs.add(request.topic.name, Perm.SUB)
-    elif isinstance(request, spb.EndTransactionRequest):
+    elif isinstance(request, spb.PullMessageRequest | spb.UpdateOffsetRequest | spb.GetOffsetRequest):
+        group(request.group)
+        needs.add(request.message_queue.topic.name, Perm.SUB)
+    elif isinstance(request, spb.QueryOffsetRequest):
+        needs.add(request.message_queue.topic.name, Perm.SUB)
+    elif isinstance(request, spb.EndTransactionRequest | spb.RecallMessageRequest):
         needs.add(request.topic.name, Perm.PUB)
     elif isinstance(request, spb.NotifyClientTerminationRequest):
         if request.HasField("group"):

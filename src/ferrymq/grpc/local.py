@@ -22,12 +22,13 @@ from ..store import StoreMessage
 from .backend import Delivery, Limits, PutAnswer, TopicGroup
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .queues import LocalQueues
 from .receipt import ReceiptHandle, TransactionId, decode_handle, decode_transaction_id
 from .status import Code, GrpcStatusError, put_code, response_code
 from .transactions import recover_command
 
 
-class LocalBackend:
+class LocalBackend(LocalQueues):
     def __init__(self, broker: BrokerContext) -> None:
         self._broker = broker
 

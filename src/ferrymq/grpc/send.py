@@ -10,10 +10,11 @@ import zlib
 from ..common import topic_types
 from ..common.headers import PERM_WRITE
 from ..common.record import properties_map
-from .backend import Backend
+from .backend import Backend, TopicGroup
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
+from .recall import RecallHandle
 from .status import Code, GrpcStatusError, status
 
 NO_TRANSACTIONS = "this broker refuses transactional messages (reject_transaction_message)"
@@ -22,6 +23,13 @@ NO_TRANSACTIONS = "this broker refuses transactional messages (reject_transactio
 def group_queue(group: str, queue_nums: int) -> int:
     """The queue a message group always goes to: stable across restarts and processes."""
     return zlib.crc32(group.encode()) % queue_nums
+
+
+def _recall_handle(m: Incoming, group: TopicGroup, now_ms: int) -> str:
+    """A timer message's recall handle (RecallMessage); none for a message delivered at once."""
+    if m.delivery_ms is None or m.delivery_ms <= now_ms:
+        return ""
+    return RecallHandle(group.topic, group.broker_name, m.delivery_ms, m.message_id).encode()
 
 
 class Sender:
@@ -74,7 +82,7 @@ class Sender:
             return spb.SendMessageResponse(status=status(code, result.reason), entries=[entry] * len(msgs))
         entries = [
             spb.SendResultEntry(status=status(Code.OK), message_id=m.message_id, offset=offset,
-                                transaction_id=txid)
+                                transaction_id=txid, recall_handle=_recall_handle(m, group, now))
             for m, offset, txid in zip(msgs, result.offsets, result.transaction_ids, strict=True)
         ]
         return spb.SendMessageResponse(status=status(Code.OK), entries=entries)

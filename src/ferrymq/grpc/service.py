@@ -21,6 +21,8 @@ from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .pb import service_pb2_grpc as sgrpc
 from .peer import CallerInfo, caller
+from .queues import QueueCalls
+from .recall import recall
 from .route import query_assignment, query_route
 from .send import Sender
 from .sessions import ClientSession, Sessions, subscriptions
@@ -57,6 +59,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         self._consumer = consumer
         self._server_settings = server_settings
         self._endpoint = endpoint
+        self._queues = QueueCalls(backend, property_filter=backend.limits.enable_property_filter)
 
     # --- helpers ---------------------------------------------------------------------------
     @staticmethod
@@ -202,6 +205,29 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         return await _answer(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s),
                              self._consumer.forward_to_dlq(request))
+
+    # --- pull-style consumers (queues and offsets the client keeps) ---------------------------
+    async def PullMessage(self, request: spb.PullMessageRequest,
+                          context: Context) -> AsyncIterator[spb.PullMessageResponse]:
+        try:
+            async for response in self._queues.pull(request, context.time_remaining(), self._backend.now_ms()):
+                yield response
+        except (GrpcStatusError, FerryMQError, ValueError, KeyError) as exc:
+            yield spb.PullMessageResponse(status=_status_of(exc))
+
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Context) -> spb.UpdateOffsetResponse:
+        return await _answer(lambda s: spb.UpdateOffsetResponse(status=s), self._queues.update_offset(request))
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Context) -> spb.GetOffsetResponse:
+        return await _answer(lambda s: spb.GetOffsetResponse(status=s), self._queues.get_offset(request))
+
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Context) -> spb.QueryOffsetResponse:
+        return await _answer(lambda s: spb.QueryOffsetResponse(status=s), self._queues.query_offset(request))
+
+    async def RecallMessage(self, request: spb.RecallMessageRequest,
+                            context: Context) -> spb.RecallMessageResponse:
+        return await _answer(lambda s: spb.RecallMessageResponse(status=s),
+                             recall(self._backend, request, self._caller(context).remote_addr))
 
     # --- transactions ----------------------------------------------------------------------
     async def EndTransaction(self, request: spb.EndTransactionRequest,

@@ -13,7 +13,8 @@ Settings (argv[1], else FERRYMQ_COMPAT_CONFIG):
   `transaction` ("commit" | "rollback" | "none": begin, send the half message, then resolve or
   leave it unresolved; list cycled), `checkResult` ("commit" | "rollback": the checker's answer
   to a recover-orphaned-transaction command), `lingerMs` [0] (stay up after the sends, for
-  checks), `async` [false] (send_async, all in flight then waited).
+  checks), `async` [false] (send_async, all in flight then waited), `recall` [false] (bool or
+  list, cycled: recall the message just sent by its recall handle; event recalled).
 - any mode: `quiet` [false] leaves out the per-message events (sent, received, acked), for
   benchmarks; the done / closed counts stay.
 - simple: `topic`, `group`, `tag` ["*"], `invisibleSec` [15], `batch` [16], `awaitSec` [5],
@@ -157,7 +158,10 @@ def produce(cfg: dict[str, Any]) -> int:
                 futures.append((i, body, producer.send_async(msg)))
             else:
                 receipt = producer.send(msg)
-                emit("sent", index=i, body=body, messageId=receipt.message_id, offset=receipt.offset)
+                emit("sent", index=i, body=body, messageId=receipt.message_id, offset=receipt.offset,
+                     recallHandle=receipt.recall_handle)
+                if pick(cfg.get("recall", False), i):
+                    emit("recalled", index=i, messageId=producer.recall_message(topic, receipt.recall_handle))
         except Exception as exc:  # the SDK's exceptions carry its status code
             failed += 1
             emit("send_error", index=i, body=body, name=type(exc).__name__, error=str(exc),
