@@ -86,6 +86,8 @@ def test_producer_connections_group_status_consume_stats_clone_and_stats_all(
         lags = {(s["group"], s["topic"]): s["lag"] for s in stats["stats"]}
         assert lags[(GROUP, TOPIC)] == 1 and lags[(COPY, TOPIC)] == 1
         assert stats["total_diff"] >= 2
+        table = ferrymq(standalone, "broker", "consume-stats", "broker-a").stdout
+        assert f"total lag {stats['total_diff']}" in table and COPY in table
 
         rows = {(r["topic"], r["group"]): r for r in json_out(standalone, "stats", "all")}
         mine = rows[(TOPIC, GROUP)]
