@@ -4,23 +4,30 @@ on the same broker in the same run (the peer column):
 
 - send: 1 KiB messages, all in flight (SDK send_async / ferrymq Producer.send_async, a window),
 - receive+ack: SDK SimpleConsumer (receive 32, ack each) / ferrymq PushConsumer committing
-  offsets, from the first message to the last acknowledged.
+  offsets, from the first message to the last acknowledged;
+- `ferrymq proxy` in front of two broker groups against one broker's own endpoint, same SDK runs
+  (issue 23's targets: >= 0.8× each), and the proxy's CPU per message.
 
 `run(quick)` returns one row per measurement, the median of the runs. Needs `make compat-py5`."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ferrymq import AdminClient, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from ferrymq.embedded import standalone
+from ferrymq.embedded.process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 PY5_DIR = ROOT / "tests" / "compat" / "py5"
@@ -131,6 +138,84 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "peer_name": PEER, "peer_value": sorted(peer)[len(peer) // 2],
             "peer_runs": [round(v, 1) for v in peer],
         })
+    return rows + proxy_rows(n, runs)
+
+
+# --- `ferrymq proxy` (cluster mode) against a broker's own endpoint ------------------------------
+PROXY_TARGET = ">= 0.8× the broker's own endpoint"
+
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat utime, stime)."""
+    if pid is None:
+        return float("nan")
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def proxy_cluster(base: Path) -> Iterator[tuple[str, ServerProcess, ServerProcess]]:
+    """A name server, broker groups broker-a and broker-b (each with its own gRPC endpoint) and a
+    proxy in front of both: (name server, broker-a, proxy)."""
+    logs = base / "logs"
+    ns = ServerProcess("namesrv", lambda: ["namesrv", "--port", "0"], logs / "namesrv.log", "namesrv")
+    procs = [ns]
+    try:
+        ns.start()
+        addr = ns.ready["namesrv"]
+        for name in ("broker-a", "broker-b"):
+            argv = ["broker", "--namesrv", addr, "--store-dir", str(base / name), "--broker-name", name,
+                    "--broker-port", "0", "--ha-port", "0", "--grpc-port", "0"]
+            procs.append(ServerProcess(name, functools.partial(list, argv), logs / f"{name}.log", "broker"))
+        procs.append(ServerProcess("proxy", lambda: ["proxy", "--namesrv", addr, "--grpc-port", "0"],
+                                   logs / "proxy.log", "proxy grpc"))
+        for p in procs[1:]:
+            p.start()
+        yield addr, procs[1], procs[3]
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(Exception):
+                p.stop()
+
+
+def proxy_run(admin: AdminClient, broker: ServerProcess, proxy: ServerProcess, n: int,
+              i: int) -> dict[str, tuple[float, float]]:
+    """SDK send and receive+ack through the proxy (a topic on both groups) and through broker-a's
+    own endpoint (a topic on broker-a only); the proxy's CPU per message of each phase."""
+    via_proxy, local = f"proxy-bench-{i}", f"proxy-bench-local-{i}"
+    admin.create_topic(via_proxy, 4)
+    admin.create_topic(local, 4, broker="broker-a")
+    proxy_ep, broker_ep = proxy.ready["grpc"], broker.ready["grpc"]
+    cpu0 = _cpu_s(proxy.pid)
+    send = sdk_send(proxy_ep, via_proxy, n)
+    cpu1 = _cpu_s(proxy.pid)
+    receive = sdk_receive_ack(proxy_ep, via_proxy, f"proxy-bench-g{i}", n)
+    cpu2 = _cpu_s(proxy.pid)
+    return {"send": (send, sdk_send(broker_ep, local, n)),
+            "receive": (receive, sdk_receive_ack(broker_ep, local, f"proxy-bench-local-g{i}", n)),
+            "cpu": ((cpu1 - cpu0) / n * 1e6, (cpu2 - cpu1) / n * 1e6)}
+
+
+def proxy_rows(n: int, runs: int) -> list[dict[str, Any]]:
+    results: list[dict[str, tuple[float, float]]] = []
+    with tempfile.TemporaryDirectory(prefix="ferrymq-proxy-bench-") as tmp, \
+            proxy_cluster(Path(tmp)) as (namesrv, broker, proxy), AdminClient(namesrv) as admin:
+        for i in range(runs):
+            results.append(proxy_run(admin, broker, proxy, n, i))
+    rows: list[dict[str, Any]] = []
+    peer = "the SDK on broker-a's own gRPC endpoint"
+    for key, measurement in (("send", "send 1 KiB, SDK through ferrymq proxy (2 broker groups)"),
+                             ("receive", "receive+ack, SDK SimpleConsumer through ferrymq proxy across 2 groups")):
+        ours = [r[key][0] for r in results]
+        theirs = [r[key][1] for r in results]
+        rows.append({"workload": "grpc proxy", "measurement": measurement, "unit": "msg/s",
+                     "value": sorted(ours)[len(ours) // 2], "runs": [round(v, 1) for v in ours],
+                     "target": PROXY_TARGET, "peer_name": peer, "peer_value": sorted(theirs)[len(theirs) // 2],
+                     "peer_runs": [round(v, 1) for v in theirs]})
+    for index, phase in enumerate(("send", "receive+ack")):
+        cpu = [r["cpu"][index] for r in results]
+        rows.append({"workload": "grpc proxy", "measurement": f"proxy CPU per message, {phase}", "unit": "us/msg",
+                     "value": sorted(cpu)[len(cpu) // 2], "runs": [round(v, 1) for v in cpu]})
     return rows
 
 
