@@ -4,7 +4,10 @@ scrape /metrics over HTTP, parse it with prometheus-client's parser and check th
 from __future__ import annotations
 
 import http.client
+import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,8 +171,26 @@ def test_retry_and_dead_letter_counts(server: Any) -> None:
             return s if value(s, "rocketmq_send_to_dlq_messages_total", topic="mt-fail") >= 1 else None
 
         samples = wait_until(dead_lettered, timeout=30, what="the message in the dead-letter queue")
+        # The client's own figures, asked of it at the scrape (its running info's statusTable).
+        def failures_reported() -> Samples | None:
+            s = scrape(server.metrics)
+            return s if _group_sum(s, "rocketmq_client_consume_fail_msg_count", "g-fail") >= 3 else None
+
+        client = wait_until(failures_reported, timeout=30,
+                            what="the client's three failures in rocketmq_client_consume_fail_msg_count")
     finally:
         consumer.shutdown()
+    client_ids = {dict(ls)["clientId"] for (n, ls) in client if n == "rocketmq_client_consume_rt"
+                  and dict(ls)["group"] == "g-fail"}
+    assert len(client_ids) == 1 and "@" in client_ids.pop()
+    assert _group_sum(client, "rocketmq_client_consume_fail_msg_tps", "g-fail") > 0
+    assert _group_sum(client, "rocketmq_client_consumer_pull_tps", "g-fail") > 0
+    assert _group_sum(client, "rocketmq_client_consume_ok_msg_tps", "g-fail") == 0
+    # Every query of the shipped Grafana dashboard names a family this broker exports.
+    exported = {n for (n, _) in client} | {n for (n, _) in samples}
+    queried = dashboard_metrics()
+    assert {"rocketmq_client_consume_ok_msg_tps", "rocketmq_group_diff", "rocketmq_broker_tps"} <= queried
+    assert queried - exported == set()
     # Two failures sent it back for retry, the third dead-lettered it; all counted against the
     # topic it was sent to.
     assert attempts[:3] == [0, 1, 2]
@@ -226,3 +247,44 @@ def test_pop_deliveries_count_per_group(server: Any) -> None:
     samples = scrape(server.metrics)
     assert value(samples, "rocketmq_messages_out_total", topic="mt-pop", consumer_group="g-pop") == 6
     assert value(samples, "rocketmq_throughput_out_total", topic="mt-pop", consumer_group="g-pop") > 6 * 3
+
+
+def _group_sum(samples: Samples, name: str, group: str) -> float:
+    return sum(v for (n, ls), v in samples.items() if n == name and ("group", group) in ls)
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+# PromQL words that are not metric names: aggregations, functions (followed by "("), keywords.
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+                 "unless", "offset"}
+
+
+def promql_metrics(expr: str) -> set[str]:
+    """The metric names one PromQL expression reads (label_values(m, l) included)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)   # label values
+    text = re.sub(r"\{[^}]*\}", "", text)                # matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)              # ranges
+    text = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", text)
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        word, rest = m.group(0), text[m.end():].lstrip()
+        if rest.startswith("(") or word in _PROMQL_WORDS or re.fullmatch(r"\d+[smhdwy]", word):
+            continue
+        names.add(word)
+    label_values = re.fullmatch(r"label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*,.*\)", expr.strip())
+    if label_values:
+        return {label_values.group(1)}
+    return names
+
+
+def dashboard_metrics() -> set[str]:
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
+    assert len(exprs) >= 20
+    names: set[str] = set()
+    for expr in exprs:
+        found = promql_metrics(expr)
+        assert found, f"no metric in {expr!r}"
+        names |= found
+    return names

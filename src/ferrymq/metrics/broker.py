@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 from .. import __version__
 from ..common.histogram import Histogram
 from ..common.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from .clients import client_families
 from .rates import RateWindow
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class BrokerCollector:
         families += await self._group_families(cluster, name)
         families += self._store_families(cluster, name)
         families += self._replication_families(cluster, name)
+        families += await client_families(b)
         return families
 
     def _broker_families(self, cluster: str, name: str) -> list[Metric]:
