@@ -76,10 +76,13 @@ def test_a_topic_created_through_the_endpoint_is_listed_with_its_queue_offsets(
     listed = get_json(dash, "/api/topics?q=dash-made")
     assert listed["total"] == 1
     (row,) = listed["topics"]
-    assert (row["name"], row["kind"], row["queues"], row["messages"]) == ("dash-made", "normal", 3, 4)
+    assert (row["name"], row["kind"], row["type"], row["queues"], row["messages"]) == (
+        "dash-made", "normal", "NORMAL", 3, 4)
     detail = get_json(dash, "/api/topic?name=dash-made")
     cli = cli_json(server.namesrv, "topic", "status", "dash-made")
-    assert detail["queues"] == cli
+    assert detail["queues"] == cli and detail["message_type"] == "NORMAL"
+    post_json(dash, "/api/topics", {"name": "dash-delay", "queues": 1, "message_type": "DELAY"})
+    assert get_json(dash, "/api/topic?name=dash-delay")["message_type"] == "DELAY"
     assert sum(q["max_offset"] for q in detail["queues"]) == 4
     assert detail["queue_datas"] == [{"broker": "broker-a", "read_queues": 3, "write_queues": 3, "perm": 6}]
     latest = get_json(dash, "/api/topic/messages?name=dash-made&limit=10")["messages"]

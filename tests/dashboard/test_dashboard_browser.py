@@ -99,6 +99,8 @@ def test_topics_page_stays_usable_with_a_thousand_topics(server: Standalone, das
             await asyncio.gather(*(one(i) for i in range(MANY_TOPICS)))
 
     asyncio.run(create_all())
+    with AdminClient(server.namesrv) as admin:
+        admin.create_topic("many-0998", 2, order=True)  # an order topic: RocketMQ 5's FIFO type
     with Producer("dash-browser-producer", server.namesrv) as producer:
         for _ in range(3):
             producer.send(Message("many-0999", b"x"))
@@ -113,8 +115,11 @@ def test_topics_page_stays_usable_with_a_thousand_topics(server: Standalone, das
     rows = re.findall(r'<tr data-topic="(many-\d{4})">(.*?)</tr>', last)
     assert [name for name, _ in rows] == [f"many-{i:04d}" for i in range(950, 1000)]
     cells = text_of(dict(rows)["many-0999"]).split()
-    # name, kind, queues, broker, messages, max offset
-    assert cells[:6] == ["many-0999", "normal", "2", "broker-a", "3", "3"], cells
+    # name, kind, message type, queues, broker, messages, max offset
+    assert cells[:7] == ["many-0999", "normal", "NORMAL", "2", "broker-a", "3", "3"], cells
+    assert text_of(dict(rows)["many-0998"]).split()[:3] == ["many-0998", "normal", "FIFO"]
+    page = main_of(dump_dom(f"http://{dash}/#/topic/many-0998", tmp_path))
+    assert re.search(r'<dd id="topic-type">FIFO</dd>', page), page[:2000]
 
     one = text_of(main_of(dump_dom(f"http://{dash}/#/topics?q=many-0777", tmp_path)))
     assert "1–1 of 1" in one and "many-0777" in one

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..client.admin_async import AsyncAdminClient
 from ..client.errors import NoPermissionError, NoRouteError
+from ..common import topic_types
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
 from ..common.names import dlq_topic, is_dlq_topic, is_reserved_topic, is_retry_topic, retry_topic
@@ -142,9 +143,12 @@ class DashboardApi:
             async with limit:
                 try:
                     queues = await admin.topic_status(row["name"])
+                    types = await admin.topic_message_types(row["name"])
                 except (FerryMQError, OSError, TimeoutError) as exc:
                     row["error"] = str(exc)
                     return
+            # RocketMQ 5's message type (one per broker; they agree unless created apart).
+            row["type"] = ", ".join(sorted(set(types.values())))
             row["queues"] = len(queues)
             row["brokers"] = sorted({q.broker for q in queues})
             row["messages"] = sum(q.max_offset - q.min_offset for q in queues)
@@ -157,6 +161,7 @@ class DashboardApi:
         name = request.arg("name")
         route = await caller.admin.topic_route(name, refresh=True)
         queues = await caller.admin.topic_status(name)
+        types = await caller.admin.topic_message_types(name)
         lists = await asyncio.gather(*(caller.admin.api.topic_consumed_by(a, name) for a in route.brokers.values()))
         return {
             "name": name,
@@ -166,7 +171,9 @@ class DashboardApi:
                  "perm": q.perm}
                 for q in route.queue_datas
             ],
-            "queues": [q.to_json() for q in queues],
+            # Each row as `ferrymq topic status --json` prints it.
+            "queues": [{**q.to_json(), "message_type": types.get(q.broker)} for q in queues],
+            "message_type": ", ".join(sorted(set(types.values()))),
             "groups": sorted({g for names in lists for g in names}),
         }
 
@@ -188,8 +195,13 @@ class DashboardApi:
         if body.get("perm") is not None:
             perm = int(body["perm"])
         cluster = str(body["cluster"]) if body.get("cluster") else None
+        message_type = str(body["message_type"]) if body.get("message_type") else None
+        if message_type is not None and message_type not in topic_types.TOPIC_TYPES:
+            raise ValueError(f"message_type must be one of {', '.join(topic_types.TOPIC_TYPES)}, got {message_type}")
+        if body.get("order") and message_type is None:
+            message_type = topic_types.FIFO  # an ordered topic is RocketMQ 5's FIFO type
         brokers = await caller.admin.create_topic(name, queues, perm=perm, order=bool(body.get("order")),
-                                                cluster=cluster)
+                                                cluster=cluster, message_type=message_type)
         return {"topic": name, "queues": queues, "brokers": brokers}
 
     # --- groups ------------------------------------------------------------------------------

@@ -199,6 +199,7 @@ async function viewTopics(seq, params) {
     table([
       {title: "topic", render: t => link(`#/topic/${encodeURIComponent(t.name)}`, t.name)},
       {title: "kind", render: t => h("span", {class: "badge"}, t.kind)},
+      {title: "type", render: t => t.type || ""},
       {title: "queues", num: true, render: t => t.error ? "-" : fmtNum(t.queues)},
       {title: "brokers", render: t => (t.brokers || []).join(", ")},
       {title: "messages", num: true, render: t => fmtNum(t.messages)},
@@ -222,18 +223,20 @@ function createTopicForm() {
   if (!mayWrite()) return readOnlyNote("Creating a topic");
   const name = h("input", {type: "text", id: "new-topic-name", placeholder: "new topic name", required: true});
   const queues = h("input", {type: "number", id: "new-topic-queues", min: 1, max: 1024, value: 4, class: "narrow"});
-  const order = h("input", {type: "checkbox", id: "new-topic-order"});
+  // RocketMQ 5's topic message type: a send of another type is refused.
+  const type = h("select", {id: "new-topic-type"},
+    ["NORMAL", "FIFO", "DELAY", "TRANSACTION"].map(t => h("option", {value: t}, t.toLowerCase())));
   const out = h("div", {id: "create-topic-result"});
   const form = h("form", {class: "inline card", id: "create-topic"},
     h("strong", null, "Create topic"), name,
     h("label", null, "queues per broker ", queues),
-    h("label", null, order, " ordered"),
+    h("label", null, "type ", type),
     h("button", {type: "submit"}, "Create"), out);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     out.replaceChildren();
     try {
-      const r = await api("/api/topics", {name: name.value.trim(), queues: Number(queues.value), order: order.checked});
+      const r = await api("/api/topics", {name: name.value.trim(), queues: Number(queues.value), message_type: type.value});
       out.replaceChildren(h("div", {class: "notice"}, `created ${r.topic} with ${r.queues} queue(s) on ${r.brokers.join(", ")}`));
       setTimeout(() => setHash("topics", "", new URLSearchParams({q: r.topic})), 600);
     } catch (err) { out.replaceChildren(errorBox(err)); }
@@ -249,6 +252,7 @@ async function viewTopic(seq, name) {
     h("h1", null, `Topic ${data.name}`),
     h("div", {class: "card"}, h("dl", {class: "kv"},
       h("dt", null, "brokers"), h("dd", null, Object.entries(data.brokers).map(([n, a]) => `${n} (${a})`).join(", ")),
+      h("dt", null, "message type"), h("dd", {id: "topic-type"}, data.message_type || "-"),
       h("dt", null, "queues"), h("dd", null, data.queue_datas.map(q =>
         `${q.broker}: ${q.read_queues} read / ${q.write_queues} write, perm ${q.perm}`).join("; ")),
       h("dt", null, "consumed by"), h("dd", null, data.groups.length ?
