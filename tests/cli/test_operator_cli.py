@@ -120,7 +120,7 @@ def test_namesrv_kv_config_and_configuration(two_brokers: Any) -> None:
     assert "orderTopicConf" not in json_in_process(ns, "topic", "route", "op-order")
 
 
-def test_send_rt_probes_every_broker(two_brokers: Any) -> None:
+def test_send_rt_and_clean_unused_reach_every_broker(two_brokers: Any) -> None:
     ns = two_brokers.namesrv
     rows = json_in_process(ns, "cluster", "send-rt", "--count", "2")
     assert [(r["broker"], r["queue_id"], r["ok"]) for r in rows] == [
@@ -128,6 +128,10 @@ def test_send_rt_probes_every_broker(two_brokers: Any) -> None:
     assert all(r["rt_ms"] > 0 and r["error"] is None for r in rows)
     code, out, _ = ferrymq_in_process(ns, "cluster", "send-rt", "--count", "1")
     assert code == 0 and "SELF_TEST_TOPIC" in out and "broker-b: avg" in out
+    # Nothing to clean on masters (tests/broker/test_clean_unused.py makes a slave's orphan).
+    cleaned = json_in_process(ns, "topic", "clean-unused", "--cluster", "DefaultCluster")
+    assert [(c["broker"], c["broker_id"], c["topics"]) for c in cleaned] == [("broker-a", 0, []), ("broker-b", 0, [])]
+    assert [c["broker"] for c in json_in_process(ns, "topic", "clean-unused", "--broker", "broker-b")] == ["broker-b"]
 
 
 def test_kv_config_survives_a_restart_in_its_file(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """`ferrymq broker wipe-write-perm|add-write-perm` (mqadmin wipeWritePerm / addWritePerm: take
 a broker out of writes for maintenance and back), `ferrymq cluster send-rt` (mqadmin
-checkMsgSendRT: the round trip of probe sends to every broker) and `ferrymq cluster
-elect-master` (mqadmin electMaster, controller mode)."""
+checkMsgSendRT: the round trip of probe sends to every broker), `ferrymq cluster
+elect-master` (mqadmin electMaster, controller mode) and `ferrymq topic clean-unused` (mqadmin
+cleanUnusedTopic)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,27 @@ def cmd_elect_master(args: argparse.Namespace) -> int:
                      f"the master at epoch {elected.epoch}, in sync: "
                      f"{', '.join(map(str, elected.sync_state_set))}", markup=False)
     return 0
+
+
+def cmd_clean_unused(args: argparse.Namespace) -> int:
+    with AdminClient(args.namesrv, **credentials(args)) as admin:
+        cleaned = admin.clean_unused_topics(broker=args.broker, cluster=args.cluster)
+    if args.json:
+        print_json([c.to_json() for c in cleaned])
+        return 0
+    print_table(None, ["broker", "bid", "addr", "topics cleaned"],
+                ([c.broker, c.broker_id, c.addr, ", ".join(c.topics) or "-"] for c in cleaned), right=["bid"])
+    return 0
+
+
+def add_topic_actions(
+    tsub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    c = tsub.add_parser("clean-unused", parents=[common],
+                        help="delete the consume queues of topics a broker has no configuration for")
+    c.add_argument("--broker", help="only this broker group (name; default every broker)")
+    c.add_argument("--cluster", help="only the broker groups of this cluster")
+    c.set_defaults(func=cmd_clean_unused)
 
 
 def add_broker_perm_actions(

@@ -9,6 +9,7 @@ from ..common import topic_types
 from ..common.headers import PERM_READ, PERM_WRITE
 from .auth import credentials
 from .failures import CommandFailed
+from .operator_cmds import add_topic_actions
 from .render import broker_label, fmt_time, print_json, print_slave_note, print_table, stdout
 
 
@@ -215,3 +216,4 @@ def add(
     c = tsub.add_parser("clusters", parents=[common], help="the clusters whose brokers serve the topic")
     c.add_argument("topic")
     c.set_defaults(func=cmd_clusters)
+    add_topic_actions(tsub, common)

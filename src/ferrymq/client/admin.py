@@ -118,6 +118,7 @@ class AdminClient(Facade[AsyncAdminClient]):
     kv_delete = blocking(AsyncAdminClient.kv_delete)
     send_round_trips = blocking(AsyncAdminClient.send_round_trips)
     elect_master = blocking(AsyncAdminClient.elect_master)
+    clean_unused_topics = blocking(AsyncAdminClient.clean_unused_topics)
     read_brokers = blocking(AsyncAdminClient.read_brokers)
     producer_connections = blocking(AsyncAdminClient.producer_connections)
     consumer_status = blocking(AsyncAdminClient.consumer_status)

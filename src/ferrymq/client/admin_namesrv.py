@@ -41,6 +41,19 @@ class SendRoundTrip:
 
 
 @dataclass(frozen=True, slots=True)
+class CleanedTopics:
+    """What one broker's CLEAN_UNUSED_TOPIC deleted: the topics whose consume queues went."""
+
+    broker: str
+    broker_id: int
+    addr: str
+    topics: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"broker": self.broker, "broker_id": self.broker_id, "addr": self.addr, "topics": list(self.topics)}
+
+
+@dataclass(frozen=True, slots=True)
 class ElectedMaster:
     """The controller's answer to an election: the group's master, epoch and in-sync replicas."""
 
@@ -157,6 +170,30 @@ class NamesrvAdmin:
         for addr in self.api.namesrv_addrs:
             await self.api.invoke_ok(addr, RequestCode.DELETE_KV_CONFIG, fields(namespace=namespace, key=key))
         return list(self.api.namesrv_addrs)
+
+    # --- brokers ------------------------------------------------------------------------------
+    async def clean_unused_topics(
+        self, *, broker: str | None = None, cluster: str | None = None
+    ) -> list[CleanedTopics]:
+        """Have every broker, slaves too (of `cluster`, or the group `broker`), delete the
+        consume queues of topics it has no configuration for (CLEAN_UNUSED_TOPIC, mqadmin
+        cleanUnusedTopic): a slave copies its master's topic deletions but not the deletion of
+        their queues. Per broker, the topics cleaned (none listed by a broker that does not say,
+        as Apache RocketMQ's)."""
+        info = await self.api.cluster_info()
+        groups = info.get("brokerAddrTable") or {}
+        names = set((info.get("clusterAddrTable") or {}).get(cluster) or []) if cluster else set(groups)
+        if broker is not None:
+            names &= {broker}
+            if not names:
+                raise UnknownBrokerError(broker, self.namesrv, tuple(sorted(groups)))
+        out: list[CleanedTopics] = []
+        for name in sorted(names):
+            for bid, addr in sorted((int(k), str(v)) for k, v in (groups[name].get("brokerAddrs") or {}).items()):
+                resp = await self.api.invoke_ok(addr, RequestCode.CLEAN_UNUSED_TOPIC)
+                doc = jsonx.loads(resp.body) if resp.body else {}
+                out.append(CleanedTopics(str(name), bid, addr, tuple(str(t) for t in doc.get("topics") or [])))
+        return out
 
     # --- controller mode ----------------------------------------------------------------------
     async def elect_master(self, broker: str, broker_id: int, *, controller: str | None = None) -> ElectedMaster:

@@ -174,6 +174,24 @@ async def topic_config(broker: BrokerContext, conn: Connection, req: RemotingCom
         {**cfg.to_json(), "attributes": dict(cfg.attributes)}))
 
 
+async def clean_unused_topic(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    """CLEAN_UNUSED_TOPIC (RocketMQ's cleanUnusedTopic): delete the consume queues of topics the
+    broker has no configuration for, what a topic deletion or a lost topic table leaves behind.
+    System topics (the schedule, timer, transaction, revive ones) have queues without entries
+    in the table and are kept, as RocketMQ keeps them. The body names the topics cleaned (a
+    ferrymq addition; RocketMQ answers none)."""
+    assert broker.store is not None
+    configured = broker.topics.topics
+    cfg = broker.config
+    unused = sorted(t for t in broker.store.reads.queues() if t not in configured
+                    and not is_reserved_topic(t, cfg.broker_cluster_name, cfg.broker_name))
+    for topic in unused:
+        broker.store.delete_queue(topic)
+    if unused:
+        log.warning("clean unused topics by %s: consume queues of %s deleted", conn.remote_addr, ", ".join(unused))
+    return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes({"topics": unused}))
+
+
 async def all_topic_config(broker: BrokerContext, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
     return reply(req, ResponseCode.SUCCESS, body=jsonx.dumps_bytes(broker.topics.wrapper_json()))
 
@@ -371,6 +389,7 @@ HANDLERS = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: update_topic,
     RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
     RequestCode.GET_ALL_TOPIC_CONFIG: all_topic_config,
+    RequestCode.CLEAN_UNUSED_TOPIC: clean_unused_topic,
     RequestCode.GET_TOPIC_CONFIG: topic_config,
     RequestCode.GET_BROKER_RUNTIME_INFO: runtime_info,
     RequestCode.GET_CONSUME_STATS: get_consume_stats,
