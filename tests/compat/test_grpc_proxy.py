@@ -15,6 +15,7 @@ import grpc
 import pytest
 from compat_util import Clients, py5_python_or_skip, run_producer
 from compat_util import clients as clients
+from google.protobuf.duration_pb2 import Duration
 
 from ferrymq import AdminClient
 from ferrymq.common.message import MessageQueue
@@ -38,6 +39,7 @@ class ProxyCluster:
     namesrv_proc: ServerProcess
     brokers: list[ServerProcess]
     proxy: ServerProcess
+    other_proxy: ServerProcess
 
     @property
     def namesrv(self) -> str:
@@ -52,7 +54,7 @@ class ProxyCluster:
         return [line + "\n" for line in self.proxy.log_tail(30).splitlines()]
 
     def processes(self) -> list[ServerProcess]:
-        return [self.proxy, *self.brokers, self.namesrv_proc]
+        return [self.proxy, self.other_proxy, *self.brokers, self.namesrv_proc]
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +79,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
     brokers = [broker(name) for name in BROKERS]
     proxy = ServerProcess("proxy", lambda: ["proxy", "--namesrv", addr, "--grpc-port",
                                             _port(proxy.ready.get("grpc"))], logs / "proxy.log", "proxy grpc")
-    cluster = ProxyCluster(ns, brokers, proxy)
+    other = ServerProcess("proxy-2", lambda: ["proxy", "--namesrv", addr, "--grpc-port", "0"],
+                          logs / "proxy-2.log", "proxy grpc")
+    cluster = ProxyCluster(ns, brokers, proxy, other)
     try:
-        # All at once: the proxy needs no broker to start, and the machine's cores are shared.
-        with ThreadPoolExecutor(3) as pool:
-            for started in [pool.submit(p.start) for p in (*brokers, proxy)]:
+        # All at once: a proxy needs no broker to start, and the machine's cores are shared.
+        with ThreadPoolExecutor(4) as pool:
+            for started in [pool.submit(p.start) for p in (*brokers, proxy, other)]:
                 started.result()
         yield cluster
     finally:
@@ -95,8 +99,9 @@ def admin(server: ProxyCluster) -> Iterator[AdminClient]:
         yield client
 
 
-def _create(admin: AdminClient, topic: str, queues: int, *, order: bool = False) -> None:
-    admin.create_topic(topic, queues, order=order)
+def _create(admin: AdminClient, topic: str, queues: int, *, order: bool = False,
+            message_type: str | None = None) -> None:
+    admin.create_topic(topic, queues, order=order, message_type=message_type)
     wait_until(lambda: {mq.broker_name for mq in admin.message_queues(topic)} == set(BROKERS), 30,
                what=f"{topic} on both broker groups")
 
@@ -140,6 +145,39 @@ def test_route_send_and_receive_across_two_broker_groups(server: ProxyCluster, c
                    what=f"{group}'s acknowledgements on both brokers")
 
 
+def test_a_delivery_through_one_proxy_is_changed_and_acknowledged_through_another(
+        server: ProxyCluster, admin: AdminClient) -> None:
+    """Several proxies behind one address: a receipt handle names the broker group that issued
+    it, so any proxy takes it."""
+    topic, group = "px-two", "px-two-g"
+    _create(admin, topic, 1)
+    meta = [("x-mq-client-id", "px-two"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2")]
+    with grpc.insecure_channel(server.grpc) as one, grpc.insecure_channel(server.other_proxy.ready["grpc"]) as two:
+        first, second = sgrpc.MessagingServiceStub(one), sgrpc.MessagingServiceStub(two)
+        sent = first.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+            topic=pb.Resource(name=topic), body=b"hello",
+            system_properties=pb.SystemProperties(message_id="01PXTWO0001", message_type=pb.NORMAL))]),
+            metadata=meta)
+        assert sent.status.code == pb.OK, sent.status
+        received = [r.message for r in first.ReceiveMessage(spb.ReceiveMessageRequest(
+            group=pb.Resource(name=group), batch_size=16, auto_renew=False,
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1, broker=pb.Broker(name=BROKERS[0])),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=1)),
+            metadata=meta, timeout=15) if r.HasField("message")]
+        assert [m.body for m in received] == [b"hello"], "found on whichever group it went to"
+        handle = received[0].system_properties.receipt_handle
+        changed = second.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle,
+            invisible_duration=Duration(seconds=60), message_id="01PXTWO0001"), metadata=meta)
+        assert changed.status.code == pb.OK, changed.status
+        acked = second.AckMessage(spb.AckMessageRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic), entries=[spb.AckMessageEntry(
+                message_id="01PXTWO0001", receipt_handle=changed.receipt_handle)]), metadata=meta)
+        assert acked.status.code == pb.OK, acked.status
+    wait_until(lambda: sum(p.lag for p in admin.group_progress(group)) == 0, 30, what="the ack on its broker")
+
+
 def test_a_proxy_sigkill_and_restart_mid_stream_loses_nothing_acknowledged(
         server: ProxyCluster, clients: Clients, admin: AdminClient) -> None:
     topic, group, n = "px-crash", "px-crash-g", 40
@@ -168,7 +206,8 @@ def test_a_proxy_sigkill_and_restart_mid_stream_loses_nothing_acknowledged(
 def test_transactions_through_the_proxy_commit_roll_back_and_are_checked_back(
         clients: Clients, admin: AdminClient) -> None:
     topic, group = "px-txn", "px-txn-g"
-    _create(admin, topic, 1)
+    # The proxy reads each group's topic type: a NORMAL topic's route refuses them (SDK side).
+    _create(admin, topic, 1, message_type="TRANSACTION")
     # One queue per group: the three half messages land on both groups (sends go round the queues).
     producer = clients.sdk5("produce", topic=topic, count=3, transaction=["commit", "rollback", "unknown"],
                             checkResult="commit", lingerMs=15_000)

@@ -22,6 +22,7 @@ from ..client.errors import BrokerError
 from ..client.instance import ClientInstance
 from ..client.route import TopicRoute
 from ..common import props as P
+from ..common import topic_types
 from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.headers import fields
@@ -126,7 +127,7 @@ class ClusterBackend:
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
         self._joins: set[asyncio.Task[bool]] = set()
-        self._order_cache: dict[str, tuple[float, dict[str, bool]]] = {}
+        self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
         self.counts = {"sent": 0, "received": 0, "acked": 0}
 
     @property
@@ -159,25 +160,32 @@ class ClusterBackend:
         if route is None:
             return []
         masters = route.brokers
-        orders = await self._orders(name, masters)
+        kinds = await self._kinds(name, masters)
         return [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
-                           order=orders.get(q.broker_name, False))
+                           *kinds.get(q.broker_name, (False, None)))
                 for q in route.queue_datas if q.broker_name in masters]
 
-    async def _orders(self, topic: str, masters: Mapping[str, str]) -> dict[str, bool]:
-        """Whether each group keeps the topic as an order topic: a route does not say, so the
+    async def _kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
+        """Each group's (order topic, message type) of the topic: a route says neither, so the
         groups' masters are asked (GET_TOPIC_CONFIG, as RocketMQ's proxy reads a topic's
-        config), again once the route is."""
+        config), again once the route is. A group that does not answer: (False, None), the
+        type its broker checks itself."""
         now = time.monotonic()
-        cached = self._order_cache.get(topic)
+        cached = self._kind_cache.get(topic)
         if cached is not None and now - cached[0] < ROUTE_TTL_S and cached[1].keys() == masters.keys():
             return cached[1]
         names = sorted(masters)
         answers = await asyncio.gather(*(self._inst.api.topic_config(masters[n], topic) for n in names),
                                        return_exceptions=True)
-        orders = {n: isinstance(a, dict) and bool(a.get("order")) for n, a in zip(names, answers, strict=True)}
-        self._order_cache[topic] = (now, orders)
-        return orders
+        kinds: dict[str, tuple[bool, str | None]] = {}
+        for n, a in zip(names, answers, strict=True):
+            if isinstance(a, dict):
+                order = bool(a.get("order"))
+                kinds[n] = (order, topic_types.topic_type(a.get("attributes") or {}, order))
+            else:
+                kinds[n] = (False, None)
+        self._kind_cache[topic] = (now, kinds)
+        return kinds
 
     async def _master(self, broker_name: str, topic: str) -> str:
         addr = self._inst.master_addr(broker_name)
