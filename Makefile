@@ -10,7 +10,7 @@ CPP_STAMP := $(CPP_VENV)/.installed
 PY5_VENV := $(COMPAT)/py5/.venv
 PY5_STAMP := $(PY5_VENV)/.installed
 
-.PHONY: all venv node compat-cpp compat-py5 chromium etcd demo test test-fast test-pure chaos lint bench clean
+.PHONY: all venv node compat-cpp compat-py5 chromium etcd demo test test-fast test-pure chaos lint bench bench-peers clean
 
 all: test
 
@@ -87,7 +87,12 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
-bench: venv compat-py5
+# The e2e bench's peers: Redis, NATS JetStream and RabbitMQ from Debian, their clients from PyPI
+# (pyproject.toml's bench extra). The bench installs whatever is missing itself too.
+bench-peers: venv
+	$(PY) -m bench.peer_setup
+
+bench: venv compat-py5 bench-peers
 	$(PY) -m bench
 
 clean:
