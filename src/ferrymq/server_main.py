@@ -20,7 +20,7 @@ from .broker.controller import Broker
 from .common.dirlock import DirectoryLockedError
 from .common.heap import freeze_startup_heap
 from .metrics import MetricsServer, metrics_server
-from .namesrv import NameServer, NamesrvConfig
+from .namesrv import NameServer, NamesrvConfig, NamesrvConfigError
 from .namesrv.controller import ControllerStateError
 from .remoting.loop import install_uvloop
 from .remoting.tls import TlsMode, TlsServerSettings, server_context
@@ -159,7 +159,7 @@ def run_namesrv(config: NamesrvConfig, metrics_port: int | None = None) -> int:
     install_uvloop()
     try:
         namesrv = NameServer(config)
-    except AclConfigError as exc:
+    except (AclConfigError, NamesrvConfigError) as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
     metrics = _Metrics(metrics_port, config.host, config.tls)
@@ -216,7 +216,7 @@ def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]
     try:
         asyncio.run(_serve_until_signal(start, stop))
     except (OSError, StoreError, ControllerStateError, AclConfigError,
-            DirectoryLockedError) as exc:
+            DirectoryLockedError, NamesrvConfigError) as exc:
         # A port in use, a store that recovery refuses (corruption in the middle of the log
         # names its file and offset), a directory another server holds or an unreadable
         # controller state: one clear line, no traceback.

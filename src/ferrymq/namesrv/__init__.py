@@ -1,4 +1,4 @@
 from .routes import RouteRegistry
-from .server import NameServer, NamesrvConfig
+from .server import NameServer, NamesrvConfig, NamesrvConfigError
 
-__all__ = ['NameServer', 'NamesrvConfig', 'RouteRegistry']
+__all__ = ['NameServer', 'NamesrvConfig', 'NamesrvConfigError', 'RouteRegistry']

@@ -51,6 +51,9 @@ def parse_endpoints(spec: str) -> list[str]:
     out = []
     for part in spec.replace(";", ",").split(","):
         part = part.strip()
+        if part and "://" in part and not part.startswith("http://"):
+            # The client speaks plain HTTP: an https:// member would fail every call as if down.
+            raise ValueError(f"etcd endpoint {part!r}: only http:// client URLs are supported")
         if part:
             out.append(part if "://" in part else f"http://{part}")
     if not out:

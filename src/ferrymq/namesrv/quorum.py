@@ -60,6 +60,7 @@ class EtcdQuorum:
         self._leader_rev = 0  # create revision of our leader key
         self._state_rev = 0  # mod revision of the state key we hold
         self._trusted_until = 0.0
+        self._etcd_down = False  # the last round found no etcd endpoint answering
         self._lock = asyncio.Lock()  # one controller call at a time, in a worker thread
 
     # --- the lead --------------------------------------------------------------------------------
@@ -107,10 +108,17 @@ class EtcdQuorum:
                     await self._renew()
                 else:
                     await self._campaign()
+                if self._etcd_down:
+                    log.warning("controller %s reaches etcd again", self.my_addr)
+                    self._etcd_down = False
             except EtcdUnavailableError as exc:
                 if self._leading and time.monotonic() >= self._trusted_until:
                     self._step_down(f"etcd unreachable ({exc.reason})")
-                log.debug("controller quorum: %s", exc)
+                # Once per outage: while etcd is unreachable this controller neither leads nor
+                # follows, and brokers asking it hear "no controller leads".
+                log.log(logging.DEBUG if self._etcd_down else logging.WARNING,
+                        "controller %s cannot reach etcd: %s", self.my_addr, exc)
+                self._etcd_down = True
             except Exception:
                 log.exception("controller quorum round failed")
             if self._leading:

@@ -13,6 +13,7 @@ from ..acl import AclFile, AclGuard, GuardScope
 from ..common import jsonx
 from ..common.codes import RequestCode, ResponseCode
 from ..common.dirlock import DirectoryLock
+from ..common.errors import FerryMQError
 from ..common.headers import fields, opt_int, opt_str, req_int, req_str
 from ..common.javaprops import format_properties, parse_properties
 from ..common.paths import OptionalPathField, PathField
@@ -21,13 +22,22 @@ from ..remoting import Connection, RemotingCommand, RemotingServer, ServerConfig
 from ..remoting.tls import TlsServerSettings
 from .controller import ReplicaController
 from .controller_api import ControllerApi
-from .etcd import parse_endpoints
+from .etcd import EtcdUnavailableError, parse_endpoints
 from .kvconfig import ORDER_TOPIC_CONFIG, KvConfig
 from .operator_requests import OperatorRequests
 from .quorum import EtcdQuorum, QuorumConfig
 from .routes import RouteRegistry
 
 log = logging.getLogger("ferrymq.namesrv")
+
+
+class NamesrvConfigError(FerryMQError, ValueError):
+    """Name server settings that cannot work together, or a quorum it cannot reach at start."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
 
 
 @dataclass(frozen=True)  # no slots: controller_dir and acl_file are path fields
@@ -60,6 +70,19 @@ class NamesrvConfig:
     order_message_enable: bool = False
     # RocketMQ's enableAllTopicList: GET_ALL_TOPIC_LIST_FROM_NAMESERVER is refused when off.
     enable_all_topic_list: bool = True
+
+    def validate(self) -> NamesrvConfig:
+        # The etcd endpoints only mean something to a controller: without one they were
+        # ignored, and an operator who forgot --enable-controller ran no controller at all.
+        if self.controller_etcd and not self.enable_controller:
+            raise NamesrvConfigError("--controller-etcd", "needs --enable-controller (the etcd endpoints are "
+                                     "where this name server's controller agrees with the others')")
+        if self.controller_etcd:
+            try:
+                parse_endpoints(self.controller_etcd)
+            except ValueError as exc:
+                raise NamesrvConfigError("--controller-etcd", str(exc)) from None
+        return self
 
 
 # GET_NAMESRV_CONFIG's keys (RocketMQ's NamesrvConfig names) -> the field; UPDATE_NAMESRV_CONFIG
@@ -118,7 +141,7 @@ class NameServer:
     ):
         """`controller` (tests inject one with their clock) is created from the config at start
         when the config enables controller mode."""
-        self.config = config
+        self.config = config.validate()
         self.registry = registry or RouteRegistry(broker_expire_ms=config.broker_expire_ms)
         self.server = RemotingServer(ServerConfig(host=config.host, port=config.port, tls=config.tls))
         self._scan_task: asyncio.Task[None] | None = None
@@ -156,6 +179,7 @@ class NameServer:
             controller = ReplicaController(self.config.controller_dir, lease_ms=self.config.controller_lease_ms,
                                            backend=self.quorum)
             self.quorum.controller = controller
+            await self._reach_etcd(self.quorum)
         elif controller is None and self.config.enable_controller:
             # Loaded before the port opens: a state file that cannot be read, or that another
             # name server holds, stops the start.
@@ -183,6 +207,16 @@ class NameServer:
             self._controller_task = asyncio.create_task(self._controller_loop(self.controller))
         log.info("name server listening on %s", self.address)
         return self.address
+
+    async def _reach_etcd(self, quorum: EtcdQuorum) -> None:
+        """At start, one request to etcd: a wrong or dead endpoint list stops the start with
+        what to check, rather than a controller that never leads and says so nowhere."""
+        try:
+            await asyncio.to_thread(quorum.etcd.get, quorum.leader_key)
+        except EtcdUnavailableError as exc:
+            raise NamesrvConfigError("--controller-etcd", (
+                f"{exc}; check that etcd runs and that the list names its client URLs "
+                "(etcd's --advertise-client-urls, e.g. http://127.0.0.1:2379)")) from None
 
     async def stop(self) -> None:
         for task in (self._scan_task, self._controller_task, self._acl_task, self._quorum_task):
