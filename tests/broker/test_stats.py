@@ -77,3 +77,24 @@ def test_topic_and_group_figures_over_the_minute_hour_and_day() -> None:
     assert abs(put["statsDay"].tps - 0.6) < 0.01
     assert 12 <= got["statsMinute"].sum <= 14 and got["statsDay"].sum == 1440
     assert stats.window_figures("got", ("orders", "other")) is None
+
+
+def test_snapshots_keep_what_changed_and_figures_stay_exact() -> None:
+    """200 topics, one of them busy, for a day: the snapshots hold the busy topic's totals and
+    the others' once per tier, not 200 entries per snapshot; figures stay exact."""
+    mono = Clock(0.0)
+    stats = TrafficStats(clock=mono, wall_clock=Clock(1_700_000_000.0))
+    for i in range(200):
+        stats.topic_put[f"t{i}"] = [i, 0]
+    for second in range(0, 90_000, 30):  # the busy topic: one message every 30 s
+        mono.now = float(second)
+        stats.add_put(1)
+        stats.topic_put["t0"][0] += 1
+    mono.now = 90_000.0
+    # One complete snapshot per tier, then the busy topic's changes (full copies: ~7,800).
+    assert stats.history.kept() < 3 * 200 + 50
+    busy, idle = stats.window_figures("put", "t0"), stats.window_figures("put", "t7")
+    assert busy is not None and idle is not None
+    assert 2 <= busy["statsMinute"].sum <= 3 and 120 <= busy["statsHour"].sum <= 140
+    assert 2880 <= busy["statsDay"].sum <= 3000
+    assert (idle["statsMinute"].sum, idle["statsDay"].sum) == (0, 0)
