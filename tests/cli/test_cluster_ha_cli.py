@@ -97,6 +97,7 @@ def _progress_and_status_read_from_the_slave(server: Any) -> None:
     assert "total lag 3" in text and "broker-a (slave)" in text
     assert "broker-a: master down, read from slave" in text
     (queue,) = json_out(server, "topic", "status", "ha-cli")
-    assert (queue["max_offset"], queue["read_from"]) == (4, "slave")
+    # The type too is read from the slave: its master is down.
+    assert (queue["max_offset"], queue["read_from"], queue["message_type"]) == (4, "slave", "NORMAL")
     text = ferrymq(server, "topic", "status", "ha-cli").stdout
     assert "broker-a (slave)" in text and "broker-a: master down, read from slave" in text

@@ -360,12 +360,15 @@ class AsyncAdminClient(NamesrvAdmin, OpsAdmin, GroupsAdmin):
     async def topic_message_types(self, topic: str) -> dict[str, str]:
         """The message type each broker of the topic's route gives it (RocketMQ 5's
         `message.type`, common/topic_types.py), by broker name."""
-        route = await self.topic_route(topic, refresh=True)
-        names = sorted(route.brokers)
-        configs = await _gather(self.api.topic_config(route.brokers[n], topic) for n in names)
+        # Read where topic_status reads (a group whose master is down: its slave), and a broker
+        # that cannot answer is left out rather than failing the caller's view.
+        targets = route_read_targets(await self.topic_route(topic, refresh=True))
+        names = sorted(targets)
+        configs = await asyncio.gather(*(self.api.topic_config(targets[n][0], topic) for n in names),
+                                       return_exceptions=True)
         return {
             n: topic_types.topic_type(cfg.get("attributes") or {}, bool(cfg.get("order")))
-            for n, cfg in zip(names, configs, strict=True) if cfg is not None
+            for n, cfg in zip(names, configs, strict=True) if isinstance(cfg, dict)
         }
 
     async def delete_topic(self, topic: str) -> list[str]:
