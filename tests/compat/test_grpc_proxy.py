@@ -7,6 +7,7 @@ through it, and FIFO message groups keep their order."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
     brokers = [broker(name) for name in BROKERS]
     proxy = ServerProcess("proxy", lambda: ["proxy", "--namesrv", addr, "--grpc-port",
                                             _port(proxy.ready.get("grpc"))], logs / "proxy.log", "proxy grpc")
-    other = ServerProcess("proxy-2", lambda: ["proxy", "--namesrv", addr, "--grpc-port", "0"],
+    other = ServerProcess("proxy-2", lambda: ["proxy", "--namesrv", addr, "--grpc-port", "0", "--metrics-port", "0"],
                           logs / "proxy-2.log", "proxy grpc")
     cluster = ProxyCluster(ns, brokers, proxy, other)
     try:
@@ -176,6 +177,11 @@ def test_a_delivery_through_one_proxy_is_changed_and_acknowledged_through_anothe
                 message_id="01PXTWO0001", receipt_handle=changed.receipt_handle)]), metadata=meta)
         assert acked.status.code == pb.OK, acked.status
     wait_until(lambda: sum(p.lag for p in admin.group_progress(group)) == 0, 30, what="the ack on its broker")
+    # The second proxy's metrics count what went through it.
+    with urllib.request.urlopen(f"http://{server.other_proxy.ready['metrics']}/metrics", timeout=10) as page:
+        text = page.read().decode()
+    assert 'ferrymq_proxy_messages_total{kind="acked"} 1.0' in text, text[:2000]
+    assert "process_cpu_seconds_total" in text
 
 
 def test_a_proxy_sigkill_and_restart_mid_stream_loses_nothing_acknowledged(
