@@ -27,6 +27,12 @@ def test_group_update_list_and_delete(standalone: Any) -> None:
     bad = json_in_process(ns, "group", "update", "cli-sg", "--retry-queue-nums", "0", exit_code=1)
     assert "retryQueueNums" in bad["error"]["message"]
     assert ferrymq_in_process(ns, "group", "update", "cli-sg")[0] == 2
+    # A consumer of the disabled group is told why it gets nothing, and what turns it back on.
+    json_in_process(ns, "topic", "create", "cli-sg-topic", "--queues", "1")
+    refused = json_in_process(ns, "consume", "cli-sg-topic", "--group", "cli-sg", "--count", "1",
+                              "--timeout", "4", exit_code=1)["error"]["message"]
+    assert "NO_PERMISSION: subscription group no permission, cli-sg" in refused, refused
+    assert "ferrymq group update cli-sg --consume-enable true" in refused, refused
     deleted = json_in_process(ns, "group", "delete", "cli-sg")
     assert deleted == {"group": "cli-sg", "brokers": ["broker-a"]}
     assert "cli-sg" not in {r["group"] for r in json_in_process(ns, "group", "list")}

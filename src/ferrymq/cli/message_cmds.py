@@ -11,10 +11,11 @@ from ..client.admin import AdminClient
 from ..client.admin_results import MessageTrace
 from ..client.consumer.lite import AsyncLitePullConsumer
 from ..client.consumer.types import ConsumeFromWhere
-from ..client.errors import NoRouteError, TlsRequiredError
+from ..client.errors import BrokerError, NoRouteError, TlsRequiredError
 from ..client.message_json import message_detail, message_json, preview
 from ..client.producer_async import AsyncProducer
 from ..client.results import PullStatus, SendResult
+from ..common.codes import ResponseCode
 from ..common.errors import FerryMQError
 from ..common.ids import is_offset_msg_id, is_uniq_id
 from ..common.message import Message, MessageExt, MessageQueue
@@ -159,8 +160,20 @@ async def _consume(args: argparse.Namespace, printed: list[int], trouble: list[s
             raise failure
         if failure is not None:
             trouble.append(f"name server {args.namesrv}: {failure}")
+        if consumer.pull_refusal is not None:
+            trouble.append(_refusal(args.group, consumer.pull_refusal))
     finally:
         await deadline.close(consumer.shutdown(), "consumer")
+
+
+def _refusal(group: str, exc: BrokerError) -> str:
+    """The broker's refusal of the pulls, with what to do where its remark does not say."""
+    text = f"the broker refused the pulls: {exc}"
+    # RocketMQ's remark for a group whose consumeEnable is false.
+    if exc.code == ResponseCode.NO_PERMISSION and exc.remark.startswith("subscription group no permission"):
+        text += (f"; group {group}'s consume_enable is false (`ferrymq group list`): "
+                 f"`ferrymq group update {group} --consume-enable true` lets it consume again")
+    return text
 
 
 def _lookup(admin: AdminClient, msg_id: str, topic: str | None) -> MessageExt:

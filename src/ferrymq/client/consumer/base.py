@@ -14,7 +14,7 @@ from ...common import props as P
 from ...common.message import MessageExt, MessageQueue
 from ...common.names import is_retry_topic, retry_topic, validate_group, validate_topic
 from ...remoting.tls import resolve_client_tls
-from ..errors import ClientError
+from ..errors import BrokerError, ClientError
 from ..instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from ..lifecycle import Lifecycle, State
 from ..loop import wait_event
@@ -53,6 +53,7 @@ class ConsumerBase(Lifecycle):
         self.table: dict[MessageQueue, ProcessQueue] = {}
         self.read_from: dict[MessageQueue, int] = {}
         self.consume_stats = ConsumeStats()
+        self.pull_refusal: BrokerError | None = None
         self.pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._inst: ClientInstance | None = None
         self._store: OffsetStore | None = None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from ...common.message import MessageExt, MessageQueue
 
 if TYPE_CHECKING:
+    from ..errors import BrokerError
     from ..instance import ClientInstance
     from ..lifecycle import State
     from .consume_stats import ConsumeStats
@@ -57,6 +58,9 @@ class QueueHost(Protocol):
     # The broker id each queue's last pull answer suggested reading from next.
     read_from: dict[MessageQueue, int]
     consume_stats: ConsumeStats
+    # The broker's last refusal of a pull (group disabled or unknown, topic not readable,
+    # subscription refused); None once a pull is answered.
+    pull_refusal: BrokerError | None
 
     @property
     def inst(self) -> ClientInstance: ...

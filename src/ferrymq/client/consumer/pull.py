@@ -12,7 +12,7 @@ from ...common.errors import FerryMQError
 from ...common.names import MASTER_ID
 from ...common.record import MessageDecodeError, decode_records
 from ..api import pull_sys_flag
-from ..errors import BrokerError, ClientError
+from ..errors import BrokerError, ClientError, GroupNotExistError, NoPermissionError, SubscriptionError
 from ..lifecycle import State
 from ..loop import wait_event
 from ..results import PullStatus
@@ -24,6 +24,10 @@ log = logging.getLogger("ferrymq.client.pull")
 
 # How often a paused queue looks again at whether it was dropped meanwhile.
 FLOW_CONTROL_RECHECK = 1.0
+# Answers that refuse the group's pulls until something changes on the broker (RocketMQ's pull
+# processor: the group's consume_enable off or the group unknown, the topic not readable, the
+# subscription refused), as opposed to a busy broker or one going away.
+REFUSALS = (NoPermissionError, GroupNotExistError, SubscriptionError)
 
 
 async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
@@ -71,6 +75,12 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
             if pq.dropped or c.state is not State.RUNNING:
                 return
             level = logging.DEBUG if isinstance(exc, BrokerError) else logging.WARNING
+            if isinstance(exc, REFUSALS):
+                # Asking again will not help until an operator acts (`ferrymq group update G
+                # --consume-enable true`, say): said once at WARNING, not hidden at DEBUG.
+                same = c.pull_refusal is not None and str(c.pull_refusal) == str(exc)
+                level = logging.DEBUG if same else logging.WARNING
+                c.pull_refusal = exc
             log.log(level, "%s: pull of %s at %d failed: %s", c.group, mq, next_offset, exc)
             if await c.inst.after_failure(mq.topic, exc):
                 # The broker is gone; when the fresh route names another one (a slave while
@@ -83,6 +93,7 @@ async def pull_loop(c: QueueHost, pq: ProcessQueue, offset: int) -> None:
             continue
         if pq.dropped:
             return
+        c.pull_refusal = None
         pq.last_pull_time = time.monotonic()
         c.read_from[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND:
