@@ -42,7 +42,7 @@ from ferrymq import (
 from ferrymq.embedded import StandaloneProcess
 from ferrymq.embedded import standalone as run_standalone
 
-from . import events, spark_job
+from . import events, spark_job, story
 
 AUDIT_GROUP = "orders-audit"
 DLQ_TOPIC = f"%DLQ%{AUDIT_GROUP}"
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     with standalone(store, out / "broker.log") as broker, AdminClient(broker.namesrv) as admin:
-        console.print(f"[bold]ferrymq standalone[/] namesrv={broker.namesrv}, store {store}")
+        story.say(console, story.intro(orders, MAX_RECONSUME, DLQ_TOPIC, spark_job.BAD_TOPIC))
+        story.say(console, [f"ferrymq standalone started: name server {broker.namesrv}", f"store: {store}"])
         admin.create_topic("orders", 4)
         admin.create_topic(spark_job.BAD_TOPIC, 2)
         stats = AuditStats()
@@ -214,6 +215,7 @@ def report(
     counts.add_row("malformed sent to orders-bad by Spark", str(topic_total(admin, "orders-bad")))
     counts.add_row("malformed produced", str(malformed))
     console.print(counts)
+    story.say(console, [story.failures_line(orders, MAX_RECONSUME)])
 
     lags = Table(title="consumer group lag")
     lags.add_column("group")
@@ -230,9 +232,8 @@ def report(
     by_product = (
         agg.groupBy("product").sum("revenue", "orders").orderBy("sum(revenue)", ascending=False)
     )
-    products = Table(
-        title=f"revenue per product over {agg.select('minute').distinct().count()} minutes"
-    )
+    windows = agg.select("minute").distinct().count()
+    products = Table(title=f"revenue per product over {windows} minutes (event time)")
     products.add_column("product")
     products.add_column("orders", justify="right")
     products.add_column("revenue", justify="right")
@@ -241,13 +242,14 @@ def report(
     products.add_row("[bold]total[/]", str(total["sum(orders)"]), f"{total['sum(revenue)']:.2f}")
     console.print(products)
     console.print(f"expected total revenue from the producer's side: {expected:.2f}")
+    story.say(console, story.span_lines(orders, windows))
 
-    files = Table(title="files", show_header=False)
-    files.add_row("aggregates (Parquet, per batch)", str(aggregates))
-    files.add_row("Spark checkpoint", str(out / "checkpoint"))
-    files.add_row("broker store", str(out / "store"))
-    files.add_row("broker log", str(out / "broker.log"))
-    console.print(files)
+    story.print_paths(console, "files", [
+        ("aggregates (Parquet, per batch)", aggregates),
+        ("Spark checkpoint", out / "checkpoint"),
+        ("broker store", out / "store"),
+        ("broker log", out / "broker.log"),
+    ])
     console.print(f"pipeline finished in {seconds:.0f}s")
 
 
