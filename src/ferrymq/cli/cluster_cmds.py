@@ -164,7 +164,8 @@ def add_broker_actions(
     c = fsub.add_parser(
         "update",
         parents=[common],
-        help="change keys that can change at runtime (others are refused)",
+        help="change keys that can change at runtime (others are refused); a broker started with "
+        "--config writes the change into that file",
     )
     c.add_argument("pairs", nargs="+", metavar="KEY=VALUE")
     c.add_argument("--broker", help="one broker (name or HOST:PORT); default every master")
