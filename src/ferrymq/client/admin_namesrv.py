@@ -1,7 +1,7 @@
-"""The administration client's operator requests to the name servers (mqadmin's topicRoute,
-topicClusterList, wipeWritePerm/addWritePerm, getNamesrvConfig/updateNamesrvConfig and the KV
-config) and the send round trip to every broker (checkMsgSendRT). AsyncAdminClient inherits
-them."""
+"""The administration client's operator requests (mqadmin's topicRoute, topicClusterList,
+wipeWritePerm/addWritePerm, getNamesrvConfig/updateNamesrvConfig, the KV config,
+cleanUnusedTopic, electMaster) and the send round trip to every broker (checkMsgSendRT).
+AsyncAdminClient inherits them."""
 
 from __future__ import annotations
 
