@@ -1,11 +1,17 @@
 """`ferrymq group list|update|delete` (the brokers' subscription group table), run in this
-process against the shared standalone."""
+process against the shared standalone, and what its settings do to a consumer."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from cli_util import ferrymq_in_process, json_in_process
+
+from ferrymq import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from waits import wait_until
+
+pytestmark = pytest.mark.shared_standalone
 
 
 def test_group_update_list_and_delete(standalone: Any) -> None:
@@ -36,3 +42,31 @@ def test_group_update_list_and_delete(standalone: Any) -> None:
     deleted = json_in_process(ns, "group", "delete", "cli-sg")
     assert deleted == {"group": "cli-sg", "brokers": ["broker-a"]}
     assert "cli-sg" not in {r["group"] for r in json_in_process(ns, "group", "list")}
+
+
+def test_a_groups_retry_max_times_decides_a_push_consumers_dead_letter(standalone: Any) -> None:
+    """A push consumer that sets no max_reconsume_times of its own follows the group's count."""
+    ns = standalone.namesrv
+    json_in_process(ns, "topic", "create", "cli-dlq-topic", "--queues", "1")
+    json_in_process(ns, "group", "update", "cli-dlq", "--retry-max-times", "1")
+    attempts: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        attempts.extend(m.reconsume_times for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER
+
+    consumer = PushConsumer("cli-dlq", ns, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            rebalance_interval=0.3, route_refresh_interval=0.3, pull_suspend_timeout=1.0)
+    consumer.subscribe("cli-dlq-topic")
+    consumer.register_listener(listener)
+    consumer.start()
+    try:
+        with Producer("cli-dlq-p", ns) as producer:
+            producer.send(Message("cli-dlq-topic", b"always fails"))
+        [dead] = wait_until(lambda: json_in_process(ns, "dlq", "list", "cli-dlq"), timeout=30,
+                            what="the message in %DLQ%cli-dlq")
+        # Delivered once and retried once (the group's 1), not the client's former 16 times.
+        assert attempts == [0, 1], attempts
+        assert dead["reconsume_times"] == 2, dead
+    finally:
+        consumer.shutdown()

@@ -292,9 +292,11 @@ class MQClientAPI:
         delay_level: int,
         origin_msg_id: str,
         origin_topic: str,
-        max_reconsume_times: int,
+        max_reconsume_times: int | None,
         timeout: float | None = None,
     ) -> None:
+        """max_reconsume_times None: the header is left out and the group's retryMaxTimes on
+        the broker decides whether the message goes to %DLQ%<group>."""
         await self.invoke_ok(
             addr,
             RequestCode.CONSUMER_SEND_MSG_BACK,

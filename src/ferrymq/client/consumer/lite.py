@@ -50,7 +50,7 @@ class AsyncLitePullConsumer(ConsumerBase):
         consume_threads: int = _D.consume_threads,
         consume_message_batch_max_size: int = _D.consume_message_batch_max_size,
         pull_batch_size: int = _D.pull_batch_size,
-        max_reconsume_times: int = _D.max_reconsume_times,
+        max_reconsume_times: int | None = _D.max_reconsume_times,
         pull_threshold_for_queue: int = _D.pull_threshold_for_queue,
         pull_threshold_size_for_queue: int = _D.pull_threshold_size_for_queue,
         pull_suspend_timeout: float = _D.pull_suspend_timeout,

@@ -17,6 +17,11 @@ from .types import ConsumeFromWhere, MessageModel
 HALF_HOUR_MS = 30 * 60 * 1000
 
 
+# What an orderly consumer without max_reconsume_times gives up after (RocketMQ's Java client
+# retries an orderly queue forever then; ferrymq keeps the concurrent default).
+ORDERLY_MAX_RECONSUME_TIMES = 16
+
+
 @dataclass(frozen=True)  # no slots: offset_store_dir is a PathField
 class ConsumerOptions:
     message_model: MessageModel = MessageModel.CLUSTERING
@@ -26,7 +31,12 @@ class ConsumerOptions:
     consume_threads: int = 20
     consume_message_batch_max_size: int = 1
     pull_batch_size: int = 32  # messages a pull asks for; PushConsumer: 128 (push.py)
-    max_reconsume_times: int = 16
+    # Sends back before a message goes to %DLQ%<group>. None: the group's retryMaxTimes on the
+    # broker decides (`ferrymq group update G --retry-max-times N`; 16 for a group the broker
+    # creates with its defaults); an orderly consumer, which counts its attempts itself, gives
+    # up after 16. A number is sent with every send-back and overrides the group's, as
+    # RocketMQ's clients since 3.4.9 do.
+    max_reconsume_times: int | None = None
     # Flow control per queue: stop pulling at this many held messages or MiB of bodies.
     pull_threshold_for_queue: int = 1000
     pull_threshold_size_for_queue: int = 100
@@ -63,6 +73,11 @@ class ConsumerOptions:
     # TLS to name servers and brokers: settings, True/False, or None for $FERRYMQ_TLS.
     tls: TlsClientSettings | bool | None = None
 
+    @property
+    def orderly_max_reconsume_times(self) -> int:
+        """An orderly consumer's limit: it retries locally and must know when to give up."""
+        return ORDERLY_MAX_RECONSUME_TIMES if self.max_reconsume_times is None else self.max_reconsume_times
+
     def validate(self) -> ConsumerOptions:
         if self.consume_threads < 1:
             raise ValueError("consume_threads must be >= 1")
@@ -70,7 +85,7 @@ class ConsumerOptions:
             raise ValueError("consume_message_batch_max_size must be within 1..1024")
         if not 1 <= self.pull_batch_size <= 1024:
             raise ValueError("pull_batch_size must be within 1..1024")
-        if self.max_reconsume_times < 0:
+        if self.max_reconsume_times is not None and self.max_reconsume_times < 0:
             raise ValueError("max_reconsume_times must be >= 0")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

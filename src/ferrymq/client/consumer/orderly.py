@@ -92,7 +92,7 @@ class OrderlyService:
     ) -> bool:
         """False: the queue is suspended and retried later. True: nothing left to retry (all
         went to the DLQ or, broadcasting, were dropped) and the queue goes on."""
-        limit = self.c.options.max_reconsume_times
+        limit = self.c.options.orderly_max_reconsume_times
         suspend = False
         for m in msgs:
             if m.reconsume_times < limit:

@@ -54,7 +54,7 @@ class AsyncPushConsumer(ConsumerBase):
         consume_threads: int = _D.consume_threads,
         consume_message_batch_max_size: int = _D.consume_message_batch_max_size,
         pull_batch_size: int = PUSH_PULL_BATCH_SIZE,
-        max_reconsume_times: int = _D.max_reconsume_times,
+        max_reconsume_times: int | None = _D.max_reconsume_times,
         pull_threshold_for_queue: int = _D.pull_threshold_for_queue,
         pull_threshold_size_for_queue: int = _D.pull_threshold_size_for_queue,
         pull_suspend_timeout: float = _D.pull_suspend_timeout,
@@ -191,7 +191,7 @@ class AsyncPushConsumer(ConsumerBase):
                 flag=msg.flag,
                 properties=P.properties_to_string(props),
                 reconsume_times=msg.reconsume_times,
-                max_reconsume_times=self.options.max_reconsume_times,
+                max_reconsume_times=self.options.orderly_max_reconsume_times,
             )
             return True
         except FerryMQError as exc:
