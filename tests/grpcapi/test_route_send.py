@@ -108,6 +108,13 @@ def test_a_topics_type_is_what_its_queues_accept_and_a_send_of_another_is_refuse
     assert send(stub, message("route-delay", message_type=pb.DELAY, delivery_timestamp=later)).status.code == pb.OK
     assert send(stub, message("route-fifo", message_type=pb.FIFO, message_group="g")).status.code == pb.OK
     assert admin.max_offset(admin.message_queues("route-plain")[0]) == 0
+    # A permission change sends no order flag: the FIFO type still makes a FIFO group's
+    # assignment one per queue.
+    admin.update_topic_perm("route-fifo", 6)
+    assigned = stub.QueryAssignment(spb.QueryAssignmentRequest(
+        topic=pb.Resource(name="route-fifo"), group=pb.Resource(name="route-fifo-g"),
+        endpoints=access_point(server)), metadata=meta())
+    assert sorted(a.message_queue.id for a in assigned.assignments) == [0, 1]
 
 
 def test_a_read_only_topic_has_read_queues_and_refuses_sends(stub: sgrpc.MessagingServiceStub, server: Standalone,

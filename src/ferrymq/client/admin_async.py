@@ -331,8 +331,11 @@ class AsyncAdminClient(NamesrvAdmin, OpsAdmin, GroupsAdmin):
         given. A ferrymq broker refuses to lower the read queues where that would leave
         messages some group has not consumed, unless forced (BrokerError naming them); the
         other brokers still apply the change. message_type: RocketMQ 5's topic message type
-        (common/topic_types.py), the `message.type` attribute; FIFO makes an order topic."""
+        (common/topic_types.py), the `message.type` attribute; FIFO makes an order topic, and
+        an order topic is FIFO."""
         validate_topic(topic)
+        if order and message_type is None:
+            message_type = topic_types.FIFO
         brokers = await self.cluster_brokers(cluster)
         if broker is not None:
             named = {n: a for n, a in brokers.items() if broker in (n, a)}

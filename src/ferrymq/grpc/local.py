@@ -15,6 +15,7 @@ from ..broker.groups import GroupRefused
 from ..broker.pop import INIT_MAX, ChangeOutcome, PopRefused, pop_service
 from ..broker.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from ..common import props as P
+from ..common import topic_types
 from ..common.codes import ResponseCode
 from ..common.names import dlq_topic
 from ..common.record import MessageDecodeError, decode_record
@@ -57,7 +58,9 @@ class LocalBackend(LocalQueues):
         if cfg is None:
             return []
         return [TopicGroup(name, self._broker.config.broker_name, cfg.perm, cfg.read_queue_nums, cfg.write_queue_nums,
-                           cfg.order, cfg.message_type)]
+                           # A FIFO topic is consumed in order even after a change that
+                           # left its order flag off (`topic update --perm` sends none).
+                           cfg.order or cfg.message_type == topic_types.FIFO, cfg.message_type)]
 
     async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
         broker = self._broker
