@@ -40,6 +40,13 @@ def test_what_each_request_needs() -> None:
     assert needs_of_message(ack).resources == {"%RETRY%g": Perm.SUB, "orders": Perm.SUB}
     assert needs_of_message(spb.QueryRouteRequest(topic=_res("orders"))).resources == {"orders": Perm.ANY}
     assert needs_of_message(spb.EndTransactionRequest(topic=_res("orders"))).resources == {"orders": Perm.PUB}
+    assert needs_of_message(spb.RecallMessageRequest(topic=_res("orders"))).resources == {"orders": Perm.PUB}
+    mq = pb.MessageQueue(topic=_res("orders"))
+    for pulling in (spb.PullMessageRequest(group=_res("g"), message_queue=mq),
+                    spb.UpdateOffsetRequest(group=_res("g"), message_queue=mq),
+                    spb.GetOffsetRequest(group=_res("g"), message_queue=mq)):
+        assert needs_of_message(pulling).resources == {"%RETRY%g": Perm.SUB, "orders": Perm.SUB}
+    assert needs_of_message(spb.QueryOffsetRequest(message_queue=mq)).resources == {"orders": Perm.SUB}
     producer_beat = spb.HeartbeatRequest(client_type=pb.ClientType.PRODUCER)
     assert needs_of_message(producer_beat).resources == {}
     consumer_beat = spb.HeartbeatRequest(client_type=pb.ClientType.SIMPLE_CONSUMER, group=_res("g"))
