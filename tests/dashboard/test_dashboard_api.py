@@ -197,8 +197,11 @@ def test_group_shows_its_online_consumers(server: Standalone, dash: str) -> None
         assert conn["client_addr"].startswith("127.0.0.1:") and conn["language"]
         assert group["connections"]["subscriptions"]["dash-conn"] == "TagA || TagB"
         assert group["connections"]["consume_type"] == "CONSUME_PASSIVELY"
-        names = [g["name"] for g in get_json(dash, "/api/groups?q=dash-conn")["groups"]]
-        assert names == ["dash-conn-group"]
+        listed = get_json(dash, "/api/groups?q=dash-conn")["groups"]
+        assert [g["name"] for g in listed] == ["dash-conn-group"]
+        assert (listed[0]["consumers"], listed[0]["message_model"], listed[0]["consume_tps"]) == (1, "CLUSTERING", 0)
+    offline = get_json(dash, "/api/groups?q=dash-conn")["groups"][0]
+    assert (offline["consumers"], offline["message_model"]) == (0, None)
 
 
 def test_message_lookup_by_id_and_key_with_its_trace(server: Standalone, dash: str) -> None:

@@ -162,6 +162,14 @@ def test_message_page_shows_the_message_and_its_trace_timeline(server: Standalon
             dash, f"/api/message?id={sent.msg_id}")["trace"]["events"]], what="the consumed event recorded")
         url = f"http://{dash}/#/message?id={sent.msg_id}"
         body = main_of(dump_dom(url, tmp_path))  # with the group online
+        # The group list: one consumer online, its model, its consume TPS (1 message in the minute).
+        wait_until(lambda: get_json(dash, "/api/groups?q=browser-msg")["groups"][0]["consume_tps"] > 0,
+                   what="the group's consume TPS")
+        groups = main_of(dump_dom(f"http://{dash}/#/groups?q=browser-msg", tmp_path))
+        row = re.search(r'<tr data-group="browser-msg-group">(.*?)</tr>', groups)
+        assert row, groups[:2000]
+        assert re.search(r" 1 clustering 0\.0[1-9] ", text_of(row.group(1))), text_of(row.group(1))
+        assert re.findall(r"<th[^>]*>([^<]*)</th>", groups)[3:6] == ["consumers", "model", "consume TPS"]
     text = text_of(body)
     assert f"Message {sent.msg_id}" in text and "hello browser" in text and "k-browser" in text
     timeline = re.findall(r'<li class="[\w-]+" data-kind="([\w-]+)">', body)

@@ -116,3 +116,22 @@ def test_dead_letters_are_re_driven_from_the_page(server: Standalone, dash: str,
                   what="the second notice")
     assert get_json(dash, "/api/dlq?group=ui-dlq-group")["messages"] == []
     page.wait_for("document.querySelector('#dlq td.muted')?.innerText === 'nothing to re-drive'", what="empty DLQ")
+
+    # A re-driven message's trace is long: scrolled to its end in a short window, the status
+    # line must not sit over the timeline (it was fixed to the window's corner).
+    browser.call("Emulation.setDeviceMetricsOverride",
+                 {"width": 900, "height": 500, "deviceScaleFactor": 1, "mobile": False}, page.session)
+    page.evaluate(f"location.hash = '#/message?id={listed[1]['msg_id']}'")
+    page.wait_for("document.querySelectorAll('#trace .timeline li').length >= 4", what="the trace timeline")
+    page.wait_for("document.getElementById('status').innerText.startsWith('updated')", what="the status line")
+    boxes = page.evaluate("""(() => {
+        document.querySelector('#trace .timeline').scrollIntoView({block: 'end'});
+        const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+        return [box(document.querySelector('#trace .timeline')), box(document.getElementById('status')),
+                innerHeight];
+    })()""")
+    timeline, status, height = boxes
+    assert timeline[3] > height - 100, boxes  # the timeline's end is in the lower part of the window
+    overlap = (min(timeline[2], status[2]) > max(timeline[0], status[0])
+               and min(timeline[3], status[3]) > max(timeline[1], status[1]))
+    assert not overlap, boxes

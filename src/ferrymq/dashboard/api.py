@@ -10,6 +10,7 @@ from typing import Any
 
 from ..client.admin_async import AsyncAdminClient
 from ..client.errors import NoPermissionError, NoRouteError
+from ..client.results import ConsumerConnections
 from ..common import topic_types
 from ..common.errors import FerryMQError
 from ..common.headers import PERM_READ, PERM_WRITE
@@ -49,6 +50,26 @@ def page_of(items: list[Any], offset: int, limit: int) -> tuple[list[Any], int, 
     limit = max(1, min(limit, MAX_PAGE))
     offset = max(0, min(offset, max(len(items) - 1, 0)))
     return items[offset : offset + limit], offset, limit
+
+
+async def _connections(admin: AsyncAdminClient, group: str) -> ConsumerConnections | None:
+    try:
+        return await admin.consumer_connections(group)
+    except FerryMQError:  # the list still shows the group, without its consumers
+        return None
+
+
+async def _consume_tps(admin: AsyncAdminClient) -> dict[str, float]:
+    """group -> messages delivered per second over the last minute, summed over its topics and
+    the masters: one brokerConsumeStats per master for the whole list."""
+    out: dict[str, float] = {}
+    for stats in await asyncio.gather(*(admin.broker_consume_stats(a) for a in (await admin.brokers()).values()),
+                                      return_exceptions=True):
+        if isinstance(stats, BaseException):
+            continue
+        for s in stats.stats:
+            out[s.group] = out.get(s.group, 0.0) + s.consume_tps
+    return out
 
 
 def topic_kind(topic: str, reserved_names: frozenset[str]) -> str:
@@ -211,12 +232,19 @@ class DashboardApi:
         query = request.query.get("q", "").strip().lower()
         names = [g for g in names if query in g.lower()]
         page, offset, limit = page_of(names, request.int_arg("offset", 0), request.int_arg("limit", 100))
+        conns, tps = await asyncio.gather(
+            asyncio.gather(*(_connections(caller.admin, g) for g in page)), _consume_tps(caller.admin))
         rows = []
-        for g in page:
+        for g, online in zip(page, conns, strict=True):
             latest = self.sampler.history.latest(g)
             rows.append({"name": g, "lag": None if latest is None else latest.lag,
                          "retry_lag": None if latest is None else latest.retry_lag,
-                         "sampled": None if latest is None else latest.timestamp_ms})
+                         "sampled": None if latest is None else latest.timestamp_ms,
+                         # Online consumers and their model (RocketMQ's console lists both);
+                         # the model is unknown while none is online.
+                         "consumers": len(online.connections) if online else 0,
+                         "message_model": (online.message_model or None) if online else None,
+                         "consume_tps": round(tps.get(g, 0.0), 2)})
         return {"total": len(names), "offset": offset, "limit": limit, "groups": rows,
                 "sampler": self.sampler.status()}
 
