@@ -233,7 +233,8 @@ def report(
         agg.groupBy("product").sum("revenue", "orders").orderBy("sum(revenue)", ascending=False)
     )
     windows = agg.select("minute").distinct().count()
-    products = Table(title=f"revenue per product over {windows} minutes (event time)")
+    # Short enough not to wrap over the narrow table; the lines after it say what the minutes are.
+    products = Table(title=f"revenue per product ({windows} minutes)")
     products.add_column("product")
     products.add_column("orders", justify="right")
     products.add_column("revenue", justify="right")
