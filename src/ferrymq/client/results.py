@@ -118,6 +118,9 @@ class QueueProgress:
             "consumer_offset": self.consumer_offset,
             "lag": self.lag,
             "read_from": self.read_from,
+            # RocketMQ's OffsetWrapper.lastTimestamp (mqadmin's #LastTime): when the last
+            # consumed message was stored, ms; 0 when the group consumed none here.
+            "last_timestamp": self.last_timestamp,
         }
 
 
