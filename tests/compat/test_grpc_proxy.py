@@ -241,3 +241,20 @@ def test_fifo_message_groups_keep_their_order_through_the_proxy(clients: Clients
     for g in groups:
         bodies = [int(e["body"]) for e in received if e["messageGroup"] == g]
         assert bodies == sorted(bodies), f"message group {g} out of order: {bodies}"
+
+
+def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster, clients: Clients,
+                                                         admin: AdminClient) -> None:
+    """Last in the module: it freezes broker-b (SIGSTOP: its connections stay open, so the name
+    server keeps listing it until it expires it). A receive that names broker-b is served from
+    broker-a, not failed."""
+    topic, group, n = "px-dead", "px-dead-g", 10
+    _create(admin, topic, 1)
+    sent = run_producer(clients.sdk5("produce", topic=topic, count=n), n, 60)
+    on_a = admin.max_offset(MessageQueue(topic, BROKERS[0], 0))
+    assert 0 < on_a < n, "sends go round both groups"
+    server.brokers[1].pause()
+    consumer = clients.sdk5("simple", topic=topic, group=group, expect=on_a, invisibleSec=20, awaitSec=1)
+    assert consumer.wait_exit(60) == 0, consumer.diag()
+    assert {e["body"] for e in consumer.of("received")} < {s["body"] for s in sent}
+    assert not consumer.of("receive_error"), consumer.of("receive_error")[:2]

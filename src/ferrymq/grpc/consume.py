@@ -96,16 +96,27 @@ class Consumer:
         """Any queue of the topic, as the proxy pops: the queue the SDK names is only its pick of
         a broker group. With several groups, each is asked without waiting, from the named one
         on; when none has a message, the named one is long-polled (the SDK's next receive names
-        the next group, so an idle consumer's polls go round them all)."""
+        the next group, so an idle consumer's polls go round them all), or the first that
+        answered when it did not."""
         pop = functools.partial(self._backend.pop, group, queue_id=-1, max_nums=batch, invisible_ms=invisible,
                                 sub=sub, order=order)
         if len(groups) == 1:
             return await pop(groups[0], poll_ms=poll)
+        alive: list[TopicGroup] = []
+        failure: GrpcStatusError | None = None
         for g in groups:
-            found = await pop(g, poll_ms=0)
+            try:
+                found = await pop(g, poll_ms=0)
+            except GrpcStatusError as exc:
+                # A group out of reach (its master just died) leaves the others served.
+                failure = failure or exc
+                continue
             if found:
                 return found
-        return await pop(groups[0], poll_ms=poll) if poll > 0 else []
+            alive.append(g)
+        if failure is not None and not alive:
+            raise failure
+        return await pop(alive[0], poll_ms=poll) if poll > 0 else []
 
     async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
         group, topic = req.group.name, req.topic.name
