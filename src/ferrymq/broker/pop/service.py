@@ -187,10 +187,16 @@ class PopService:
                 start = reads.get_min_offset(topic, queue_id)
             else:
                 # MAX: a young queue still starts at 0, as RocketMQ's getInitOffset with
-                # initPopOffsetByCheckMsgInMem (a group created after the first sends gets them).
+                # initPopOffsetByCheckMsgInMem (a group created after the first sends gets them);
+                # an old one at its last message ("pop last one, then commit offset"), so a new
+                # group sees at once that the queue is live.
                 young = young_queue_start(store, topic, queue_id,
                                           self.broker.config.access_message_in_memory_max_ratio)
-                start = reads.get_max_offset(topic, queue_id) if young is None else young
+                if young is None:
+                    start = max(reads.get_min_offset(topic, queue_id),
+                                reads.get_max_offset(topic, queue_id) - 1)
+                else:
+                    start = young
             seq = offsets.commit(group, topic, queue_id, start, self.broker.now_ms())
             state = self._states[key] = QueuePop(start, [], self._max_inflight())
             return state, seq
