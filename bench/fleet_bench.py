@@ -39,6 +39,7 @@ from ferrymq.common.registration import FULL_REQUIRED_FIELD, INCREMENT_FIELD
 from ferrymq.embedded.process import ServerProcess
 from ferrymq.remoting import RemotingCommand
 from ferrymq.remoting.client import ClientConfig, RemotingClient
+from ferrymq.remoting.errors import RemotingClosedError
 
 LOOKUPS = 2000
 HEARTBEAT_PERIOD_S = 3.0
@@ -81,6 +82,7 @@ class SimBroker:
         self.client = RemotingClient(ClientConfig(connect_timeout=60.0, request_timeout=60.0))
         self.held: dict[str, Any] | None = None
         self.resent = 0
+        self.reconnects = 0
 
     def version(self) -> dict[str, Any]:
         return {"counter": self.counter, "timestamp": 1_700_000_000_000 + self.counter}
@@ -91,7 +93,13 @@ class SimBroker:
             "brokerAddr": self.addr, "brokerId": "0", "brokerName": self.name,
             "clusterName": "FleetCluster", "haServerAddr": "", "compressed": "false",
             "bodyCrc32": str(zlib.crc32(raw) & 0x7FFFFFFF)}, body=raw)
-        resp = await self.client.invoke(self.namesrv, req, timeout=30.0)
+        try:
+            resp = await self.client.invoke(self.namesrv, req, timeout=30.0)
+        except RemotingClosedError:
+            # The name server closed the connection as idle (a big fleet's first registrations
+            # can outlast its 120 s): a broker reconnects at its next heartbeat.
+            self.reconnects += 1
+            resp = await self.client.invoke(self.namesrv, req, timeout=30.0)
         if resp.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"{self.name}: registration refused: {resp.remark}")
         return resp
@@ -203,6 +211,7 @@ async def _fleet(namesrv: str, pid: int, brokers: int, topics: int, spread: int)
                 raise RuntimeError(f"new topic {name} has no route: {resp.remark}")
         m["create_p50_ms"], m["create_p99_ms"] = _pct(creations, 0.5), _pct(creations, 0.99)
         m["tables_resent"] = sum(b.resent for b in fleet)
+        m["reconnects"] = sum(b.reconnects for b in fleet)
     finally:
         await client.close()
         for b in fleet:
@@ -235,6 +244,7 @@ _ROWS = [
     ("rss_mib", "name server RSS", "MiB", None),
     ("rss_grown_mib", "name server RSS grown by the fleet", "MiB", None),
     ("tables_resent", "whole tables re-sent because the name server had dropped a broker", "tables", None),
+    ("reconnects", "connections the name server closed as idle", "connections", None),
 ]
 
 
