@@ -30,8 +30,8 @@ from ..common.trace_events import TraceEvent
 from ..remoting import ClientConfig, RemotingClient
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
 from .admin_groups import GroupsAdmin
-from .admin_ops import OpsAdmin, route_read_targets
 from .admin_namesrv import NamesrvAdmin
+from .admin_ops import OpsAdmin, route_read_targets
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
@@ -48,7 +48,7 @@ from .route import TopicRoute
 from .store_damage import StoreDamage, parse_store_damage
 
 
-class AsyncAdminClient(NamesrvAdmin, OpsAdmin, GroupsAdmin):
+class AsyncAdminClient(OpsAdmin, NamesrvAdmin, GroupsAdmin):
     """Stateless apart from a route cache; every call is one or a few requests. Use it as an
     async context manager, or call close()."""
 
