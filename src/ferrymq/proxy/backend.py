@@ -128,6 +128,7 @@ class ClusterBackend:
         self._fetched: dict[str, float] = {}
         self._joins: set[asyncio.Task[bool]] = set()
         self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
+        self._kind_refresh: dict[str, asyncio.Task[dict[str, tuple[bool, str | None]]]] = {}
         self.counts = {"sent": 0, "received": 0, "acked": 0}
 
     @property
@@ -168,12 +169,20 @@ class ClusterBackend:
     async def _kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
         """Each group's (order topic, message type) of the topic: a route says neither, so the
         groups' masters are asked (GET_TOPIC_CONFIG, as RocketMQ's proxy reads a topic's
-        config), again once the route is. A group that does not answer: (False, None), the
-        type its broker checks itself."""
-        now = time.monotonic()
+        config), again once the route is, in the background: a master that does not answer
+        holds up no request."""
         cached = self._kind_cache.get(topic)
-        if cached is not None and now - cached[0] < ROUTE_TTL_S and cached[1].keys() == masters.keys():
+        if cached is not None and cached[1].keys() == masters.keys():
+            if time.monotonic() - cached[0] >= ROUTE_TTL_S and topic not in self._kind_refresh:
+                task = asyncio.get_running_loop().create_task(self._fetch_kinds(topic, dict(masters)))
+                self._kind_refresh[topic] = task
+                task.add_done_callback(lambda _t: self._kind_refresh.pop(topic, None))
             return cached[1]
+        return await self._fetch_kinds(topic, masters)
+
+    async def _fetch_kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
+        now = time.monotonic()
+        before = self._kind_cache.get(topic, (now, {}))[1]
         names = sorted(masters)
         answers = await asyncio.gather(*(self._inst.api.topic_config(masters[n], topic) for n in names),
                                        return_exceptions=True)
@@ -183,7 +192,8 @@ class ClusterBackend:
                 order = bool(a.get("order"))
                 kinds[n] = (order, topic_types.topic_type(a.get("attributes") or {}, order))
             else:
-                kinds[n] = (False, None)
+                # Not answered: what it said last, else left to its broker (type None).
+                kinds[n] = before.get(n, (False, None))
         self._kind_cache[topic] = (now, kinds)
         return kinds
 
