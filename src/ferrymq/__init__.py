@@ -60,6 +60,7 @@ _EXPORTS = {
     "NoWritableMasterError": "ferrymq.client.errors",
     "TlsRequiredError": "ferrymq.client.errors",
     "UnknownBrokerError": "ferrymq.client.errors",
+    "UnknownClusterError": "ferrymq.client.errors",
     "MessageValidationError": "ferrymq.client.errors",
     "TlsClientSettings": "ferrymq.remoting.tls",
     "freeze_startup_heap": "ferrymq.common.heap",
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     from .client.errors import TlsRequiredError as TlsRequiredError
     from .client.errors import TopicNotExistError as TopicNotExistError
     from .client.errors import UnknownBrokerError as UnknownBrokerError
+    from .client.errors import UnknownClusterError as UnknownClusterError
     from .client.producer import Producer as Producer
     from .client.results import PullResult as PullResult
     from .client.results import PullStatus as PullStatus

@@ -62,8 +62,11 @@ def test_topic_route_clusters_and_create_on_one_broker_or_cluster(two_brokers: A
 
     err = json_in_process(ns, "topic", "create", "op-none", "--broker", "nosuch", exit_code=1)["error"]
     assert err["type"] == "UnknownBrokerError" and err["known_brokers"] == ["broker-a", "broker-b"]
+    # An unknown cluster is named as such (it said "no broker is registered", with two there).
     err = json_in_process(ns, "topic", "create", "op-none", "--cluster", "NoCluster", exit_code=1)["error"]
-    assert err["type"] == "NoRouteError"
+    assert (err["type"], err["cluster_name"], err["known_clusters"]) == (
+        "UnknownClusterError", "NoCluster", ["DefaultCluster"])
+    assert "no cluster named 'NoCluster'" in err["message"]
     err = json_in_process(ns, "topic", "route", "op-missing", exit_code=1)["error"]
     assert err["type"] == "NoRouteError" and "op-missing" in err["message"]
 

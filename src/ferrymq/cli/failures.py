@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client.errors import BrokerError, SendError, TlsRequiredError, UnknownBrokerError
+from ..client.errors import BrokerError, SendError, TlsRequiredError, UnknownBrokerError, UnknownClusterError
 from ..common.errors import FerryMQError, request_name
 from ..remoting.errors import (
     RemotingClosedError,
@@ -87,6 +87,8 @@ def _fields(exc: BaseException, namesrv: str = "") -> dict[str, Any]:
         out.update(tls_required=True, hint=exc.hint)
     if isinstance(exc, UnknownBrokerError):
         out.update(broker_name=exc.broker, known_brokers=list(exc.known))
+    elif isinstance(exc, UnknownClusterError):
+        out.update(cluster_name=exc.cluster, known_clusters=list(exc.known))
     elif isinstance(exc, RemotingError) and hasattr(exc, "addr"):
         out["address"] = exc.addr
     if isinstance(exc, FerryMQError):

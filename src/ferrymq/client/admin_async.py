@@ -35,7 +35,7 @@ from .admin_ops import OpsAdmin, route_read_targets
 from .admin_results import BrokerStatus, MessageTrace, MessageTrack, parse_message_trace
 from .api import MQClientAPI, mq_from_key, pull_sys_flag
 from .consumer.subscription import Subscription
-from .errors import ClientStateError, MessageNotFoundError, NoRouteError, UnknownBrokerError
+from .errors import ClientStateError, MessageNotFoundError, NoRouteError, UnknownBrokerError, UnknownClusterError
 from .results import (
     ConsumerConnectionInfo,
     ConsumerConnections,
@@ -139,7 +139,12 @@ class AsyncAdminClient(OpsAdmin, NamesrvAdmin, GroupsAdmin):
         everything = await self.brokers()
         if cluster is None:
             return everything
-        names = set((info.get("clusterAddrTable") or {}).get(cluster) or [])
+        clusters = info.get("clusterAddrTable") or {}
+        if cluster not in clusters:
+            # Else "no broker is registered", which is not what went wrong (mqadmin: "Make sure
+            # the specified clusterName exists").
+            raise UnknownClusterError(cluster, self.namesrv, tuple(sorted(clusters)))
+        names = set(clusters[cluster] or [])
         return {n: a for n, a in everything.items() if n in names}
 
     async def cluster_list(self) -> list[BrokerStatus]:

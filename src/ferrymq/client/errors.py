@@ -72,6 +72,24 @@ class NameServerUnreachableError(NoRouteError):
         self.cause = cause
 
 
+class UnknownClusterError(NoRouteError):
+    """A command named a cluster (`--cluster C`) the name server does not list. Not retriable,
+    as UnknownBrokerError; `known` names the clusters there are."""
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, cluster: str, namesrv: str, known: tuple[str, ...]) -> None:
+        listed = f"clusters: {', '.join(known)}" if known else "no broker is registered"
+        ClientError.__init__(
+            self, f"no cluster named {cluster!r} is registered with name server {namesrv} ({listed})"
+        )
+        self.topic = ""
+        self.namesrv = namesrv
+        self.detail = listed
+        self.cluster = cluster
+        self.known = known
+
+
 class UnknownBrokerError(NoRouteError):
     """A command named a broker (by name, or HOST:PORT) the name server does not list. Not
     retriable: a mistyped name does not come to be registered; `known` says what is."""
