@@ -88,6 +88,11 @@ def test_a_broker_out_of_writes_loses_the_producers_sends_until_it_gets_them_bac
         route = json_in_process(ns, "topic", "route", "op-perm")
         assert {q["brokerName"]: q["perm"] for q in route["queueDatas"]} == {"broker-a": 4, "broker-b": 6}
         wait_until(lambda: brokers_of_sends() == {"broker-b"}, what="sends to leave broker-a")
+        # A topic of broker-a alone has nowhere to go; the send says what gives writes back.
+        json_in_process(ns, "topic", "create", "op-perm-a", "--broker", "broker-a")
+        refused = json_in_process(ns, "send", "op-perm-a", "x", exit_code=1)["error"]["message"]
+        assert "no queue of the topic is writable on broker-a" in refused, refused
+        assert "ferrymq broker add-write-perm" in refused and "--perm rw" in refused, refused
 
         back = json_in_process(ns, "broker", "add-write-perm", "broker-a")
         assert back["writable"] is True

@@ -244,7 +244,12 @@ class AsyncProducer(Lifecycle, Preparer):
         groups = tuple(q.broker_name for q in route.queue_datas if q.writable)
         if groups:
             return NoWritableMasterError(topic, self.namesrv, groups)
-        return NoRouteError(topic, self.namesrv, "no queue of the topic is writable")
+        # The topic's perm, or its brokers taken out of writes: say which command gives them back.
+        brokers = ", ".join(sorted({q.broker_name for q in route.queue_datas}))
+        return NoRouteError(topic, self.namesrv, (
+            f"no queue of the topic is writable on {brokers or 'any broker'}: the topic's perm "
+            f"(`ferrymq topic update {topic} --perm rw`) or a broker out of writes (`ferrymq broker "
+            "add-write-perm B`)"))
 
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         n = len(queues)
