@@ -66,10 +66,14 @@ def test_producer_connections_group_status_consume_stats_clone_and_stats_all(
             assert member["properties"]["messageModel"] == "CLUSTERING"
             assert member["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
             assert {q["queue_id"] for q in member["queues"] if q["topic"] == TOPIC} == {0, 1}
+            # When each queue last pulled and consumed (ProcessQueueInfo's timestamps), which
+            # tells a stalled member from an idle one; the table shows them too.
+            held = [q for q in member["queues"] if q["topic"] == TOPIC]
+            assert all(q["last_pull_timestamp"] > 0 and q["last_consume_timestamp"] > 0 for q in held), held
             figures = {f["topic"]: f for f in member["status"]}
             assert figures[TOPIC]["pull_tps"] > 0 and figures[TOPIC]["consume_failed_msgs"] >= 1
             table = ferrymq(standalone, "group", "status", GROUP).stdout
-            assert consumer.client_id in table and "failed (1 h)" in table
+            assert consumer.client_id in table and "failed (1 h)" in table and "last consume" in table
             wait_until(lambda: sum(r.lag for r in admin.consume_stats(GROUP, TOPIC)) == 0,
                        what="the group to catch up")
         # The member is gone, its offsets stay; another group gets them by clone.

@@ -8,7 +8,7 @@ import argparse
 
 from ..client.admin import AdminClient
 from .auth import credentials
-from .render import print_json, print_table, stdout
+from .render import fmt_time, print_json, print_table, stdout
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -32,9 +32,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_table(None, ["topic", "expression"], sorted(m.subscriptions.items()))
         print_table(
             None,
-            ["topic", "broker", "queue", "cached msgs", "cached MiB", "commit offset", "locked"],
+            ["topic", "broker", "queue", "cached msgs", "cached MiB", "commit offset", "locked",
+             "last pull", "last consume"],
             ([q.topic, q.broker, q.queue_id, q.cached_msg_count, q.cached_msg_size_mib,
-              q.commit_offset, "yes" if q.locked else "no"] for q in m.queues),
+              q.commit_offset, "yes" if q.locked else "no", fmt_time(q.last_pull_timestamp),
+              fmt_time(q.last_consume_timestamp)] for q in m.queues),
             right=["queue", "cached msgs", "cached MiB", "commit offset"],
         )
         print_table(

@@ -39,6 +39,11 @@ class QueueHeld:
     dropped: bool
     cached_msg_min_offset: int = -1
     cached_msg_max_offset: int = -1
+    # Wall-clock ms of the queue's last pull answered and last listener call (0: none yet),
+    # and of its last lock (orderly): what tells a stalled member from an idle one.
+    last_pull_timestamp: int = 0
+    last_consume_timestamp: int = 0
+    last_lock_timestamp: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "broker": self.broker, "queue_id": self.queue_id,
@@ -46,7 +51,10 @@ class QueueHeld:
                 "cached_msg_size_mib": self.cached_msg_size_mib,
                 "cached_msg_min_offset": self.cached_msg_min_offset,
                 "cached_msg_max_offset": self.cached_msg_max_offset,
-                "commit_offset": self.commit_offset, "locked": self.locked, "dropped": self.dropped}
+                "commit_offset": self.commit_offset, "locked": self.locked, "dropped": self.dropped,
+                "last_pull_timestamp": self.last_pull_timestamp,
+                "last_consume_timestamp": self.last_consume_timestamp,
+                "last_lock_timestamp": self.last_lock_timestamp}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +100,8 @@ class ConsumerRunningInfo:
                 int(v.get("cachedMsgCount", 0)), int(v.get("cachedMsgSizeInMiB", 0)),
                 int(v.get("commitOffset", -1)), bool(v.get("locked", False)),
                 bool(v.get("droped", False)), int(v.get("cachedMsgMinOffset", -1)),
-                int(v.get("cachedMsgMaxOffset", -1))))
+                int(v.get("cachedMsgMaxOffset", -1)), int(v.get("lastPullTimestamp", 0)),
+                int(v.get("lastConsumeTimestamp", 0)), int(v.get("lastLockTimestamp", 0))))
         figures = [
             ConsumeFigures(str(t), float(s.get("pullTPS", 0)), float(s.get("pullRT", 0)),
                            float(s.get("consumeOKTPS", 0)), float(s.get("consumeFailedTPS", 0)),
