@@ -173,6 +173,9 @@ def test_sends_need_pub_on_the_topic() -> None:
     assert check_request(RULES, _req(RequestCode.SEND_MESSAGE_V2, a="g", b="%RETRY%blocked-g"), "1.1.1.1")
     # Message trace data is let through, as RocketMQ does.
     assert check_request(RULES, _req(RequestCode.SEND_MESSAGE_V2, a="g", b="RMQ_SYS_TRACE_TOPIC"), "1.1.1.1") is None
+    # A recall writes to the topic (RECALL_MESSAGE, RocketMQ 5.3).
+    recall = _req(RequestCode.RECALL_MESSAGE, topic="orders", recallHandle="h")
+    assert needs_of(recall).resources == {"orders": Perm.PUB}
 
 
 def test_pulls_offsets_and_heartbeats_need_sub_on_group_and_topic() -> None:

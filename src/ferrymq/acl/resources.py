@@ -150,6 +150,8 @@ _PARSERS: dict[int, Callable[[RemotingCommand, Needs], None]] = {
     RequestCode.ACK_MESSAGE: _group_and_topic(),
     RequestCode.BATCH_ACK_MESSAGE: lambda c, n: None,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _group_and_topic(),
+    # RocketMQ 5.3: cancelling a delayed message is a write to its topic.
+    RequestCode.RECALL_MESSAGE: lambda c, n: n.add(c.ext_fields.get("topic"), Perm.PUB),
 }
 
 

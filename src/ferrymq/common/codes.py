@@ -78,6 +78,7 @@ class RequestCode(IntEnum):
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351
+    RECALL_MESSAGE = 370
     # ferrymq extension (outside RocketMQ's range): precise acknowledgement of offsets above the
     # committed one, so a crash does not re-deliver messages already consumed.
     UPDATE_CONSUMER_ACK_RANGES = 9001
@@ -130,6 +131,7 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
+    ILLEGAL_OPERATION = 604
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
     CONTROLLER_INVALID_REQUEST = 2005

@@ -9,12 +9,12 @@ import zlib
 
 from ..common import topic_types
 from ..common.headers import PERM_WRITE
+from ..common.recall_handle import RecallHandle
 from ..common.record import properties_map
 from .backend import Backend, TopicGroup
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
-from .recall import RecallHandle
 from .status import Code, GrpcStatusError, status
 
 NO_TRANSACTIONS = "this broker refuses transactional messages (reject_transaction_message)"

@@ -15,7 +15,7 @@ from ...remoting import Connection, RemotingCommand, RemotingServer
 from ..clients import SubscriptionParseError, UnsupportedFilterError
 from ..context import BrokerContext
 from ..groups import GroupConfigError, GroupRefused
-from . import Handler, admin, consumer, groups, ops, pop, pull, reply, send, store_admin, trace, transaction
+from . import Handler, admin, consumer, groups, ops, pop, pull, recall, reply, send, store_admin, trace, transaction
 
 Served = Callable[[Connection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
@@ -53,7 +53,7 @@ def _guard(broker: BrokerContext, handler: Handler, latency: Histogram | None = 
 
 
 def register_all(broker: BrokerContext, server: RemotingServer) -> None:
-    for module in (send, pull, consumer, admin, groups, ops, store_admin, pop, transaction, trace):
+    for module in (send, recall, pull, consumer, admin, groups, ops, store_admin, pop, transaction, trace):
         for code, handler in module.HANDLERS.items():
             latency = broker.stats.send_latency if code in send.TIMED else None
             server.register(code, _guard(broker, handler, latency))

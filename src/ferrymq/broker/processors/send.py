@@ -28,6 +28,7 @@ from ...common.names import (
     validate_group,
     validate_topic,
 )
+from ...common.recall_handle import RecallHandle
 from ...common.record import (
     MessageDecodeError,
     RecordEncodeError,
@@ -137,7 +138,27 @@ def _retry_to_dlq(broker: BrokerContext, topic: str, ext: dict[str, str], recons
     return None
 
 
-def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: BrokerContext) -> RemotingCommand:
+def _recall_handle(broker: BrokerContext, result: PutResult) -> str | None:
+    """The recall handle of a single message the put stored as a timer (RocketMQ's
+    attachRecallHandle): its delivery time is read back from the stored record, as the routing
+    settled it."""
+    store = broker.store
+    if store is None or not result.status.stored or len(result.messages) != 1:
+        return None
+    a = result.messages[0]
+    raw = store.reads.read_sound_record(a.phys_offset, a.size)
+    if raw is None:
+        return None
+    props = decode_record(raw, decompress=False).properties
+    real_topic, out_ms = props.get(P.PROPERTY_REAL_TOPIC), props.get(P.PROPERTY_TIMER_OUT_MS, "")
+    uniq = props.get(P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if not real_topic or is_retry_topic(real_topic) or not uniq or not out_ms.isdigit():
+        return None
+    return RecallHandle(real_topic, broker.config.broker_name, int(out_ms), uniq).encode()
+
+
+def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: BrokerContext,
+              recall_handle: str | None = None) -> RemotingCommand:
     code = _PUT_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
     if not result.status.stored:
         return reply(req, code, result.reason or f"store refused the message: {result.status.name}")
@@ -146,7 +167,7 @@ def _response(req: RemotingCommand, result: PutResult, queue_id: int, broker: Br
     # Stored but not fully confirmed (flush or slave timeout) says why in the remark.
     return reply(req, code, result.reason or None, ext_fields=fields(
         msgId=msg_id, queueId=queue_id, queueOffset=first.queue_offset,
-        MSG_REGION="DefaultRegion", TRACE_ON="true",
+        MSG_REGION="DefaultRegion", TRACE_ON="true", recallHandle=recall_handle,
     ))
 
 
@@ -235,7 +256,9 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
         # Counted as CONSUMER_SEND_MSG_BACK counts its dead letters: an orderly consumer
         # dead-letters this way (RocketMQ's ConsumeMessageOrderlyService.sendMessageBack).
         broker.stats.count_send_back(dead_from, topic[len("%RETRY%"):], True)
-    return _response(req, result, queue_id, broker)
+    # Only a single message that asked for a timer has a handle to look up.
+    asked_timer = not batch and "TIMER_" in (opt_str(ext, "properties", "") or "")
+    return _response(req, result, queue_id, broker, _recall_handle(broker, result) if asked_timer else None)
 
 
 async def _send_half(broker: BrokerContext, req: RemotingCommand, cfg: TopicConfig, queue_id: int,

@@ -44,6 +44,20 @@ def delete_key(topic: str, message_id: str) -> str:
     return f"{topic}+{message_id}"
 
 
+RECALL_TAG = "_RECALL_TAG_"
+
+
+def recall_marker(topic: str, message_id: str, deliver_ms: int, now_ms: int,
+                  born_host: tuple[str, int] | str) -> StoreMessage:
+    """The delete marker a recall stores (RocketMQ's RecallMessageProcessor.buildMessage): due
+    at the recalled message's delivery time, naming it by topic and message id."""
+    return StoreMessage(
+        topic=topic, queue_id=0, body=b"0", born_timestamp=now_ms, born_host=born_host,
+        properties={P.PROPERTY_TAGS: RECALL_TAG, P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: message_id,
+                    P.PROPERTY_TIMER_DEL_UNIQKEY: delete_key(topic, message_id),
+                    P.PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)})
+
+
 def is_delete_marker(props: dict[str, str]) -> bool:
     return P.PROPERTY_TIMER_DEL_UNIQKEY in props
 
