@@ -5,11 +5,15 @@ controllers."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from ferrymq.broker.failover import ControllerAgent
 from ferrymq.common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
+from ferrymq.namesrv import NameServer, NamesrvConfig
 from ferrymq.remoting import Connection, RemotingClient, RemotingCommand, RemotingServer, ServerConfig
 
 
@@ -59,3 +63,25 @@ async def test_the_agent_follows_the_named_leader() -> None:
         await client.close()
         for server in servers:
             await server.stop()
+
+
+async def test_a_name_server_without_a_controller_is_named_with_the_flag_that_starts_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    namesrv = NameServer(NamesrvConfig(port=0))  # no --enable-controller
+    addr = await namesrv.start()
+    client = RemotingClient()
+    try:
+        config = SimpleNamespace(controller_addr=addr, controller_heartbeat_interval_ms=1000, controller_lease_ms=3000,
+                                 broker_cluster_name="C", broker_name="b", broker_id=1)
+        store = SimpleNamespace(max_phy_offset=0, replica=SimpleNamespace(epochs=SimpleNamespace(last_epoch=0)))
+        broker = SimpleNamespace(config=config, namesrv_client=client, store=store, addr="127.0.0.1:1")
+        agent = ControllerAgent(broker, SimpleNamespace(ha_addr="127.0.0.1:2"))  # type: ignore[arg-type]
+        with caplog.at_level(logging.WARNING, logger="ferrymq.broker.failover"):
+            await agent.beat()
+        # It said only "request type 904 not supported", every second, and the broker waited.
+        [line] = [r.getMessage() for r in caplog.records]
+        assert f"controller {addr} refused the heartbeat: it runs no controller" in line, line
+        assert "--enable-controller" in line, line
+    finally:
+        await client.close()
+        await namesrv.stop()

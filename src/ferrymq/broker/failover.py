@@ -141,7 +141,8 @@ class ControllerAgent:
             "maxOffset": store.max_phy_offset, "epoch": store.replica.epochs.last_epoch,
         })
         if resp.code != ResponseCode.SUCCESS:
-            log.warning("controller refused the heartbeat: %s", resp.remark)
+            log.warning("controller %s refused the heartbeat: %s", self._leader or ";".join(self.addrs),
+                        _refusal(resp))
             return
         self.last_ok = sent
         await self.apply(jsonx.loads(resp.body or b"{}"))
@@ -257,3 +258,13 @@ class ControllerAgent:
             m.set_changed()
             log.info("in-sync set of %s: %s", self.broker.config.broker_name,
                      sorted(self.sync_state_set))
+
+
+def _refusal(resp: RemotingCommand) -> str:
+    if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+        # A name server started without --enable-controller answers this to every controller
+        # request: the broker would otherwise wait for a role forever, told only "request type
+        # 904 not supported".
+        return ("it runs no controller (REQUEST_CODE_NOT_SUPPORTED): start that name server with "
+                "--enable-controller, or give --controller the address of one that runs it")
+    return resp.remark or f"response code {resp.code}"
