@@ -62,6 +62,11 @@ def test_cluster_list_shows_roles_lag_and_in_sync_slaves(tmp_path: Path) -> None
         assert alone["broker_id"] == 1
         assert "no" in ferrymq(server, "cluster", "list").stdout.split(slave.addr, 1)[1].splitlines()[0]
         _progress_and_status_read_from_the_slave(server)
+        # A group change goes to masters: the group whose master is down is named, not skipped.
+        updated = json_out(server, "group", "update", GROUP, "--retry-max-times", "3")
+        assert (updated["brokers"], updated["not_updated"]) == ([], ["broker-a"])
+        text = ferrymq(server, "group", "update", GROUP, "--retry-max-times", "3").stdout
+        assert "not changed on broker-a: no master is registered" in text
 
 
 GROUP = "ha-cli-group"

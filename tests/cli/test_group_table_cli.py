@@ -40,7 +40,7 @@ def test_group_update_list_and_delete(standalone: Any) -> None:
     assert "NO_PERMISSION: subscription group no permission, cli-sg" in refused, refused
     assert "ferrymq group update cli-sg --consume-enable true" in refused, refused
     deleted = json_in_process(ns, "group", "delete", "cli-sg")
-    assert deleted == {"group": "cli-sg", "brokers": ["broker-a"]}
+    assert deleted == {"group": "cli-sg", "brokers": ["broker-a"], "not_updated": []}
     assert "cli-sg" not in {r["group"] for r in json_in_process(ns, "group", "list")}
 
 

@@ -54,22 +54,35 @@ def cmd_update(args: argparse.Namespace) -> int:
                             kind="UsageError", exit_code=2)
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         rows = admin.update_subscription_group(args.group, changes, args.broker)
+        missed = [] if args.broker else admin.masterless_brokers()
     if args.json:
-        print_json({"group": args.group, "changed": changes, "brokers": [r.to_json() for r in rows]})
+        print_json({"group": args.group, "changed": changes, "brokers": [r.to_json() for r in rows],
+                    "not_updated": missed})
         return 0
     print_table(f"group {args.group} updated", _COLUMNS, ([r.group, r.broker, *_row(r.settings)] for r in rows),
                 right=["retry max", "retry queues", "slow broker id"])
+    _note_missed(missed)
     return 0
+
+
+def _note_missed(missed: list[str]) -> None:
+    # A change goes to masters only (a slave copies its master's table): a broker group whose
+    # master is down keeps what it had, and said nothing of it.
+    if missed:
+        stdout.print(f"not changed on {', '.join(missed)}: no master is registered (down?); run this again "
+                     "once it is back", markup=False)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         brokers = admin.delete_subscription_group(args.group, args.broker)
+        missed = [] if args.broker else admin.masterless_brokers()
     if args.json:
-        print_json({"group": args.group, "brokers": brokers})
+        print_json({"group": args.group, "brokers": brokers, "not_updated": missed})
         return 0
     stdout.print(f"subscription group {args.group} deleted on {', '.join(brokers) or 'no broker'} "
                  "(its offsets are kept)", markup=False)
+    _note_missed(missed)
     return 0
 
 

@@ -99,6 +99,7 @@ class AdminClient(Facade[AsyncAdminClient]):
     subscription_groups = blocking(AsyncAdminClient.subscription_groups)
     update_subscription_group = blocking(AsyncAdminClient.update_subscription_group)
     delete_subscription_group = blocking(AsyncAdminClient.delete_subscription_group)
+    masterless_brokers = blocking(AsyncAdminClient.masterless_brokers)
     end_transaction = blocking(AsyncAdminClient.end_transaction)
     view_message = blocking(AsyncAdminClient.view_message)
     query_message = blocking(AsyncAdminClient.query_message)

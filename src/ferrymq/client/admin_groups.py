@@ -60,6 +60,13 @@ class GroupsAdmin:
         names = {a: n for n, a in (await self.brokers()).items()}
         return {names.get(addr, broker): addr}
 
+    async def masterless_brokers(self) -> list[str]:
+        """The broker groups registered with no master now (it is down; a slave still
+        registers): a change sent to every master does not reach them."""
+        info = await self.api.cluster_info()
+        return sorted(str(name) for name, bd in (info.get("brokerAddrTable") or {}).items()
+                      if "0" not in {str(k) for k in (bd.get("brokerAddrs") or {})})
+
     async def _table(self, addr: str) -> dict[str, Any]:
         resp = await self.api.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         table: dict[str, Any] = jsonx.loads(resp.body or b"{}").get("subscriptionGroupTable") or {}
