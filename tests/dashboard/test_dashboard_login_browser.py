@@ -74,7 +74,7 @@ def test_logging_in_through_the_page_shows_the_topics(cluster: Standalone, dash:
     assert page.evaluate("location.hash") == "#/topics?q=login-"  # the view asked for at first
     page.wait_for("!!document.querySelector('tr[data-topic=\"login-seen\"]')", what="the topic listed")
     row = page.text("tr[data-topic=\"login-seen\"]").split()
-    assert row[:4] == ["login-seen", "normal", "2", "broker-a"], row
+    assert row[:5] == ["login-seen", "normal", "NORMAL", "2", "broker-a"], row  # name, kind, type, queues
 
     # The form's request carries the session's CSRF token.
     page.fill("#new-topic-name", "login-made")
