@@ -25,6 +25,8 @@ def test_etcd_endpoints_without_a_controller_are_refused(capsys: pytest.CaptureF
     with pytest.raises(NamesrvConfigError, match="needs --enable-controller") as info:
         NameServer(NamesrvConfig(port=0, controller_etcd="http://127.0.0.1:2379"))
     assert info.value.key == "--controller-etcd"
+    with pytest.raises(NamesrvConfigError, match="needs --controller-etcd"):
+        NameServer(NamesrvConfig(port=0, enable_controller=True, controller_etcd_lease_s=5))
     with pytest.raises(NamesrvConfigError, match="only http:// client URLs"):
         NameServer(NamesrvConfig(port=0, enable_controller=True, controller_etcd="https://127.0.0.1:2379"))
     # The command says it and exits 1 before listening (it used to run without a controller).

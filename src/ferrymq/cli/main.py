@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--controller-etcd", default="", metavar="URLS",
                    help="quorum mode: the etcd endpoints (comma-separated) several name servers' "
                    "controllers agree through; one of them leads (docs/replication.md)")
-    p.add_argument("--controller-etcd-lease-s", type=_positive_int, default=2,
+    p.add_argument("--controller-etcd-lease-s", type=_positive_int, default=None,
                    help="quorum mode: the leader's etcd lease; a dead leader is replaced after it (default 2)")
     p.add_argument("--acl-file", type=Path, help="plain_acl.yml: broker registrations must be signed by "
                    "one of its admin accounts (see docs/security.md)")

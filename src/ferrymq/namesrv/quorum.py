@@ -29,6 +29,7 @@ log = logging.getLogger("ferrymq.namesrv.quorum")
 # The share of the lease TTL a leader trusts its lead for after a keepalive was sent: what is
 # left covers the two clocks' rates and the time a frozen process needs to notice.
 LEAD_TRUST = 0.75
+DEFAULT_LEASE_TTL_S = 2
 T = TypeVar("T")
 
 
@@ -38,7 +39,7 @@ class QuorumConfig:
     prefix: str = "/ferrymq/controller"
     # etcd's smallest TTL with its default timing is 2 s (3/2 of its election timeout); the
     # failover after a leader's death is about this long plus `poll_interval_ms`.
-    lease_ttl_s: int = 2
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     poll_interval_ms: int = 200
     request_timeout_s: float = 1.0
 

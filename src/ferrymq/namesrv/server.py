@@ -25,7 +25,7 @@ from .controller_api import ControllerApi
 from .etcd import EtcdUnavailableError, parse_endpoints
 from .kvconfig import ORDER_TOPIC_CONFIG, KvConfig
 from .operator_requests import OperatorRequests
-from .quorum import EtcdQuorum, QuorumConfig
+from .quorum import DEFAULT_LEASE_TTL_S, EtcdQuorum, QuorumConfig
 from .routes import RouteRegistry
 
 log = logging.getLogger("ferrymq.namesrv")
@@ -57,7 +57,7 @@ class NamesrvConfig:
     # state then lives in etcd, not in controller_dir. "": one controller, controller.json.
     controller_etcd: str = ""
     controller_etcd_prefix: str = "/ferrymq/controller"
-    controller_etcd_lease_s: int = 2
+    controller_etcd_lease_s: int | None = None  # None: 2 (QuorumConfig's); only with controller_etcd
     # plain_acl.yml (docs/security.md): broker registrations, unregistrations and route deletions
     # must then be signed by an admin account of it. None: no checks.
     acl_file: OptionalPathField = OptionalPathField()
@@ -77,6 +77,9 @@ class NamesrvConfig:
         if self.controller_etcd and not self.enable_controller:
             raise NamesrvConfigError("--controller-etcd", "needs --enable-controller (the etcd endpoints are "
                                      "where this name server's controller agrees with the others')")
+        if self.controller_etcd_lease_s is not None and not self.controller_etcd:
+            raise NamesrvConfigError("--controller-etcd-lease-s", "is the etcd lease of quorum mode: it needs "
+                                     "--controller-etcd (and --enable-controller)")
         if self.controller_etcd:
             try:
                 parse_endpoints(self.controller_etcd)
@@ -175,7 +178,7 @@ class NameServer:
         if controller is None and self.config.enable_controller and self.config.controller_etcd:
             self.quorum = EtcdQuorum(QuorumConfig(
                 tuple(parse_endpoints(self.config.controller_etcd)), self.config.controller_etcd_prefix,
-                self.config.controller_etcd_lease_s))
+                self.config.controller_etcd_lease_s or DEFAULT_LEASE_TTL_S))
             controller = ReplicaController(self.config.controller_dir, lease_ms=self.config.controller_lease_ms,
                                            backend=self.quorum)
             self.quorum.controller = controller
