@@ -160,7 +160,13 @@ def test_broker_config_update_is_written_back_and_kept_by_a_restart(two_brokers:
     ns, conf = two_brokers.namesrv, two_brokers.conf
     updated = json_in_process(ns, "broker", "config", "update", "maxReconsumeTimes=5", "rejectTransactionMessage=true",
                               "transactionTimeOut=9000", "slaveReadEnable=true", "--broker", "broker-b")
-    assert updated["updated"]["rejectTransactionMessage"] == "true"
+    assert updated["updated"]["rejectTransactionMessage"] == "true" and updated["not_persisted"] == []
+    # broker-a (a standalone without --config) takes it too, until it restarts: said at once.
+    both = json_in_process(ns, "broker", "config", "update", "longPollingEnable=true")
+    [unkept] = both["not_persisted"]
+    assert unkept in both["brokers"] and len(both["brokers"]) == 2
+    code, out, _ = ferrymq_in_process(ns, "broker", "config", "update", "longPollingEnable=true")
+    assert code == 0 and f"not kept across a restart on {unkept}: started without --config" in out
     text = conf.read_text(encoding="utf-8")
     assert "max_reconsume_times = 5\n" in text and "16" not in text  # its own line, changed in place
     assert "rejectTransactionMessage" not in text and "reject_transaction_message = true\n" in text

@@ -123,11 +123,17 @@ def cmd_config_update(args: argparse.Namespace) -> int:
     values = parse_pairs(args.pairs)
     with AdminClient(args.namesrv, **credentials(args)) as admin:
         addrs = admin.update_broker_config(values, args.broker)
+        # A broker started without --config has no file to write the change to: it holds
+        # until that broker restarts, which the operator must hear now, not after the restart.
+        unkept = [a for a in addrs if not admin.broker_config(a).get("brokerConfigPath")]
     if args.json:
-        print_json({"updated": values, "brokers": addrs})
+        print_json({"updated": values, "brokers": addrs, "not_persisted": unkept})
         return 0
     changes = ", ".join(f"{k}={v}" for k, v in values.items())
     stdout.print(f"updated {changes} on {', '.join(addrs)}", markup=False)
+    if unkept:
+        stdout.print(f"not kept across a restart on {', '.join(unkept)}: started without --config, so there is "
+                     "no file to write it to (put it in the broker's config file too)", markup=False)
     return 0
 
 
