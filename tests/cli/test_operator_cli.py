@@ -116,6 +116,8 @@ def test_namesrv_kv_config_and_configuration(two_brokers: Any) -> None:
     config = json_in_process(ns, "namesrv", "config", "get")[ns]
     assert config["orderMessageEnable"] == "false" and config["listenPort"] == ns.rsplit(":")[1]
     json_in_process(ns, "namesrv", "config", "update", "orderMessageEnable=true")
+    code, out, _ = ferrymq_in_process(ns, "namesrv", "config", "update", "orderMessageEnable=true")
+    assert code == 0 and "in memory only" in out, out
     assert json_in_process(ns, "topic", "route", "op-order")["orderTopicConf"] == "broker-a:2"
     assert json_in_process(ns, "namesrv", "config", "get", "orderMessageEnable") == {
         ns: {"orderMessageEnable": "true"}}

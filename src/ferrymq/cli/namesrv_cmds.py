@@ -39,6 +39,9 @@ def cmd_config_update(args: argparse.Namespace) -> int:
         return 0
     changes = ", ".join(f"{k}={v}" for k, v in values.items())
     stdout.print(f"updated {changes} on name server {', '.join(addrs)}", markup=False)
+    # A name server has no configuration file to write it to (README): say it before a
+    # restart shows it.
+    stdout.print("in memory only: a name server restarted goes back to its command line", markup=False)
     return 0
 
 
