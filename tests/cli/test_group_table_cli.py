@@ -42,6 +42,12 @@ def test_group_update_list_and_delete(standalone: Any) -> None:
     deleted = json_in_process(ns, "group", "delete", "cli-sg")
     assert deleted == {"group": "cli-sg", "brokers": ["broker-a"], "not_updated": []}
     assert "cli-sg" not in {r["group"] for r in json_in_process(ns, "group", "list")}
+    # The group every tool reads with cannot be turned off or deleted (the tools would stop).
+    for argv in (("update", "TOOLS_CONSUMER", "--consume-enable", "false"), ("delete", "TOOLS_CONSUMER")):
+        err = json_in_process(ns, "group", *argv, exit_code=1)["error"]
+        assert err["code_name"] == "INVALID_PARAMETER" and "ferrymq's tools" in err["message"], err
+    listed = {r["group"]: r for r in json_in_process(ns, "group", "list")}
+    assert listed["TOOLS_CONSUMER"]["consume_enable"] is True
 
 
 def test_a_groups_retry_max_times_decides_a_push_consumers_dead_letter(standalone: Any) -> None:

@@ -31,6 +31,9 @@ SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 # Groups every broker has from the start, as RocketMQ's SubscriptionGroupManager.init: the
 # tools (admin, dashboard, Spark) pull with TOOLS_CONSUMER.
 _BUILT_IN = (TOOLS_CONSUMER_GROUP,)
+# Disabled or deleted, every tool's read would be refused (msg get, dlq, the dashboard, Spark).
+_TOOLS_NEED_IT = ("cannot be turned off or deleted: ferrymq's tools (msg get, dlq, the dashboard, Spark) "
+                  "read with this group")
 
 class GroupConfigError(FerryMQError, ValueError):
     """A subscription group setting out of range."""
@@ -77,6 +80,8 @@ class SubscriptionGroupConfig:
             raise GroupConfigError(self.group_name, "retryQueueNums", "must be between 1 and 1024")
         if self.broker_id < 0 or self.which_broker_when_consume_slowly < 0:
             raise GroupConfigError(self.group_name, "brokerId/whichBrokerWhenConsumeSlowly", "must be >= 0")
+        if self.group_name in _BUILT_IN and not self.consume_enable:
+            raise GroupConfigError(self.group_name, "consumeEnable", _TOOLS_NEED_IT)
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +200,8 @@ class GroupManager(JournaledTable):
         return cfg
 
     def delete(self, group: str) -> bool:
+        if group in _BUILT_IN:
+            raise GroupConfigError(group, "group", _TOOLS_NEED_IT)
         with self._lock:
             if self.groups.pop(group, None) is None:
                 return False
