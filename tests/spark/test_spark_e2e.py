@@ -28,6 +28,7 @@ from ferrymq import (
     Producer,
     PushConsumer,
 )
+from ferrymq.spark.sink_record import find_record
 from ferrymq.spark.writer import uniq_key
 from waits import wait_until
 
@@ -291,6 +292,40 @@ def test_writer_round_trip_batch_and_stream(
     assert sorted(r.body for r in copied) == sorted(r.body for r in back)
     expected = {uniq_key(str(query.id), 0, p, i) for p in range(4) for i in range(40)}
     assert {r.msg_id for r in copied} <= expected
+
+
+def test_exactly_once_batch_write_and_its_replay(
+    spark: Any, server: Standalone, admin: AdminClient
+) -> None:
+    # The same queryId and batchId twice, as a foreachBatch function replayed after a crash
+    # writes them: the second write finds the first one's record and rolls its own halves back.
+    admin.create_topic("eos-batch", 2)
+    rows = [(f"e{i}", f"k{i}") for i in range(50)]
+    writer = (
+        spark.createDataFrame(rows, "body string, keys string")
+        .repartition(2)
+        .write.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "eos-batch")
+        .option("guarantee", "exactly-once")
+        .option("queryId", "eos-batch-query")
+        .option("batchId", "7")
+        .mode("append")
+    )
+    writer.save()
+    writer.save()
+    back = (
+        spark.read.format("ferrymq")
+        .option("namesrv", server.namesrv)
+        .option("topic", "eos-batch")
+        .load()
+        .collect()
+    )
+    assert sorted((r.body.decode(), r.keys) for r in back) == sorted(rows)
+    assert len({r.msg_id for r in back}) == 50
+    record = find_record(admin, "eos-batch-query", 7)
+    assert record is not None and len(record.tokens) == 2
+    assert {h.topic for h in record.halves} == {"eos-batch"}
 
 
 def test_stream_kill_restart_no_loss_no_duplicates(

@@ -29,7 +29,16 @@ DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_PULL_BATCH = 1024  # the broker's cap on messages per PULL_MESSAGE
 DEFAULT_ROWS_PER_BATCH = 8192  # Arrow batch size: amortises per-kernel overhead in decoding
 DEFAULT_PRODUCER_GROUP = "ferrymq-spark-writer"
+# The exactly-once sink's group: its producers answer the broker's transaction checks, which
+# the at-least-once sink's plain producers would leave unanswered.
+DEFAULT_EOS_PRODUCER_GROUP = "ferrymq-spark-eos"
 DEFAULT_SEND_BATCH = 256
+# Rows per half message of the exactly-once sink: every half costs the driver one
+# END_TRANSACTION round at commit, so halves are larger than at-least-once's sends.
+DEFAULT_EOS_SEND_BATCH = 4096
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 DEFAULT_MAX_TRIGGER_DELAY = "15m"  # Kafka's default
 
 _DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
@@ -45,7 +54,7 @@ READER_OPTIONS = (
 )
 STREAM_READER_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 BATCH_READER_OPTIONS = ("endingOffsets", "endingOffsetsByTimestamp")
-WRITER_OPTIONS = ("namesrv", "topic", "producerGroup", "sendBatchSize")
+WRITER_OPTIONS = ("namesrv", "topic", "producerGroup", "sendBatchSize", "guarantee")
 BATCH_WRITER_OPTIONS = ("queryId", "batchId")
 # What DataStreamWriter puts among a sink's options itself (from .option(), .queryName()).
 SPARK_STREAM_WRITER_OPTIONS = ("checkpointLocation", "queryName")
@@ -123,6 +132,11 @@ class WriterOptions:
     # foreachBatch function can make its writes replay-stable (queryId, batchId of the batch).
     query_id: str | None = None
     batch_id: int = 0
+    guarantee: str = AT_LEAST_ONCE
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == EXACTLY_ONCE
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -338,7 +352,12 @@ def writer_options(options: Mapping[str, str], *, streaming: bool = False) -> Wr
             validate_topic(topic)
         except TopicNameError as exc:
             raise OptionError("topic", topic, str(exc)) from exc
-    group = (_get(options, "producerGroup") or DEFAULT_PRODUCER_GROUP).strip()
+    guarantee = (_get(options, "guarantee") or AT_LEAST_ONCE).strip().lower()
+    if guarantee not in GUARANTEES:
+        raise OptionError("guarantee", guarantee, f"expected one of {', '.join(GUARANTEES)}")
+    eos = guarantee == EXACTLY_ONCE
+    group = (_get(options, "producerGroup")
+             or (DEFAULT_EOS_PRODUCER_GROUP if eos else DEFAULT_PRODUCER_GROUP)).strip()
     try:
         validate_group(group)
     except TopicNameError as exc:
@@ -347,9 +366,11 @@ def writer_options(options: Mapping[str, str], *, streaming: bool = False) -> Wr
         namesrv=namesrv_of(options),
         topic=topic,
         producer_group=group,
-        send_batch_size=_int(options, "sendBatchSize", DEFAULT_SEND_BATCH) or DEFAULT_SEND_BATCH,
+        send_batch_size=_int(options, "sendBatchSize", None)
+        or (DEFAULT_EOS_SEND_BATCH if eos else DEFAULT_SEND_BATCH),
         query_id=(_get(options, "queryId") or "").strip() or None,
         batch_id=_int(options, "batchId", 0, minimum=0) or 0,
+        guarantee=guarantee,
     )
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from .batch import FerryMQBatchReader
 from .errors import SaveModeError
+from .exactly_once import ExactlyOnceBatchWriter, ExactlyOnceStreamWriter
 from .options import include_headers, reader_options, writer_options
 from .schema import spark_schema
 from .stream import FerryMQStreamReader
@@ -47,11 +48,13 @@ class FerryMQDataSource(DataSource):  # type: ignore[misc]
             raise SaveModeError("overwrite")
         options = writer_options(self.options)
         check_schema(schema, options)
-        return FerryMQBatchWriter(options)
+        return ExactlyOnceBatchWriter(options) if options.exactly_once else FerryMQBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # `overwrite` is the complete output mode: each micro-batch's rows are sent, as Kafka's
         # sink does; a topic has nothing to truncate.
         options = writer_options(self.options, streaming=True)
         check_schema(schema, options)
+        if options.exactly_once:
+            return ExactlyOnceStreamWriter(options)
         return FerryMQStreamWriter(options)

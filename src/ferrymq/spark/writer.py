@@ -23,9 +23,9 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -103,24 +103,34 @@ def check_schema(schema: StructType, options: WriterOptions) -> None:
         raise OptionError("topic", None, "name a topic, or give the rows a 'topic' column")
 
 
-_producers: dict[tuple[str, str], Producer] = {}
+_producers: dict[tuple[str, str, type[Producer]], Producer] = {}
 _producers_lock = threading.Lock()
+ProducerT = TypeVar("ProducerT", bound=Producer)
 
 
-def producer_for(options: WriterOptions) -> Producer:
-    """One started producer per (name server, group) per Python worker; workers are reused
-    across tasks, and starting a producer per task would cost more than small batches."""
-    key = (options.namesrv, options.producer_group)
+def cached_producer(options: WriterOptions, kind: type[ProducerT],
+                    make: Callable[[], ProducerT]) -> ProducerT:
+    """One started producer per (name server, group, kind) per Python worker; workers are
+    reused across tasks, and starting a producer per task would cost more than small batches."""
+    key = (options.namesrv, options.producer_group, kind)
     with _producers_lock:
         producer = _producers.get(key)
-        if producer is None:
-            producer = _producers[key] = Producer(options.producer_group, options.namesrv).start()
+        if not isinstance(producer, kind):
+            producer = make()
+            producer.start()
+            _producers[key] = producer
         return producer
 
 
-def _drop_producer(options: WriterOptions) -> None:
+def producer_for(options: WriterOptions) -> Producer:
+    return cached_producer(
+        options, Producer, lambda: Producer(options.producer_group, options.namesrv)
+    )
+
+
+def drop_producer(options: WriterOptions, kind: type[Producer] = Producer) -> None:
     with _producers_lock:
-        producer = _producers.pop((options.namesrv, options.producer_group), None)
+        producer = _producers.pop((options.namesrv, options.producer_group, kind), None)
     if producer is not None:
         try:
             producer.shutdown()
@@ -157,18 +167,18 @@ def send_batches(
     first: str | None = None
     try:
         for batch in batches:
-            messages = _messages(options, batch, query_id, batch_id, partition, row)
+            messages = row_messages(options, batch, query_id, batch_id, partition, row)
             if messages and first is None:
                 first = messages[0].uniq_key
             row += batch.num_rows
             _send(producer, options, messages)
     except Exception:
-        _drop_producer(options)
+        drop_producer(options)
         raise
     return WriteReport(partition, row, first)
 
 
-def _messages(
+def row_messages(
     options: WriterOptions,
     batch: pa.RecordBatch,
     query_id: str,
@@ -209,14 +219,12 @@ def _messages(
     return out
 
 
-def _send(producer: Producer, options: WriterOptions, messages: list[Message]) -> None:
-    """Batched sends per topic; delayed messages one by one (a batch cannot carry a delay)."""
+def chunks(options: WriterOptions, messages: list[Message]) -> Iterator[list[Message]]:
+    """Messages grouped per topic into sends of at most sendBatchSize messages and
+    MAX_BATCH_BYTES (bodies plus an allowance for properties)."""
     by_topic: dict[str, list[Message]] = {}
     for msg in messages:
-        if msg.delay_level:
-            producer.send(msg)
-        else:
-            by_topic.setdefault(msg.topic, []).append(msg)
+        by_topic.setdefault(msg.topic, []).append(msg)
     for group in by_topic.values():
         chunk: list[Message] = []
         size = 0
@@ -224,17 +232,38 @@ def _send(producer: Producer, options: WriterOptions, messages: list[Message]) -
             if chunk and (
                 len(chunk) >= options.send_batch_size or size + len(msg.body) > MAX_BATCH_BYTES
             ):
-                producer.send_batch(chunk)
+                yield chunk
                 chunk, size = [], 0
             chunk.append(msg)
             size += len(msg.body) + 64
         if chunk:
-            producer.send_batch(chunk)
+            yield chunk
 
 
-def _task_partition() -> int:
+def _send(producer: Producer, options: WriterOptions, messages: list[Message]) -> None:
+    """Batched sends per topic; delayed messages one by one (a batch cannot carry a delay)."""
+    batchable: list[Message] = []
+    for msg in messages:
+        if msg.delay_level:
+            producer.send(msg)
+        else:
+            batchable.append(msg)
+    for chunk in chunks(options, batchable):
+        producer.send_batch(chunk)
+
+
+def task_partition() -> int:
     ctx = TaskContext.get()
     return ctx.partitionId() if ctx is not None else 0
+
+
+def stream_ids() -> tuple[str, int]:
+    """The running streaming query's id and micro-batch id, as Spark tells a task."""
+    ctx = TaskContext.get()
+    query_id = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or "no-query"
+    batch_text = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
+    batch_id = int(batch_text) if batch_text and batch_text.lstrip("-").isdigit() else 0
+    return query_id, batch_id
 
 
 class FerryMQBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
@@ -246,7 +275,7 @@ class FerryMQBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
         return send_batches(
-            self.options, iterator, self.write_id, self.options.batch_id, _task_partition()
+            self.options, iterator, self.write_id, self.options.batch_id, task_partition()
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -269,11 +298,8 @@ class FerryMQStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         self._committed: set[int] = set()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        ctx = TaskContext.get()
-        query_id = (ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx else None) or "no-query"
-        batch_text = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
-        batch_id = int(batch_text) if batch_text and batch_text.lstrip("-").isdigit() else 0
-        return send_batches(self.options, iterator, query_id, batch_id, _task_partition())
+        query_id, batch_id = stream_ids()
+        return send_batches(self.options, iterator, query_id, batch_id, task_partition())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if batchId in self._committed:

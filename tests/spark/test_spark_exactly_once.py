@@ -1,0 +1,136 @@
+"""The exactly-once sink under SIGKILLed drivers: one name server and two broker groups for the
+module (the topics' queues spread over both), and one chain of real Spark drivers run as child
+processes (eos_child.py) on one checkpoint. The sink's fault hook kills the driver (a) after
+the tasks prepared and before the driver committed, (b) after the driver committed and before
+Spark wrote its commit log, (c) in the middle of the broker-side commit; each next driver
+restarts from the checkpoint. At the end every input row is in the output topic exactly once
+and every half message is decided, so none of a killed attempt can still turn up.
+
+The brokers check open transactions every 500 ms after 1 s, up to 600 times: the halves a
+killed attempt left are asked about (and rolled back) while the next driver runs, and a
+micro-batch has five minutes to commit before its own halves would be discarded (on a loaded
+two-core machine a driver has taken over a minute to start and commit its first batch)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import ferrymq.spark  # noqa: F401  (sets the Spark environment for the children)
+from conftest import Standalone, start_standalone
+from ferrymq import AdminClient, Message, Producer
+from ferrymq.common.message import MessageQueue
+from ferrymq.common.names import CID_SYS_RMQ_TRANS, TRANS_HALF_TOPIC
+from ferrymq.embedded.process import ServerProcess
+from ferrymq.spark.exactly_once import FAULT_ENV
+from waits import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+
+HERE = Path(__file__).parent
+BROKERS = ("broker-a", "broker-b")
+ROWS = 120
+PER_TRIGGER = 30  # four micro-batches
+CONFIG = """transaction_check_interval_ms = 500
+transaction_timeout_ms = 1000
+transaction_check_max = 600
+"""
+
+
+@pytest.fixture(scope="module")
+def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    base = tmp_path_factory.mktemp("eos")
+    config = base / "broker.toml"
+    config.write_text(CONFIG)
+    a = start_standalone(base / "store-a", "--config", str(config))
+    b = ServerProcess(
+        "broker-b",
+        lambda: ["broker", "--namesrv", a.namesrv, "--broker-name", "broker-b", "--broker-port", "0",
+                 "--ha-port", "0", "--grpc-port", "-1", "--store-dir", str(base / "store-b"),
+                 "--config", str(config)],
+        base / "broker-b.log", "broker",
+    )
+    try:
+        b.start()
+        yield a
+    finally:
+        b.stop()
+        a.stop()
+
+
+def output(admin: AdminClient, topic: str) -> list[tuple[str, str]]:
+    """(keys, body) of every message of the topic, every queue read to its end."""
+    rows: list[tuple[str, str]] = []
+    for mq in admin.message_queues(topic):
+        offset = 0
+        while True:
+            result = admin.pull(mq, offset, 32)
+            if not result.messages:
+                break
+            rows += [(m.keys or "", m.body.decode()) for m in result.messages]
+            offset = result.next_begin_offset
+    return rows
+
+
+def open_halves(admin: AdminClient) -> int:
+    """Half-queue entries the brokers' checks have not yet passed as decided."""
+    total = 0
+    for broker in BROKERS:
+        mq = MessageQueue(TRANS_HALF_TOPIC, broker, 0)
+        total += admin.max_offset(mq) - admin.query_consumer_offset(CID_SYS_RMQ_TRANS, mq)
+    return total
+
+
+def test_killed_drivers_restart_into_exactly_once_output(two_groups: Standalone, tmp_path: Path) -> None:
+    namesrv = two_groups.namesrv
+    with AdminClient(namesrv) as admin:
+        wait_until(lambda: set(admin.cluster_brokers()) == set(BROKERS), what="both groups registered")
+        admin.create_topic("eos-in", 2)
+        admin.create_topic("eos-out", 2)
+        assert {mq.broker_name for mq in admin.message_queues("eos-out")} == set(BROKERS)
+        with Producer("eos-test-producer", namesrv) as producer:
+            for lo in range(0, ROWS, 10):
+                producer.send_batch([Message("eos-in", f"m{i}".encode(), keys=f"k{i}")
+                                     for i in range(lo, lo + 10)])
+        checkpoint = tmp_path / "cp"
+
+        def driver(fault: str | None) -> int:
+            env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+            if fault is not None:
+                env[FAULT_ENV] = fault
+            with (tmp_path / f"driver-{fault}.log").open("w") as log:  # read when a run fails
+                child = subprocess.run(
+                    [sys.executable, str(HERE / "eos_child.py"), namesrv, "eos-in", "eos-out",
+                     str(checkpoint), str(PER_TRIGGER)],
+                    env=env, stdout=log, stderr=subprocess.STDOUT, timeout=300,
+                    start_new_session=True,
+                )
+            return child.returncode
+
+        def no_duplicates() -> list[tuple[str, str]]:
+            rows = output(admin, "eos-out")
+            assert len(rows) == len(set(rows)), "a row was written twice"
+            return rows
+
+        # (a) batch 0 prepared, nothing recorded: none of it is visible.
+        assert driver("before-commit:0") == -signal.SIGKILL
+        assert no_duplicates() == []
+        # (b) batch 1 recorded and ended, Spark's commit log not written: its replay is rolled back.
+        assert driver("after-commit:1") == -signal.SIGKILL
+        after_b = no_duplicates()
+        assert len(after_b) == 2 * PER_TRIGGER
+        # (c) batch 2 recorded, half of its halves ended: the replay ends the rest.
+        assert driver("mid-commit:2") == -signal.SIGKILL
+        assert len(no_duplicates()) < ROWS
+        assert driver(None) == 0
+
+        wait_until(lambda: open_halves(admin) == 0, timeout=60, what="every half message decided")
+        rows = output(admin, "eos-out")
+        assert len(rows) == ROWS
+        assert sorted(rows) == sorted((f"k{i}", f"enriched:m{i}") for i in range(ROWS))
