@@ -39,6 +39,13 @@ def test_group_update_list_and_delete(standalone: Any) -> None:
                               "--timeout", "4", exit_code=1)["error"]["message"]
     assert "NO_PERMISSION: subscription group no permission, cli-sg" in refused, refused
     assert "ferrymq group update cli-sg --consume-enable true" in refused, refused
+    # So is one whose topic is not readable.
+    json_in_process(ns, "topic", "create", "cli-wo-topic", "--queues", "1")
+    json_in_process(ns, "topic", "update", "cli-wo-topic", "--perm", "w")
+    refused = json_in_process(ns, "consume", "cli-wo-topic", "--group", "cli-wo", "--count", "1",
+                              "--timeout", "3", exit_code=1)["error"]["message"]
+    assert "no queue of topic cli-wo-topic is readable" in refused, refused
+    assert "topic update cli-wo-topic --perm rw" in refused, refused
     deleted = json_in_process(ns, "group", "delete", "cli-sg")
     assert deleted == {"group": "cli-sg", "brokers": ["broker-a"], "not_updated": []}
     assert "cli-sg" not in {r["group"] for r in json_in_process(ns, "group", "list")}

@@ -161,18 +161,27 @@ async def _consume(args: argparse.Namespace, printed: list[int], trouble: list[s
         if failure is not None:
             trouble.append(f"name server {args.namesrv}: {failure}")
         if consumer.pull_refusal is not None:
-            trouble.append(_refusal(args.group, consumer.pull_refusal))
+            trouble.append(_refusal(args.group, args.topic, consumer.pull_refusal))
+        route = consumer.inst.routes.get(args.topic)
+        if route is not None and route.queue_datas and not any(q.readable for q in route.queue_datas):
+            # Consumers leave a queue without read permission out: nothing is even pulled.
+            trouble.append(f"no queue of topic {args.topic} is readable (its perm): `ferrymq topic update "
+                           f"{args.topic} --perm rw` gives the reads back")
     finally:
         await deadline.close(consumer.shutdown(), "consumer")
 
 
-def _refusal(group: str, exc: BrokerError) -> str:
+def _refusal(group: str, topic: str, exc: BrokerError) -> str:
     """The broker's refusal of the pulls, with what to do where its remark does not say."""
     text = f"the broker refused the pulls: {exc}"
-    # RocketMQ's remark for a group whose consumeEnable is false.
-    if exc.code == ResponseCode.NO_PERMISSION and exc.remark.startswith("subscription group no permission"):
+    if exc.code != ResponseCode.NO_PERMISSION:
+        return text
+    # RocketMQ's remarks for a group whose consumeEnable is false and for a topic not readable.
+    if exc.remark.startswith("subscription group no permission"):
         text += (f"; group {group}'s consume_enable is false (`ferrymq group list`): "
                  f"`ferrymq group update {group} --consume-enable true` lets it consume again")
+    elif exc.remark.endswith("pulling message is forbidden"):  # the broker's own perm check
+        text += f"; the topic's perm has no read (`ferrymq topic update {topic} --perm rw` gives it back)"
     return text
 
 
