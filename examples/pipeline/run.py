@@ -7,7 +7,11 @@
    revenue per minute and product into Parquet and sends malformed rows to `orders-bad`;
 4. meanwhile a push consumer (group `orders-audit`) audits every order: some audits fail
    once and pass on retry, malformed orders fail every time and end in %DLQ%orders-audit;
-5. prints the counts, both groups' lag (0), a summary of the aggregates, and where the
+5. beside them, a second Spark query enriches every order into `orders-enriched` through the
+   exactly-once sink; its first attempt runs as a child process whose driver is SIGKILLed
+   right after it committed micro-batch 0 (enrich_job.py), and the demo restarts it from its
+   checkpoint; a consumer of `orders-enriched` then counts every order exactly once;
+6. prints the counts, both groups' lag (0), a summary of the aggregates, and where the
    files are; then stops everything.
 
 Options: --orders N (default 3000), --output DIR (default ./demo-output)."""
@@ -42,7 +46,7 @@ from ferrymq import (
 from ferrymq.embedded import StandaloneProcess
 from ferrymq.embedded import standalone as run_standalone
 
-from . import events, spark_job, story
+from . import enrich_job, events, spark_job, story
 
 AUDIT_GROUP = "orders-audit"
 DLQ_TOPIC = f"%DLQ%{AUDIT_GROUP}"
@@ -128,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         story.say(console, [f"ferrymq standalone started: name server {broker.namesrv}", f"store: {store}"])
         admin.create_topic("orders", 4)
         admin.create_topic(spark_job.BAD_TOPIC, 2)
+        admin.create_topic(enrich_job.ENRICHED_TOPIC, 4)
+        enrich_cp = out / "enrich-checkpoint"
+        per_trigger = max(1, len(orders) // 3)
         stats = AuditStats()
         audit = PushConsumer(
             AUDIT_GROUP,
@@ -150,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             ) as progress:
                 t_produce = progress.add_task("produce orders", total=len(orders))
                 produce(broker.namesrv, orders, lambda n: progress.advance(t_produce, n))
+                first_attempt = enrich_job.start_first_attempt(
+                    broker.namesrv, enrich_cp, per_trigger, out / "enrich-first-attempt.log")
                 t_spark_start = progress.add_task("start Spark (local[2])", total=1)
                 spark = (
                     SparkSession.builder.master("local[2]")
@@ -188,13 +197,46 @@ def main(argv: list[str] | None = None) -> int:
                     180,
                     "the audit consumer",
                 )
+                killed = enrich_stage(spark, broker.namesrv, first_attempt, enrich_cp, per_trigger,
+                                      progress)
         finally:
             audit.shutdown()  # persists the audit group's offsets
         wait_for(lambda: group_lag(admin, AUDIT_GROUP) == 0, 30, "the audit group's lag")
+        arrivals = enrich_job.consume_enriched(broker.namesrv, len(orders), 60)
         report(spark, admin, orders, stats, aggregates, out, time.monotonic() - started)
+        report_enriched(admin, orders, arrivals, killed)
         spark.stop()
     console.print("[green]stopped:[/] Spark, the audit consumer and the broker")
     return 0
+
+
+def enrich_stage(spark: Any, namesrv: str, first_attempt: Any, checkpoint: Path, per_trigger: int,
+                 progress: Progress) -> int:
+    """Wait for the killed first attempt, restart the query in this session from its
+    checkpoint; returns the first attempt's exit status (-9: SIGKILL)."""
+    task = progress.add_task("Spark: orders-enriched (restart)", total=1)
+    status = first_attempt.wait(timeout=180)
+    query = enrich_job.start(spark, namesrv, str(checkpoint), per_trigger)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"the enrich query failed: {query.exception()}")
+    progress.advance(task)
+    return int(status)
+
+
+def report_enriched(admin: AdminClient, orders: list[events.Order], arrivals: Any, killed: int) -> None:
+    keys = arrivals.keys
+    table = Table(title=f"exactly-once sink: {enrich_job.ENRICHED_TOPIC}", show_header=False)
+    table.add_row("first attempt", f"driver SIGKILLed after committing batch 0 (exit {killed})"
+                  if killed == -9 else f"exit {killed} (expected -9: SIGKILL)")
+    table.add_row("restarted from the checkpoint", "replayed batch 0: recognised, rolled back")
+    table.add_row("orders produced", str(len(orders)))
+    table.add_row("messages in orders-enriched", str(topic_total(admin, enrich_job.ENRICHED_TOPIC)))
+    table.add_row("received by a consumer", str(len(keys)))
+    table.add_row("distinct orders received", str(len(set(keys))))
+    missing = {f"order-{o.order_id}" for o in orders} - set(keys)
+    table.add_row("orders missing / duplicated", f"{len(missing)} / {len(keys) - len(set(keys))}")
+    console.print(table)
 
 
 def report(
