@@ -296,8 +296,8 @@ def open_source(spark: Any, which: str, namesrv: str, topic: str, per_trigger: i
 
 
 def measure(
-    quick: bool,
-) -> tuple[dict[str, list[Run]], dict[str, list[Run]], dict[str, float]]:
+    quick: bool, *, source: bool = True,
+) -> tuple[dict[str, list[Run]], dict[str, list[Run]], dict[str, float], dict[str, list[float]]]:
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
 
@@ -307,6 +307,7 @@ def measure(
     ours: dict[str, list[Run]] = {}
     theirs: dict[str, list[Run]] = {}
     produce_rates: dict[str, float] = {}
+    sink_rates: dict[str, list[float]] = {}
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-work-"))
     spark = (
         SparkSession.builder.master("local[2]")
@@ -319,6 +320,9 @@ def measure(
     ferrymq.spark.register(spark)
     try:
         with standalone() as namesrv:
+            sink_rates = measure_sink(spark, namesrv, quick)
+            if not source:
+                return ours, theirs, produce_rates, sink_rates
             # Warm-up on a topic of its own: the JVM's JIT and both sources' Python workers.
             produce(namesrv, WARMUP_TOPIC, sz.warmup, 100)
             spark.dataSource.register(toy_source(100, sz.warmup, sz.warmup // 4))
@@ -342,7 +346,67 @@ def measure(
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    return ours, theirs, produce_rates
+    return ours, theirs, produce_rates, sink_rates
+
+
+# --- the sink ------------------------------------------------------------------------------------
+SINK_TARGET = 300_000.0  # rows/s at-least-once; exactly-once's target is 0.7x at-least-once's
+SINK_TOPIC = "spark-bench-sink"
+GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def sink_rows(quick: bool) -> int:
+    return 100_000 if quick else 500_000
+
+
+def sink_frame(spark: Any, rows: int) -> Any:
+    """`rows` rows of a 100 B body in PARTITIONS partitions, made by the JVM (no Python input)."""
+    return spark.range(rows, numPartitions=PARTITIONS).selectExpr(
+        "lpad(cast(id as string), 100, 'x') as body"
+    )
+
+
+def write_rate(df: Any, namesrv: str, guarantee: str, rows: int) -> float:
+    """Rows/s of one batch write (`df.write`), wall time of the whole job: tasks and commit."""
+    started = time.perf_counter()
+    (df.write.format("ferrymq").option("namesrv", namesrv).option("topic", SINK_TOPIC)
+       .option("guarantee", guarantee).mode("append").save())
+    return rows / (time.perf_counter() - started)
+
+
+def measure_sink(spark: Any, namesrv: str, quick: bool) -> dict[str, list[float]]:
+    """Both guarantees on the same broker and session; a small write of each first (Python
+    workers and their producers start, the JVM compiles), then runs alternating which goes
+    first. Medians of 3 (1 in quick mode)."""
+    with AdminClient(namesrv) as admin:
+        admin.create_topic(SINK_TOPIC, QUEUES)
+    for guarantee in GUARANTEES:
+        write_rate(sink_frame(spark, 20_000), namesrv, guarantee, 20_000)
+    rows = sink_rows(quick)
+    df = sink_frame(spark, rows)
+    rates: dict[str, list[float]] = {g: [] for g in GUARANTEES}
+    for i in range(sizes(quick).runs):
+        for guarantee in GUARANTEES if i % 2 == 0 else GUARANTEES[::-1]:
+            rates[guarantee].append(write_rate(df, namesrv, guarantee, rows))
+    return rates
+
+
+def sink_results(rates: dict[str, list[float]], quick: bool) -> list[dict[str, Any]]:
+    plain = statistics.median(rates["at-least-once"])
+    out = []
+    for guarantee in GUARANTEES:
+        value = statistics.median(rates[guarantee])
+        out.append({
+            "area": "spark connector",
+            "measurement": f"sink {guarantee}, 100 B rows, batch write (rows/s)",
+            "value": value,
+            "unit": "rows/s",
+            "target": SINK_TARGET if guarantee == "at-least-once" else round(0.7 * plain),
+            "runs": [round(r) for r in rates[guarantee]],
+            "ratio_to_at_least_once": round(value / plain, 2),
+            "rows": sink_rows(quick),
+        })
+    return out
 
 
 def median_cpu(runs: list[Run]) -> dict[str, float]:
@@ -351,9 +415,9 @@ def median_cpu(runs: list[Run]) -> dict[str, float]:
             for k in kinds}
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
-    ours, theirs, produce_rates = measure(quick)
-    rows: list[dict[str, Any]] = []
+def run(quick: bool, *, source: bool = True) -> list[dict[str, Any]]:
+    ours, theirs, produce_rates, sink_rates = measure(quick, source=source)
+    rows: list[dict[str, Any]] = sink_results(sink_rates, quick)
     for key in ours:
         sink, size = key.split(" ", 1)
         rows.append(
@@ -380,8 +444,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     import json
 
-    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
-    for row in run(quick):
+    args = argv if argv is not None else sys.argv[1:]
+    # --sink-only: the sink's two rows alone (a few minutes less than the whole bench).
+    for row in run("--quick" in args, source="--sink-only" not in args):
         print(json.dumps(row))
     return 0
 
