@@ -32,6 +32,9 @@ def test_etcd_endpoints_without_a_controller_are_refused(capsys: pytest.CaptureF
     # The command says it and exits 1 before listening (it used to run without a controller).
     assert main(["namesrv", "--port", "0", "--controller-etcd", "http://127.0.0.1:2379"]) == 1
     assert "--controller-etcd: needs --enable-controller" in capsys.readouterr().err
+    # So are the single controller's flags, which it ignored as well.
+    assert main(["namesrv", "--port", "0", "--controller-lease-ms", "1000"]) == 1
+    assert "--controller-lease-ms: needs --enable-controller" in capsys.readouterr().err
 
 
 async def test_unreachable_etcd_stops_the_start_naming_the_endpoints(tmp_path: Path) -> None:

@@ -127,11 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9876)
     p.add_argument("--enable-controller", action="store_true",
                    help="also run the controller that picks each broker group's master (controller mode)")
-    p.add_argument("--controller-dir", default="ferrymq-controller",
+    # None when not given: a controller flag without --enable-controller is refused, not ignored.
+    p.add_argument("--controller-dir", default=None,
                    help="where the controller keeps its state (default: ./ferrymq-controller)")
-    p.add_argument("--controller-lease-ms", type=_positive_int, default=3000,
+    p.add_argument("--controller-lease-ms", type=_positive_int, default=None,
                    help="a master silent this long is replaced (default 3000)")
-    p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=500,
+    p.add_argument("--controller-scan-interval-ms", type=_positive_int, default=None,
                    help="how often the controller looks for expired masters (default 500)")
     p.add_argument("--controller-etcd", default="", metavar="URLS",
                    help="quorum mode: the etcd endpoints (comma-separated) several name servers' "
@@ -200,14 +201,24 @@ def _cmd_namesrv(args: argparse.Namespace) -> int:
 
     given = {k: v for k, v in tls_server_overrides(args).items() if v is not None}
     tls = BrokerConfig().replace(**given).validate().tls_server()
+    flags = [flag for flag, value in (("--controller-dir", args.controller_dir),
+                                      ("--controller-lease-ms", args.controller_lease_ms),
+                                      ("--controller-scan-interval-ms", args.controller_scan_interval_ms))
+             if value is not None]
+    if flags and not args.enable_controller:
+        print(f"ferrymq: cannot start: {flags[0]}: needs --enable-controller (it sets the controller, which "
+              "runs only with that flag)", file=sys.stderr)
+        return 1
+    d = NamesrvConfig()
     return run_namesrv(NamesrvConfig(
         tls=tls,
         host=args.host,
         port=args.port,
         enable_controller=args.enable_controller,
-        controller_dir=Path(args.controller_dir),
-        controller_lease_ms=args.controller_lease_ms,
-        controller_scan_interval_ms=args.controller_scan_interval_ms,
+        controller_dir=d.controller_dir if args.controller_dir is None else Path(args.controller_dir),
+        controller_lease_ms=d.controller_lease_ms if args.controller_lease_ms is None else args.controller_lease_ms,
+        controller_scan_interval_ms=(d.controller_scan_interval_ms if args.controller_scan_interval_ms is None
+                                     else args.controller_scan_interval_ms),
         controller_etcd=args.controller_etcd,
         controller_etcd_lease_s=args.controller_etcd_lease_s,
         acl_file=args.acl_file,
