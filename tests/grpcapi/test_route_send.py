@@ -221,6 +221,10 @@ def test_consumer_settings_carry_long_polling_and_the_retry_delays(stub: sgrpc.M
     assert policy.max_attempts == 17, "max_reconsume_times 16, plus the first delivery"
     # The test server's delay levels from level 3 on: 300ms 400ms ...
     assert [d.nanos // 1_000_000 for d in policy.customized_backoff.next[:2]] == [300, 400]
+    # A group's own retry count decides its consumers' attempts (RocketMQ's retryMaxTimes).
+    admin.update_subscription_group("settings-g3", {"retry_max_times": 3})
+    mine.subscription.group.name = "settings-g3"
+    assert telemetry(stub, mine, "settings-consumer-3").settings.backoff_policy.max_attempts == 4
 
 
 def test_settings_without_publishing_or_subscription_end_the_stream(stub: sgrpc.MessagingServiceStub) -> None:

@@ -113,3 +113,9 @@ class Backend(Protocol):
 
     async def end_transaction(self, topic: str, transaction_id: str, commit: bool) -> tuple[pb.Code, str]:
         ...
+
+    async def retry_max_times(self, group: str) -> int | None:
+        """The subscription group's retry count (RocketMQ's SubscriptionGroupConfig
+        retryMaxTimes, which the proxy gives consumers as their max attempts less one); None
+        when the backend cannot tell, and the server's default applies."""
+        ...

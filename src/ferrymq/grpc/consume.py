@@ -2,7 +2,7 @@
 backend's pop service (the broker's own, or every broker group's through `ferrymq proxy`):
 per-message invisibility and acknowledgement for a consumer group, the same state the remoting
 POP_MESSAGE / ACK_MESSAGE requests use. A message not acknowledged by
-its deadline is delivered again; past the broker's max_reconsume_times it goes to the group's
+its deadline is delivered again; past the group's retry_max_times it goes to the group's
 dead-letter queue."""
 
 from __future__ import annotations

@@ -53,6 +53,10 @@ class LocalBackend(LocalQueues):
     def now_ms(self) -> int:
         return self._broker.now_ms()
 
+    async def retry_max_times(self, group: str) -> int | None:
+        cfg = self._broker.groups.find(group)
+        return None if cfg is None else cfg.retry_max_times
+
     async def topic(self, name: str) -> list[TopicGroup]:
         cfg = self._broker.topics.get(name)
         if cfg is None:

@@ -134,7 +134,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             self._sessions.update_settings(session, settings, subs)
         else:
             raise GrpcStatusError(Code.BAD_REQUEST, "there is no publishing or subscription data in settings")
-        reply = answer(settings, self._server_settings(), fifo=await self._fifo_group(settings))
+        retries = (await self._backend.retry_max_times(settings.subscription.group.name)
+                   if settings.HasField("subscription") else None)
+        reply = answer(settings, self._server_settings(), fifo=await self._fifo_group(settings),
+                       retry_max_times=retries)
         return spb.TelemetryCommand(status=ok(), settings=reply)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],

@@ -30,8 +30,10 @@ class ServerSettings:
     validate_message_type: bool = True
 
 
-def answer(client: pb.Settings, server: ServerSettings, *, fifo: bool = False) -> pb.Settings:
-    """The settings to send back for what `client` reported."""
+def answer(client: pb.Settings, server: ServerSettings, *, fifo: bool = False,
+           retry_max_times: int | None = None) -> pb.Settings:
+    """The settings to send back for what `client` reported; a consumer's group's own
+    `retry_max_times`, when given, sets its max attempts instead of the server's default."""
     out = pb.Settings()
     out.CopyFrom(client)
     if client.HasField("publishing"):
@@ -50,7 +52,8 @@ def answer(client: pb.Settings, server: ServerSettings, *, fifo: bool = False) -
         sub.fifo = fifo
         policy = out.backoff_policy
         policy.Clear()
-        policy.max_attempts = server.max_reconsume_times + 1
+        retries = server.max_reconsume_times if retry_max_times is None else retry_max_times
+        policy.max_attempts = retries + 1
         if server.retry_delays_ms:
             policy.customized_backoff.next.extend(duration(ms) for ms in server.retry_delays_ms)
         else:

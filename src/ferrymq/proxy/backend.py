@@ -309,6 +309,12 @@ class ClusterBackend:
             raise _refused(exc) from None
 
     # --- transactions ----------------------------------------------------------------------
+    async def retry_max_times(self, group: str) -> int | None:
+        # The brokers' group tables are not read here (each master keeps its own, and
+        # they can differ); consumers get the default, as the proxy's other checks do
+        # (docs/grpc.md). The brokers still dead-letter by each group's own count.
+        return None
+
     async def end_transaction(self, topic: str, transaction_id: str, commit: bool) -> tuple[pb.Code, str]:
         broker_name, half_offset, commit_log_offset, msg_id = _decode_transaction_id(transaction_id)
         addr = await self._master(broker_name, topic)
