@@ -97,3 +97,17 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
     import uvloop
 
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+# Whole directories whose files each run for minutes (real Spark drivers, fault rounds, third-
+# party clients). Collected first, so that `make test`'s two workers (one file at a time each)
+# start them early and fill the rest of the run with the short files, instead of ending on one.
+_LONG_FIRST = ("spark", "chaos", "compat")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+        return _LONG_FIRST.index(parts[0]) if parts and parts[0] in _LONG_FIRST else len(_LONG_FIRST)
+
+    items.sort(key=rank)  # stable: each file's own order is kept
