@@ -37,22 +37,15 @@ def json_error(server: Any, *args: str, exit_code: int = 1) -> dict[str, Any]:
     return error
 
 
-def ferrymq_in_process(namesrv: str, *args: str) -> tuple[int, str, str]:
-    """The `ferrymq` command run in this process (no interpreter start-up per call): exit
-    code, stdout, stderr. The command's clients are real and talk to real servers."""
-    import contextlib
-    import io
-
-    from ferrymq.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([*args, "--namesrv", namesrv])
-    return code, out.getvalue(), err.getvalue()
+def ferrymq_at(namesrv: str, *args: str) -> tuple[int, str, str]:
+    """`ferrymq ARGS --namesrv NAMESRV` in a process of its own (ferrymq_cmd.py): exit code,
+    stdout, stderr."""
+    proc = run_ferrymq(*args, "--namesrv", namesrv)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
-def json_in_process(namesrv: str, *args: str, exit_code: int = 0) -> Any:
-    """The --json document of an in-process command; its exit code is checked."""
-    code, out, err = ferrymq_in_process(namesrv, *args, "--json")
+def json_at(namesrv: str, *args: str, exit_code: int = 0) -> Any:
+    """The --json document of `ferrymq_at`; its exit code is checked."""
+    code, out, err = ferrymq_at(namesrv, *args, "--json")
     assert code == exit_code, (code, out, err)
     return json.loads(out.strip().splitlines()[-1])

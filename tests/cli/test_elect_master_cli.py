@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli_util import ferrymq_in_process, json_in_process
+from cli_util import ferrymq_at, json_at
 
 from ferrymq.embedded import start_cluster
 from waits import wait_until
@@ -24,7 +24,7 @@ def test_elect_master_moves_the_master_to_an_in_sync_replica(tmp_path: Path) -> 
         ns = cluster.namesrv.addr
 
         def elect() -> Any:
-            code, out, _ = ferrymq_in_process(ns, "cluster", "elect-master", "broker-a", "--broker-id",
+            code, out, _ = ferrymq_at(ns, "cluster", "elect-master", "broker-a", "--broker-id",
                                               str(replica.broker_id), "--json")
             doc = json.loads(out.strip().splitlines()[-1])
             if code != 0:
@@ -40,9 +40,9 @@ def test_elect_master_moves_the_master_to_an_in_sync_replica(tmp_path: Path) -> 
         assert cluster.wait_master(30, not_addr=old.addr) is replica
 
         def roles() -> Any:
-            rows = {r["addr"]: r["broker_role"] for r in json_in_process(ns, "cluster", "list")}
+            rows = {r["addr"]: r["broker_role"] for r in json_at(ns, "cluster", "list")}
             return rows.get(old.addr) == "SLAVE" and rows.get(replica.addr) == "SYNC_MASTER" and rows
 
         wait_until(roles, what="the old master to follow the elected one")
-        err = json_in_process(ns, "cluster", "elect-master", "broker-a", "--broker-id", "9", exit_code=1)["error"]
+        err = json_at(ns, "cluster", "elect-master", "broker-a", "--broker-id", "9", exit_code=1)["error"]
         assert err["code_name"] == "CONTROLLER_INVALID_REQUEST" and "no replica 9" in err["message"]
