@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +92,21 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[idx]
+
+
+def record_latencies(out: dict[str, list[float]], latency_at: Callable[[int], list[float]], *,
+                     within_produce_rate: bool = False) -> None:
+    """p50 and p99 at each of RATES into `out`, from `latency_at(rate)`'s samples. With
+    `within_produce_rate`, a rate above what the client published in this run's produce row
+    gets no figure (NaN): a paced run there would measure a growing backlog, not latency."""
+    for rate in RATES:
+        if within_produce_rate and out["produce"] and rate > out["produce"][-1]:
+            out[f"p50@{rate}"].append(float("nan"))
+            out[f"p99@{rate}"].append(float("nan"))
+            continue
+        lat = latency_at(rate)
+        out[f"p50@{rate}"].append(percentile(lat, 0.50))
+        out[f"p99@{rate}"].append(percentile(lat, 0.99))
 
 
 def paced(total_seconds: float, rate: int) -> Iterator[int]:
@@ -297,11 +312,8 @@ def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
                 out["consume_batch"].append(
                     ferrymq_consume(namesrv, "bench", f"bench-cb{run}", sz.messages + 1, BATCH)
                 )
-            for rate in RATES:
-                lat = ferrymq_latency(namesrv, f"bench-lat{rate}", f"bench-l{rate}-{run}",
-                                      sz.latency_seconds, rate)
-                out[f"p50@{rate}"].append(percentile(lat, 0.50))
-                out[f"p99@{rate}"].append(percentile(lat, 0.99))
+            record_latencies(out, lambda rate, run=run: ferrymq_latency(
+                namesrv, f"bench-lat{rate}", f"bench-l{rate}-{run}", sz.latency_seconds, rate))
     return out
 
 
@@ -432,10 +444,7 @@ def redis_runs(quick: bool) -> dict[str, list[float]]:
                 out["consume"].append(redis_consume(r, "bench", "g", sz.messages))
                 # The same peer figure: XREADGROUP already hands out 32 at a time.
                 out["consume_batch"].append(out["consume"][-1])
-            for rate in RATES:
-                lat = redis_latency(r, f"bench-lat{rate}", sz.latency_seconds, rate)
-                out[f"p50@{rate}"].append(percentile(lat, 0.50))
-                out[f"p99@{rate}"].append(percentile(lat, 0.99))
+            record_latencies(out, lambda rate: redis_latency(r, f"bench-lat{rate}", sz.latency_seconds, rate))
     return out
 
 

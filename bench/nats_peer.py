@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import math
 import subprocess
 import tempfile
 import threading
@@ -40,7 +39,7 @@ from bench.e2e_bench import (
     empty_runs,
     free_port,
     paced_producer,
-    percentile,
+    record_latencies,
     sizes,
 )
 from bench.peer_setup import client_module, server_binary
@@ -221,14 +220,6 @@ def runs(quick: bool) -> dict[str, list[float]]:
                 out["consume"].append(asyncio.run(consume(url, "bench", "c", sz.messages)))
                 # One consumer figure, as Redis's: a pull already hands out FETCH at a time.
                 out["consume_batch"].append(out["consume"][-1])
-            for rate in RATES:
-                if out["produce"] and rate > out["produce"][-1]:
-                    # Its client cannot publish this fast here: a paced run would measure a
-                    # growing backlog, not latency. No figure (NaN) at this rate.
-                    out[f"p50@{rate}"].append(math.nan)
-                    out[f"p99@{rate}"].append(math.nan)
-                    continue
-                lat = latency(url, f"bench-lat{rate}", sz.latency_seconds, rate)
-                out[f"p50@{rate}"].append(percentile(lat, 0.50))
-                out[f"p99@{rate}"].append(percentile(lat, 0.99))
+            record_latencies(out, lambda rate: latency(url, f"bench-lat{rate}", sz.latency_seconds, rate),
+                             within_produce_rate=True)
     return out
