@@ -3,7 +3,8 @@ groups, all real processes, driven by the official RocketMQ 5 Python SDK: routes
 groups' queues behind the proxy's endpoint, sends spread over both groups, a SimpleConsumer and
 a PushConsumer of new groups receive every message once, and a proxy SIGKILLed and restarted
 mid-stream loses nothing acknowledged, transactions are committed, rolled back and checked back
-through it, and FIFO message groups keep their order."""
+through it, FIFO message groups keep their order, and a controller-mode group's master SIGKILLed
+under a stream of sends: the SDK keeps sending through the proxy after the slave is elected."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -20,6 +22,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from ferrymq import AdminClient
 from ferrymq.common.message import MessageQueue
+from ferrymq.embedded.cluster import start_cluster
 from ferrymq.embedded.process import ServerProcess
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
@@ -241,6 +244,47 @@ def test_fifo_message_groups_keep_their_order_through_the_proxy(clients: Clients
     for g in groups:
         bodies = [int(e["body"]) for e in received if e["messageGroup"] == g]
         assert bodies == sorted(bodies), f"message group {g} out of order: {bodies}"
+
+
+def test_a_controller_mode_master_sigkill_the_sdk_keeps_sending_through_the_proxy(
+        tmp_path: Path, clients: Clients) -> None:
+    """A broker group of its own (master and slave, SYNC_MASTER, the name server's controller
+    elects) behind a proxy of its own: the module's groups run static roles. The master dies
+    under a steady stream of SDK sends; once the controller has elected the slave, sends succeed
+    again through the same proxy, and every acknowledged one is consumed."""
+    topic, group = "px-failover", "px-failover-g"
+    fast = {"register_broker_interval_ms": 500, "ha_slave_sync_interval_ms": 300, "ha_heartbeat_interval_ms": 200,
+            "controller_heartbeat_interval_ms": 200, "sync_flush_timeout_ms": 1500}
+    with start_cluster(tmp_path / "ctl", slaves=1, controller=True, controller_lease_ms=1000, broker_name="broker-c",
+                       broker_config=fast) as cluster:
+        proxy = ServerProcess("proxy-ctl", lambda: ["proxy", "--namesrv", cluster.namesrv_addrs, "--grpc-port", "0"],
+                              tmp_path / "ctl" / "logs" / "proxy.log", "proxy grpc")
+        try:
+            proxy.start()
+            with AdminClient(cluster.namesrv_addrs) as admin:
+                admin.create_topic(topic, 2)
+                wait_until(lambda: admin.message_queues(topic), 30, what=f"{topic}'s route")
+            endpoint = proxy.ready["grpc"]
+            producer = clients.sdk5("produce", endpoint=endpoint, topic=topic, count=100_000, intervalMs=20,
+                                    requestTimeoutSec=3)
+            producer.wait_for(lambda evs: sum(e.get("event") == "sent" for e in evs) >= 20, 60, "sends before")
+            old = cluster.wait_master()
+            old.kill()
+            new = cluster.wait_master(30, not_addr=old.addr)
+            elected_at = len(producer.of("sent"))
+            producer.wait_for(lambda evs: sum(e.get("event") == "sent" for e in evs) >= elected_at + 20, 60,
+                              "sends through the proxy to the new master")
+            producer.kill()
+            sent = {e["body"] for e in producer.of("sent")}
+            failed = producer.of("send_error")
+            assert new.broker_id != old.broker_id
+            consumer = clients.sdk5("simple", endpoint=endpoint, topic=topic, group=group, invisibleSec=20,
+                                    awaitSec=1, idleExitMs=120_000)
+            consumer.wait_received(lambda evs: {e["body"] for e in evs} >= sent, 60,
+                                   f"the {len(sent)} acknowledged sends ({len(failed)} failed in the failover)")
+            consumer.stop()
+        finally:
+            proxy.kill()
 
 
 def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster, clients: Clients,

@@ -121,8 +121,12 @@ def produce(cfg: dict[str, Any]) -> int:
     failed = 0
     futures = []
     began = time.monotonic()
+    # intervalMs: a steady stream (a failover test sends through the fault).
+    interval = int(cfg.get("intervalMs", 0)) / 1000
     for n in range(count):
         i = start + n
+        if interval and n:
+            time.sleep(interval)
         msg = Message()
         msg.topic = topic
         body = fill(cfg.get("body", "msg-{i}"), i)
