@@ -32,6 +32,7 @@ from waits import wait_until
 pytestmark = pytest.mark.compat
 
 BROKERS = ("broker-a", "broker-b")
+MAX_SIZE = 1 << 20
 
 
 def _port(addr: str | None) -> str:
@@ -70,7 +71,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyCluster]:
     ns.start()
     addr = ns.ready["namesrv"]
     config = base / "broker.toml"
-    config.write_text("transaction_check_interval_ms = 500\ntransaction_timeout_ms = 1000\n")
+    # Not the defaults, so a test sees the proxy give its clients the brokers' own settings.
+    config.write_text("transaction_check_interval_ms = 500\ntransaction_timeout_ms = 1000\n"
+                      f"max_message_size = {MAX_SIZE}\nmax_reconsume_times = 5\n"
+                      'message_delay_level = "1s 2s 3s 4s 5s 6s"\n')
 
     def broker(name: str) -> ServerProcess:
         def argv() -> list[str]:
@@ -147,6 +151,42 @@ def test_route_send_and_receive_across_two_broker_groups(server: ProxyCluster, c
     for group in ("px-simple", "px-push"):
         wait_until(lambda g=group: sum(p.lag for p in admin.group_progress(g)) == 0, 30,  # type: ignore[misc]
                    what=f"{group}'s acknowledgements on both brokers")
+
+
+def _telemetry(stub: sgrpc.MessagingServiceStub, settings: pb.Settings, client_id: str) -> pb.Settings:
+    call = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]),
+                          metadata=[("x-mq-client-id", client_id), ("x-mq-language", "PYTHON")])
+    reply = next(call)
+    assert reply.status.code == pb.OK, reply.status
+    call.cancel()
+    return reply.settings
+
+
+def test_clients_get_the_brokers_own_settings_through_the_proxy(server: ProxyCluster, admin: AdminClient) -> None:
+    """The brokers run a 1 MiB message limit, 5 retries and their own delay levels; a group's
+    retry count set on the brokers reaches its consumers (RocketMQ's retryMaxTimes)."""
+    topic = "px-settings"
+    _create(admin, topic, 1)
+    admin.update_subscription_group("px-settings-g3", {"retry_max_times": 3})
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        producer = _telemetry(stub, pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+            topics=[pb.Resource(name=topic)], max_body_size=1 << 27)), "px-settings-p")
+        assert producer.publishing.max_body_size == MAX_SIZE
+        consumer = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+            group=pb.Resource(name="px-settings-g"), subscriptions=[pb.SubscriptionEntry(
+                topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+        policy = _telemetry(stub, consumer, "px-settings-c").backoff_policy
+        assert policy.max_attempts == 6, "the brokers' max_reconsume_times 5, plus the first delivery"
+        assert [d.seconds for d in policy.customized_backoff.next] == [3, 4, 5, 6], "their delay levels from 3 on"
+        consumer.subscription.group.name = "px-settings-g3"
+        assert _telemetry(stub, consumer, "px-settings-c3").backoff_policy.max_attempts == 4
+        # A body over the brokers' limit is refused by the proxy, as by the broker's own endpoint.
+        sent = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+            topic=pb.Resource(name=topic), body=b"x" * (MAX_SIZE + 1),
+            system_properties=pb.SystemProperties(message_id="01PXBIG0001", message_type=pb.NORMAL))]),
+            metadata=[("x-mq-client-id", "px-settings-p"), ("x-mq-language", "PYTHON")])
+        assert sent.status.code == pb.MESSAGE_BODY_TOO_LARGE, sent.status
 
 
 def test_a_delivery_through_one_proxy_is_changed_and_acknowledged_through_another(

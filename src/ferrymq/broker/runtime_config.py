@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +109,18 @@ def apply_runtime_update(cfg: BrokerConfig, values: Mapping[str, str]) -> Broker
             )
         changes[name] = _parse(name, text)
     return dataclasses.replace(cfg, **changes).validate()
+
+
+def read_config(values: Mapping[str, str], names: Iterable[str]) -> dict[str, object]:
+    """The named fields of a GET_BROKER_CONFIG answer (`camelCase=value` text), parsed; one the
+    answer lacks or cannot be read is left out, so the reader's default stands."""
+    out: dict[str, object] = {}
+    for name in names:
+        text = values.get(camel(name))
+        if text is None:
+            continue
+        try:
+            out[name] = _parse(name, text)
+        except ConfigError:
+            continue
+    return out

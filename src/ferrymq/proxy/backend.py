@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..broker.clients import ClientRegistry, Subscription
-from ..broker.config import BrokerConfig
 from ..client import pop_api
 from ..client.errors import BrokerError
 from ..client.instance import ClientInstance
@@ -34,9 +33,11 @@ from ..grpc.backend import Delivery, Limits, PutAnswer, TopicGroup
 from ..grpc.convert import outgoing
 from ..grpc.pb import definition_pb2 as pb
 from ..grpc.pb import service_pb2 as spb
+from ..grpc.settings import ServerSettings
 from ..grpc.status import Code, GrpcStatusError, response_code
 from ..remoting import RemotingError
 from ..store import StoreMessage
+from .brokers import BrokerSettings
 
 log = logging.getLogger("ferrymq.proxy")
 
@@ -116,14 +117,10 @@ class _Registry(ClientRegistry):
 
 
 class ClusterBackend:
-    def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000,
-                 limits: Limits | None = None) -> None:
+    def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000) -> None:
         self._inst = instance
-        defaults = BrokerConfig()
-        self._limits = limits or Limits(
-            max_message_size=defaults.max_message_size, timer_max_delay_sec=defaults.timer_max_delay_sec,
-            reject_transaction_message=False, enable_property_filter=True, long_polling_enable=True,
-            cluster_name="")
+        # The brokers' own settings, learned from their masters (brokers.py).
+        self.brokers = BrokerSettings(instance, ROUTE_TTL_S)
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
         self._joins: set[asyncio.Task[bool]] = set()
@@ -133,7 +130,12 @@ class ClusterBackend:
 
     @property
     def limits(self) -> Limits:
-        return self._limits
+        return self.brokers.limits
+
+    @property
+    def settings(self) -> ServerSettings:
+        """What clients are told on their telemetry stream, from the brokers' settings."""
+        return self.brokers.settings
 
     @property
     def registry(self) -> ClientRegistry:
@@ -157,6 +159,7 @@ class ClusterBackend:
         return route
 
     async def topic(self, name: str) -> list[TopicGroup]:
+        self.brokers.refresh()
         route = await self._route(name)
         if route is None:
             return []
@@ -310,10 +313,7 @@ class ClusterBackend:
 
     # --- transactions ----------------------------------------------------------------------
     async def retry_max_times(self, group: str) -> int | None:
-        # The brokers' group tables are not read here (each master keeps its own, and
-        # they can differ); consumers get the default, as the proxy's other checks do
-        # (docs/grpc.md). The brokers still dead-letter by each group's own count.
-        return None
+        return await self.brokers.retry_max_times(group)
 
     async def end_transaction(self, topic: str, transaction_id: str, commit: bool) -> tuple[pb.Code, str]:
         broker_name, half_offset, commit_log_offset, msg_id = _decode_transaction_id(transaction_id)

@@ -15,9 +15,7 @@ from ..acl import AclFile
 from ..acl.signing import Credentials
 from ..broker.config import BrokerConfig
 from ..client.instance import ClientInstance, InstanceConfig
-from ..common.delay import parse_delay_levels
 from ..grpc.server import FrontConfig, GrpcServer
-from ..grpc.settings import ServerSettings
 from ..metrics import MetricsServer, metrics_server
 from ..remoting.tls import TlsClientSettings, TlsMode, TlsServerSettings, server_context
 from .backend import ClusterBackend
@@ -68,13 +66,19 @@ class Proxy:
         self.instance = ClientInstance(self._instance_config, 1)
         self.instance.ensure_started()
         backend = self.backend = ClusterBackend(self.instance, channel_expired_ms=cfg.channel_expired_timeout_ms)
-        defaults = BrokerConfig()
-        levels = list(parse_delay_levels(defaults.message_delay_level))
-        settings = ServerSettings(max_body_size=backend.limits.max_message_size,
-                                  max_reconsume_times=defaults.max_reconsume_times, retry_delays_ms=levels[2:])
-        front = FrontConfig(host=cfg.host, tls=cfg.tls_server, max_message_size=backend.limits.max_message_size,
+        # The brokers' settings before the first client (a broker not up yet: the defaults
+        # until a later request learns them).
+        try:
+            await asyncio.wait_for(backend.brokers.learn(), cfg.request_timeout_s)
+        except TimeoutError:
+            log.info("the brokers' settings not learned within %ss: the defaults until they are",
+                     cfg.request_timeout_s)
+        # The gRPC frame limit is fixed at start: a broker allowing larger messages later is
+        # still held to what the proxy's start saw, or the default, whichever is larger.
+        front = FrontConfig(host=cfg.host, tls=cfg.tls_server,
+                            max_message_size=max(backend.limits.max_message_size, BrokerConfig().max_message_size),
                             channel_expired_timeout_ms=cfg.channel_expired_timeout_ms)
-        self.grpc = GrpcServer(backend, front, lambda: settings, acl=self.acl)
+        self.grpc = GrpcServer(backend, front, lambda: backend.settings, acl=self.acl)
         if self.acl is not None:
             self._acl_task = asyncio.create_task(self.acl.run(), name="ferrymq-acl-reload")
         line = f"proxy grpc={await self.grpc.start(cfg.grpc_port)}"
