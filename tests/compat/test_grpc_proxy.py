@@ -189,6 +189,72 @@ def test_clients_get_the_brokers_own_settings_through_the_proxy(server: ProxyClu
         assert sent.status.code == pb.MESSAGE_BODY_TOO_LARGE, sent.status
 
 
+def test_pull_style_calls_go_to_the_broker_group_the_queue_names(server: ProxyCluster, admin: AdminClient) -> None:
+    """PullMessage, QueryOffset, GetOffset and UpdateOffset (no call of SDK 5.1.2: a raw stub)
+    on each group's queue 0 through the proxy: together the two groups hold every message sent."""
+    topic, group = "px-pull", pb.Resource(name="px-pull-g")
+    _create(admin, topic, 1)
+    meta = [("x-mq-client-id", "px-pull"), ("x-mq-language", "PYTHON")]
+    bodies = {f"p-{i}".encode() for i in range(6)}
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        for i, body in enumerate(sorted(bodies)):
+            sent = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
+                    message_id=f"01PXPULL{i:04d}", message_type=pb.NORMAL, tag="A" if i % 3 == 0 else "B"))]),
+                metadata=meta)
+            assert sent.status.code == pb.OK, sent.status
+
+        def queue(broker: str) -> pb.MessageQueue:
+            return pb.MessageQueue(topic=pb.Resource(name=topic), id=0, broker=pb.Broker(name=broker))
+
+        def pull(broker: str, offset: int, tag: str = "*") -> tuple[int, list[pb.Message], int | None]:
+            code, got, nxt = -1, [], None
+            req = spb.PullMessageRequest(group=group, message_queue=queue(broker), offset=offset, batch_size=32,
+                                         filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag))
+            for r in stub.PullMessage(req, metadata=meta, timeout=30):
+                kind = r.WhichOneof("content")
+                if kind == "status":
+                    code = r.status.code
+                elif kind == "message":
+                    got.append(r.message)
+                else:
+                    nxt = r.next_offset
+            return code, got, nxt
+
+        def query(broker: str, policy: int) -> int:
+            resp = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=queue(broker), query_offset_policy=policy),
+                                    metadata=meta)
+            assert resp.status.code == pb.OK, resp.status
+            return resp.offset
+
+        found: list[bytes] = []
+        for broker in BROKERS:
+            end = admin.max_offset(MessageQueue(topic, broker, 0))
+            assert (query(broker, pb.BEGINNING), query(broker, pb.END)) == (0, end)
+            code, got, nxt = pull(broker, 0)
+            assert (code, len(got), nxt) == (pb.OK, end, end)
+            found += [m.body for m in got]
+            tagged = [m.body for m in got if m.system_properties.tag == "A"]
+            code, only_a, _ = pull(broker, 0, tag="A")
+            assert (code, [m.body for m in only_a]) == (pb.OK if tagged else pb.MESSAGE_NOT_FOUND, tagged)
+            assert pull(broker, end) == (pb.MESSAGE_NOT_FOUND, [], end)
+            assert pull(broker, 100)[::2] == (pb.ILLEGAL_OFFSET, end)
+        assert sorted(found) == sorted(bodies), "each group's queue 0 holds its share"
+        assert pull("broker-x", 0)[0] == pb.BAD_REQUEST
+
+        mq = queue(BROKERS[1])
+        assert stub.GetOffset(spb.GetOffsetRequest(group=group, message_queue=mq),
+                              metadata=meta).status.code == pb.OFFSET_NOT_FOUND
+        updated = stub.UpdateOffset(spb.UpdateOffsetRequest(group=group, message_queue=mq, offset=1), metadata=meta)
+        assert updated.status.code == pb.OK, updated.status
+        got_offset = stub.GetOffset(spb.GetOffsetRequest(group=group, message_queue=mq), metadata=meta)
+        assert (got_offset.status.code, got_offset.offset) == (pb.OK, 1)
+    # On that group's broker, in the offset table the 4.x clients share.
+    assert admin.query_consumer_offset("px-pull-g", MessageQueue(topic, BROKERS[1], 0)) == 1
+    assert admin.query_consumer_offset("px-pull-g", MessageQueue(topic, BROKERS[0], 0)) == -1
+
+
 def test_a_delivery_through_one_proxy_is_changed_and_acknowledged_through_another(
         server: ProxyCluster, admin: AdminClient) -> None:
     """Several proxies behind one address: a receipt handle names the broker group that issued

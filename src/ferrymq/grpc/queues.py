@@ -1,8 +1,9 @@
 """PullMessage, UpdateOffset, GetOffset and QueryOffset: the calls of the 5.x pull-style
 consumers, which read a queue from an offset they keep and commit it themselves (the remoting
 PULL_MESSAGE, UPDATE_CONSUMER_OFFSET, QUERY_CONSUMER_OFFSET and the min / max /
-by-timestamp offset queries, over gRPC). Served where the backend has the queues at hand (a
-broker's own endpoint: `LocalQueues`); elsewhere they answer NOT_IMPLEMENTED."""
+by-timestamp offset queries, over gRPC). Served by a broker's own endpoint (`LocalQueues`,
+the broker in the process) and by `ferrymq proxy` (`proxy/queues.py`, the request's broker
+group over remoting); a backend without them answers NOT_IMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -40,19 +41,22 @@ class PullAnswer:
 
 @runtime_checkable
 class QueueBackend(Protocol):
-    async def pull(self, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int,
+    """`broker` is the request's broker name (its MessageQueue's): queue ids are per broker
+    group; a broker's own endpoint has one group and does not read it."""
+
+    async def pull(self, group: str, topic: str, queue_id: int, offset: int, *, broker: str, max_nums: int,
                    sub: Subscription, poll_ms: int) -> PullAnswer: ...
 
-    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *, broker: str) -> None: ...
 
-    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def committed_offset(self, group: str, topic: str, queue_id: int, *, broker: str) -> int:
         """The group's committed offset on the queue; -1 when it has none."""
         ...
 
     async def queue_offset(self, topic: str, queue_id: int, policy: pb.QueryOffsetPolicy,
-                           timestamp_ms: int) -> int: ...
+                           timestamp_ms: int, *, broker: str) -> int: ...
 
-    def read_queues(self, topic: str) -> int | None:
+    async def read_queues(self, topic: str, broker: str) -> int | None:
         """The topic's readable queue count; None when the topic is unknown here."""
         ...
 
@@ -63,14 +67,18 @@ class LocalQueues:
 
     _broker: BrokerContext
 
-    def read_queues(self, topic: str) -> int | None:
+    async def read_queues(self, topic: str, broker: str) -> int | None:
         cfg = self._broker.topics.get(topic)
         if cfg is None:
             return None
         return cfg.read_queue_nums if cfg.perm & PERM_READ else 0
 
-    async def pull(self, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int,
+    async def pull(self, group: str, topic: str, queue_id: int, offset: int, *, broker: str, max_nums: int,
                    sub: Subscription, poll_ms: int) -> PullAnswer:
+        return await self._pull(group, topic, queue_id, offset, max_nums=max_nums, sub=sub, poll_ms=poll_ms)
+
+    async def _pull(self, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int,
+                    sub: Subscription, poll_ms: int) -> PullAnswer:
         broker = self._broker
         store = broker.store
         assert store is not None
@@ -97,16 +105,16 @@ class LocalQueues:
             await broker.waiters.wait(topic, queue_id, offset, poll_ms / 1000)
             poll_ms = 0
 
-    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        broker = self._broker
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *, broker: str) -> None:
+        offsets = self._broker.offsets
         # Durable before the answer, as UPDATE_CONSUMER_OFFSET is.
-        await broker.offsets.wait_durable(broker.offsets.commit(group, topic, queue_id, offset, broker.now_ms()))
+        await offsets.wait_durable(offsets.commit(group, topic, queue_id, offset, self._broker.now_ms()))
 
-    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def committed_offset(self, group: str, topic: str, queue_id: int, *, broker: str) -> int:
         return self._broker.offsets.query(group, topic, queue_id)
 
     async def queue_offset(self, topic: str, queue_id: int, policy: pb.QueryOffsetPolicy,
-                           timestamp_ms: int) -> int:
+                           timestamp_ms: int, *, broker: str) -> int:
         store = self._broker.store
         assert store is not None
         if policy == pb.BEGINNING:
@@ -129,13 +137,13 @@ class QueueCalls:
                                   "endpoint, not by this one")
         return self._queues
 
-    def _queue(self, mq: pb.MessageQueue, *, group: str | None) -> tuple[QueueBackend, str, int]:
+    async def _queue(self, mq: pb.MessageQueue, *, group: str | None) -> tuple[QueueBackend, str, int]:
         backend = self._backend()
         topic = mq.topic.name
         check_topic(topic)
         if group is not None:
             check_group(group)
-        queues = backend.read_queues(topic)
+        queues = await backend.read_queues(topic, mq.broker.name)
         if queues is None:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} not found")
         if not 0 <= mq.id < queues:
@@ -146,7 +154,7 @@ class QueueCalls:
     async def pull(self, req: spb.PullMessageRequest, time_left_s: float | None,
                    now_ms: int) -> AsyncIterator[spb.PullMessageResponse]:
         """The answer as a stream: the status, the messages, then the offset to pull next."""
-        backend, topic, queue_id = self._queue(req.message_queue, group=req.group.name)
+        backend, topic, queue_id = await self._queue(req.message_queue, group=req.group.name)
         if req.offset < 0:
             raise GrpcStatusError(Code.ILLEGAL_OFFSET, f"offset {req.offset} is negative")
         if req.batch_size < 0 or req.batch_size > MAX_PULL_BATCH:
@@ -156,7 +164,7 @@ class QueueCalls:
             # Answered inside the call's deadline, with time to spare for the answer itself.
             poll_ms = max(0, min(poll_ms, int(time_left_s * 1000) - 500))
         sub = self._subscription(topic, req.filter_expression)
-        answer = await backend.pull(req.group.name, topic, queue_id, req.offset,
+        answer = await backend.pull(req.group.name, topic, queue_id, req.offset, broker=req.message_queue.broker.name,
                                     max_nums=req.batch_size or DEFAULT_PULL_BATCH, sub=sub, poll_ms=poll_ms)
         yield spb.PullMessageResponse(status=ok() if answer.code == Code.OK else status(answer.code))
         for m in answer.messages:
@@ -171,24 +179,25 @@ class QueueCalls:
             raise GrpcStatusError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
 
     async def update_offset(self, req: spb.UpdateOffsetRequest) -> spb.UpdateOffsetResponse:
-        backend, topic, queue_id = self._queue(req.message_queue, group=req.group.name)
+        backend, topic, queue_id = await self._queue(req.message_queue, group=req.group.name)
         if req.offset < 0:
             raise GrpcStatusError(Code.ILLEGAL_OFFSET, f"offset {req.offset} is negative")
-        await backend.commit_offset(req.group.name, topic, queue_id, req.offset)
+        await backend.commit_offset(req.group.name, topic, queue_id, req.offset, broker=req.message_queue.broker.name)
         return spb.UpdateOffsetResponse(status=ok())
 
     async def get_offset(self, req: spb.GetOffsetRequest) -> spb.GetOffsetResponse:
-        backend, topic, queue_id = self._queue(req.message_queue, group=req.group.name)
-        offset = await backend.committed_offset(req.group.name, topic, queue_id)
+        backend, topic, queue_id = await self._queue(req.message_queue, group=req.group.name)
+        offset = await backend.committed_offset(req.group.name, topic, queue_id, broker=req.message_queue.broker.name)
         if offset < 0:
             return spb.GetOffsetResponse(status=status(
                 Code.OFFSET_NOT_FOUND, f"group {req.group.name} has no offset on {topic}/{queue_id}"))
         return spb.GetOffsetResponse(status=ok(), offset=offset)
 
     async def query_offset(self, req: spb.QueryOffsetRequest) -> spb.QueryOffsetResponse:
-        backend, topic, queue_id = self._queue(req.message_queue, group=None)
+        backend, topic, queue_id = await self._queue(req.message_queue, group=None)
         policy = req.query_offset_policy
         if policy == pb.TIMESTAMP and not req.HasField("timestamp"):
             raise GrpcStatusError(Code.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
         at = to_millis(req.timestamp) if req.HasField("timestamp") else 0
-        return spb.QueryOffsetResponse(status=ok(), offset=await backend.queue_offset(topic, queue_id, policy, at))
+        return spb.QueryOffsetResponse(status=ok(), offset=await backend.queue_offset(
+            topic, queue_id, policy, at, broker=req.message_queue.broker.name))

@@ -38,6 +38,7 @@ from ..grpc.status import Code, GrpcStatusError, response_code
 from ..remoting import RemotingError
 from ..store import StoreMessage
 from .brokers import BrokerSettings
+from .queues import ClusterQueues
 
 log = logging.getLogger("ferrymq.proxy")
 
@@ -116,7 +117,7 @@ class _Registry(ClientRegistry):
         self._backend.join_producer_group(group)
 
 
-class ClusterBackend:
+class ClusterBackend(ClusterQueues):
     def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000) -> None:
         self._inst = instance
         # The brokers' own settings, learned from their masters (brokers.py).
