@@ -160,8 +160,10 @@ def ferrymq_produce_batches(namesrv: str, topic: str, n: int) -> float:
     return (n // BATCH) * BATCH / elapsed
 
 
-def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1, **client: Any) -> float:
-    """A PushConsumer from the first offset until n arrived; `client`: its options."""
+def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1, *,
+                    blocking: bool = True, **client: Any) -> float:
+    """A PushConsumer from the first offset until n arrived; `client`: its options;
+    `blocking=False` registers the listener as non-blocking (run on the client's loop)."""
     count = [0]
     lock = threading.Lock()
     finished = threading.Event()
@@ -178,7 +180,7 @@ def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1
     consumer = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
                             consume_message_batch_max_size=batch, **client)
     consumer.subscribe(topic)
-    consumer.register_listener(listener)
+    consumer.register_listener(listener, blocking=blocking)
     began = time.perf_counter()
     consumer.start()
     try:
@@ -190,7 +192,8 @@ def ferrymq_consume(namesrv: str, topic: str, group: str, n: int, batch: int = 1
     return n / elapsed
 
 
-def ferrymq_latency(namesrv: str, topic: str, group: str, seconds: float, rate: int) -> list[float]:
+def ferrymq_latency(namesrv: str, topic: str, group: str, seconds: float, rate: int, *,
+                    blocking: bool = True) -> list[float]:
     latencies: list[float] = []
     lock = threading.Lock()
     expected = int(seconds * rate)
@@ -212,7 +215,7 @@ def ferrymq_latency(namesrv: str, topic: str, group: str, seconds: float, rate: 
 
     consumer = PushConsumer(group, namesrv)  # from the last offset: only what is sent now
     consumer.subscribe(topic)
-    consumer.register_listener(listener)
+    consumer.register_listener(listener, blocking=blocking)
     with consumer:
         with Producer("bench-warm", namesrv) as producer:
             # Measure a running pipeline: wait until the consumer owns its queues and receives.

@@ -33,6 +33,7 @@ REGISTRY: list[str] = [
     "acl_bench",
     "metrics_bench",
     "trace_bench",
+    "hops_bench",
     "tls_bench",
     "scale_bench",
     "fleet_bench",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from ferrymq.client.consumer.runner import ConsumeRequest, ListenerRunner
@@ -106,5 +107,51 @@ def test_a_long_run_of_quick_requests_is_not_spread_over_threads() -> None:
             await runner.wait_idle()
         runner.shutdown()
         assert len(threads) <= 4, len(threads)
+
+    asyncio.run(scenario())
+
+
+def test_a_non_blocking_listener_runs_on_the_loop_and_its_results_come_back() -> None:
+    """blocking=False: no worker thread is started; every request runs in the submitting
+    loop turn, a dropped queue's request is skipped, a raise becomes no result, and the
+    results reach on_done in a later turn (the submitter is not re-entered)."""
+
+    async def scenario() -> None:
+        loop_thread = threading.current_thread()
+        ran_on: list[threading.Thread] = []
+
+        def listener(msgs: list[Any], ctx: Any) -> str:
+            ran_on.append(threading.current_thread())
+            if msgs[0] is bad:
+                raise ValueError("bad message")
+            return "ok"
+
+        bad = SimpleNamespace(msg_id="bad-id")  # a message as the failure log reads it
+        runner = ListenerRunner(listener, 4, "t-inline", blocking=False)
+        back: list[ConsumeRequest] = []
+        returned = asyncio.Event()
+
+        def done(reqs: list[ConsumeRequest]) -> None:
+            back.extend(reqs)
+            returned.set()
+
+        runner.on_done = done
+        dropped = Queue()
+        dropped.dropped = True
+        reqs = [ConsumeRequest(Queue(), [b"m"], None),
+                ConsumeRequest(Queue(), [bad], SimpleNamespace(message_queue="q")),
+                ConsumeRequest(dropped, [b"gone"], None)]
+        threads_before = threading.active_count()
+        runner.submit(reqs, prompt=True)
+        assert len(ran_on) == 2 and back == []  # ran now, handed back in a later turn
+        await _wait(returned, "the hand-back")
+        await runner.wait_idle()
+        assert back == reqs
+        assert [r.ran for r in reqs] == [True, True, False]
+        assert [r.result for r in reqs] == ["ok", None, None]
+        assert all(t is loop_thread for t in ran_on)
+        assert threading.active_count() == threads_before
+        assert await runner.call([b"m"], None) == "ok" and ran_on[-1] is loop_thread
+        runner.shutdown()
 
     asyncio.run(scenario())

@@ -56,3 +56,33 @@ def test_a_backlog_for_a_slow_listener_spreads_over_the_consume_threads(standalo
         wait_until(lambda: done[0] >= total, what="the backlog")
     assert most[0] >= 2
     admin.close()
+
+
+def test_a_non_blocking_listener_consumes_on_the_client_thread_and_acknowledges(
+    standalone: Any,
+) -> None:
+    """register_listener(..., blocking=False): every call runs on the consumer's I/O thread
+    (none on a consume thread) and what it consumed is acknowledged: the group's lag is 0."""
+    admin = AdminClient(standalone.namesrv)
+    admin.create_topic("inline", 2)
+    total = 200
+    with Producer("p-inline", standalone.namesrv, **FAST_PRODUCER) as producer:
+        producer.send_batch([Message("inline", f"m{i}".encode()) for i in range(total)])
+    seen: list[bytes] = []
+    threads: set[str] = set()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
+        threads.add(threading.current_thread().name)
+        seen.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("g-inline", standalone.namesrv,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST_CONSUMER)
+    consumer.subscribe("inline")
+    consumer.register_listener(listener, blocking=False)
+    with consumer:
+        wait_until(lambda: len(seen) >= total, what="the messages")
+    assert sorted(seen) == sorted(f"m{i}".encode() for i in range(total))
+    assert threads and not any(name.startswith("ferrymq-consume-") for name in threads), threads
+    assert sum(p.lag for p in admin.consume_stats("g-inline", "inline")) == 0
+    admin.close()

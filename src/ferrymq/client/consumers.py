@@ -101,8 +101,11 @@ class PushConsumer(Facade[AsyncPushConsumer]):
     subscribe = on_loop(AsyncPushConsumer.subscribe)
     unsubscribe = on_loop(AsyncPushConsumer.unsubscribe)
 
-    def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False) -> None:
-        self._impl.register_listener(fn, orderly=orderly)
+    def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False,
+                          blocking: bool = True) -> None:
+        """See AsyncPushConsumer.register_listener; `blocking=False` runs a listener that never
+        waits on the client's I/O thread instead of a consume thread."""
+        self._impl.register_listener(fn, orderly=orderly, blocking=blocking)
 
     def start(self) -> PushConsumer:
         self._loop = start_blocking(self._impl, "C")

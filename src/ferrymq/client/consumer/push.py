@@ -109,12 +109,16 @@ class AsyncPushConsumer(ConsumerBase):
         self._concurrent_releases: set[asyncio.Task[None]] = set()
 
     # --- configuration -----------------------------------------------------------------------
-    def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False) -> None:
+    def register_listener(self, fn: Callable[..., Any], *, orderly: bool = False,
+                          blocking: bool = True) -> None:
         """fn(msgs, ctx) -> ConsumeStatus (ConsumeOrderlyStatus when orderly); a coroutine
-        function is awaited on the event loop instead of running on the thread pool."""
+        function is awaited on the event loop instead of running on the thread pool.
+        `blocking=False`: a plain function that never waits (no I/O, no sleep, no lock held
+        by others, quick work) runs on the event loop too, with no thread hop; while it runs,
+        this client's pulls, acknowledgements and heartbeats wait."""
         self.require_created("register a listener")
         self._runner = ListenerRunner(
-            fn, self.options.consume_threads, f"ferrymq-consume-{self.group}"
+            fn, self.options.consume_threads, f"ferrymq-consume-{self.group}", blocking=blocking
         )
         self._orderly = orderly
 

@@ -1,6 +1,12 @@
 """Calling the user's listener: plain functions on a thread pool (consume_threads of them),
-coroutine functions on the event loop with at most consume_threads in flight. An exception
-is logged and becomes "no result", which the services treat as a failure.
+coroutine functions on the event loop with at most consume_threads in flight, and plain
+functions registered with `blocking=False` on the event loop itself, one call after another.
+An exception is logged and becomes "no result", which the services treat as a failure.
+
+The last kind exists because the hop to a worker thread is most of what a quick listener
+costs: waking the worker, the interpreter lock handed over and back, and the wake-up that
+brings the result back to the loop. A listener that only counts, parses or appends to an
+in-memory structure pays that for nothing; one that waits on I/O must keep its thread.
 
 Concurrent consumption hands the runner runs of consume requests (`submit`), not one
 executor hop per message: workers take requests one at a time from a shared deque, so a
@@ -78,10 +84,13 @@ class ConsumeRequest:
 
 
 class ListenerRunner:
-    def __init__(self, fn: Callable[..., Any], threads: int, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any], threads: int, name: str, *,
+                 blocking: bool = True) -> None:
         self.fn = fn
         self.threads = threads
         self.is_async = is_async_callable(fn)
+        # A plain function that promised not to block runs on the loop, in the pull's turn.
+        self.inline = not blocking and not self.is_async
         self._executor: ThreadPoolExecutor | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._name = name
@@ -112,6 +121,8 @@ class ListenerRunner:
                 except Exception as exc:
                     _listener_failed(exc, msgs, ctx)
                     return None
+        if self.inline:
+            return self._call_sync(msgs, ctx)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool(), self._call_sync, msgs, ctx)
 
@@ -141,6 +152,9 @@ class ListenerRunner:
         favour = prompt and self._outstanding == 0
         self._outstanding += len(reqs)
         self._idle.clear()
+        if self.inline:
+            self._run_inline(reqs)
+            return
         if self.is_async:
             self._queue.extend(reqs)
             while self._workers < self.threads and self._workers < len(self._queue):
@@ -255,6 +269,20 @@ class ListenerRunner:
                     self._loop.call_soon_threadsafe(self._deliver)
                 except RuntimeError:  # the loop closed under a listener that outlived it
                     return
+
+    def _run_inline(self, reqs: list[ConsumeRequest]) -> None:
+        """Every request now, on the loop; their results go back in the next loop turn, as a
+        worker's would, so the caller (in the middle of handing a pull over) is not re-entered."""
+        for req in reqs:
+            if not req.pq.dropped:
+                req.ran = True
+                req.started = time.time()
+                req.result = self._call_sync(req.msgs, req.ctx)
+            self._done.append(req)
+        if not self._wake_pending:
+            self._wake_pending = True
+            assert self._loop is not None
+            self._loop.call_soon(self._deliver)
 
     async def _awork(self) -> None:
         try:
