@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -209,7 +210,20 @@ def run_proxy(config: ProxyConfig) -> int:
     except AclConfigError as exc:
         print(f"ferrymq: cannot start: {exc}", file=sys.stderr)
         return 1
-    return _run(proxy.start, proxy.stop)
+    # FERRYMQ_PROXY_PROFILE=FILE: cProfile over the whole run, its stats written to FILE at a
+    # clean stop (SIGTERM); how the proxy's costs per message were found (bench/grpc_bench.py).
+    profile_to = os.environ.get("FERRYMQ_PROXY_PROFILE")
+    if not profile_to:
+        return _run(proxy.start, proxy.stop)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return _run(proxy.start, proxy.stop)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_to)
 
 
 def _run(start: Callable[[], Awaitable[str]], stop: Callable[[], Awaitable[None]]) -> int:

@@ -124,6 +124,7 @@ class ClusterBackend(ClusterQueues):
         self.brokers = BrokerSettings(instance, ROUTE_TTL_S)
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
+        self._groups: dict[str, tuple[float, TopicRoute, list[TopicGroup]]] = {}
         self._joins: set[asyncio.Task[bool]] = set()
         self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
         self._kind_refresh: dict[str, asyncio.Task[dict[str, tuple[bool, str | None]]]] = {}
@@ -160,15 +161,24 @@ class ClusterBackend(ClusterQueues):
         return route
 
     async def topic(self, name: str) -> list[TopicGroup]:
+        # Every send, receive and ack asks: the answer is kept for the route's time-to-live
+        # while the client instance holds the same route (a failure's refetch replaces it).
+        now = time.monotonic()
+        cached = self._groups.get(name)
+        if cached is not None and now - cached[0] < ROUTE_TTL_S and self._inst.routes.get(name) is cached[1]:
+            return cached[2]
         self.brokers.refresh()
         route = await self._route(name)
         if route is None:
+            self._groups.pop(name, None)
             return []
         masters = route.brokers
         kinds = await self._kinds(name, masters)
-        return [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
-                           *kinds.get(q.broker_name, (False, None)))
-                for q in route.queue_datas if q.broker_name in masters]
+        groups = [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
+                             *kinds.get(q.broker_name, (False, None)))
+                  for q in route.queue_datas if q.broker_name in masters]
+        self._groups[name] = (now, route, groups)
+        return groups
 
     async def _kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
         """Each group's (order topic, message type) of the topic: a route says neither, so the
