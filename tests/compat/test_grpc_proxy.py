@@ -27,6 +27,7 @@ from ferrymq.embedded.process import ServerProcess
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
 from ferrymq.grpc.pb import service_pb2_grpc as sgrpc
+from tlscerts import make_tls_files
 from waits import wait_until
 
 pytestmark = pytest.mark.compat
@@ -391,6 +392,54 @@ def test_a_controller_mode_master_sigkill_the_sdk_keeps_sending_through_the_prox
             consumer.stop()
         finally:
             proxy.kill()
+
+
+ACL_RULES = """
+accounts:
+  - accessKey: pxAdmin
+    secretKey: pxAdminSecret
+    admin: true
+  - accessKey: pxAppKey
+    secretKey: pxAppSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [px-secure=PUB|SUB]
+"""
+
+
+def test_acl_and_tls_through_the_proxy(server: ProxyCluster, clients: Clients, admin: AdminClient,
+                                       tmp_path: Path) -> None:
+    """A proxy with --acl-file and TLS enforcing (the broker's flags): the SDK over TLS signs its
+    calls with an account that may publish and subscribe; a wrong secret and a plain channel
+    are refused."""
+    topic, n = "px-secure", 6
+    _create(admin, topic, 1)
+    certs = make_tls_files(tmp_path / "tls")
+    rules = tmp_path / "plain_acl.yml"
+    rules.write_text(ACL_RULES)
+    proxy = ServerProcess("proxy-secure", lambda: [
+        "proxy", "--namesrv", server.namesrv, "--grpc-port", "0", "--acl-file", str(rules), "--tls-mode", "enforcing",
+        "--tls-cert", str(certs.cert), "--tls-key", str(certs.key)], tmp_path / "proxy-secure.log", "proxy grpc")
+    try:
+        proxy.start()
+        secure = {"endpoint": proxy.ready["grpc"], "tlsCa": str(certs.ca), "accessKey": "pxAppKey"}
+        sent = run_producer(clients.sdk5("produce", topic=topic, count=n, secretKey="pxAppSecret", **secure), n, 60)
+        consumer = clients.sdk5("simple", topic=topic, group="px-secure-g", expect=n, invisibleSec=20, awaitSec=1,
+                                secretKey="pxAppSecret", **secure)
+        assert consumer.wait_exit(60) == 0, consumer.diag()
+        assert sorted(e["body"] for e in consumer.of("received")) == sorted(e["body"] for e in sent)
+
+        wrong = clients.sdk5("produce", topic=topic, count=1, secretKey="not-the-secret", **secure)
+        wrong.wait_any(("done", "fatal"), 60, "a refused start or send")
+        assert not wrong.of("sent"), wrong.diag()
+        with grpc.insecure_channel(proxy.ready["grpc"]) as channel:
+            with pytest.raises(grpc.RpcError) as info:
+                sgrpc.MessagingServiceStub(channel).QueryRoute(
+                    spb.QueryRouteRequest(topic=pb.Resource(name=topic)),
+                    metadata=[("x-mq-client-id", "px-plain")], timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        proxy.kill()
 
 
 def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster, clients: Clients,

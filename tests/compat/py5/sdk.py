@@ -114,7 +114,7 @@ def produce(cfg: dict[str, Any]) -> int:
             return TransactionResolution.COMMIT if check_answer == "commit" else TransactionResolution.ROLLBACK
 
     topic = cfg["topic"]
-    producer = Producer(configuration(cfg), (topic,), checker=Checker())
+    producer = Producer(configuration(cfg), (topic,), checker=Checker(), tls_enable=bool(cfg.get("tlsCa")))
     producer.startup()
     emit("ready", clientId=producer.client_id)
     count, start = int(cfg.get("count", 1)), int(cfg.get("startIndex", 0))
@@ -217,7 +217,7 @@ def simple(cfg: dict[str, Any]) -> int:
 
     topic, group = cfg["topic"], cfg["group"]
     consumer = SimpleConsumer(configuration(cfg), group, {topic: FilterExpression(cfg.get("tag", "*"))},
-                              await_duration=int(cfg.get("awaitSec", 5)))
+                              await_duration=int(cfg.get("awaitSec", 5)), tls_enable=bool(cfg.get("tlsCa")))
     consumer.startup()
     emit("ready", clientId=consumer.client_id)
     skip = re.compile(cfg["skipPattern"]) if cfg.get("skipPattern") else None
@@ -300,6 +300,10 @@ def main() -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     cfg = load_config()
     _QUIET[0] = bool(cfg.get("quiet"))
+    if cfg.get("tlsCa"):
+        # tlsCa: a TLS channel (the SDK's tls_enable) trusting this CA: the SDK takes gRPC's
+        # default roots, which gRPC reads from this variable.
+        os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = cfg["tlsCa"]
     modes = {"produce": produce, "simple": simple, "push": push}
     mode = modes.get(cfg.get("mode", "produce"))
     if mode is None:
