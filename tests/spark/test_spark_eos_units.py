@@ -9,7 +9,7 @@ pytest.importorskip("pyspark")
 
 from ferrymq.client.transaction import LocalTransactionState
 from ferrymq.spark.errors import OptionError
-from ferrymq.spark.exactly_once import FAULT_ENV, FaultHook
+from ferrymq.spark.exactly_once import FAULT_ENV, FAULT_STOP_ENV, FaultHook
 from ferrymq.spark.options import writer_options
 from ferrymq.spark.sink_record import (
     PROPERTY_BATCH,
@@ -55,7 +55,7 @@ def test_a_record_reads_back_as_written() -> None:
 def test_the_guarantee_option() -> None:
     plain = writer_options({"topic": "t"})
     assert not plain.exactly_once and plain.producer_group == "ferrymq-spark-writer"
-    assert plain.send_batch_size == 256
+    assert plain.send_batch_size == 4096
     eos = writer_options({"topic": "t", "guarantee": "Exactly-Once"}, streaming=True)
     assert eos.exactly_once and eos.producer_group == "ferrymq-spark-eos"
     assert eos.send_batch_size == 4096
@@ -67,9 +67,13 @@ def test_the_guarantee_option() -> None:
 
 def test_the_fault_hook_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.delenv(FAULT_STOP_ENV, raising=False)
     assert FaultHook.from_env() is None
     monkeypatch.setenv(FAULT_ENV, "mid-commit:2")
     assert FaultHook.from_env() == FaultHook("mid-commit", 2)
+    monkeypatch.setenv(FAULT_STOP_ENV, "/tmp/stopped")
+    assert FaultHook.from_env() == FaultHook("mid-commit", 2, "/tmp/stopped")
+    monkeypatch.delenv(FAULT_STOP_ENV)
     monkeypatch.setenv(FAULT_ENV, "after-commit")
     assert FaultHook.from_env() == FaultHook("after-commit", None)
     monkeypatch.setenv(FAULT_ENV, "never")

@@ -242,3 +242,19 @@ class Preparer:
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
             )
         return Outgoing(topic, body, 0, 0, "", ",".join(uniqs), True)
+
+    def _prepare_encoded_batch(self, topic: str, body: bytes, uniq_ids: Sequence[str]) -> Outgoing:
+        """A SEND_BATCH_MESSAGE body its caller encoded (encode_batch's layout, every entry
+        with its UNIQ_KEY), for callers that make entries faster than Message objects allow
+        (the Spark sink encodes Arrow columns); only the topic and the total size are checked."""
+        if self._closing:
+            raise ClientClosedError(self.kind, "send")
+        if not body or not uniq_ids:
+            raise MessageValidationError("batch", "is empty")
+        if self._valid_topic(topic) < 0:
+            raise MessageValidationError("batch", "a batch cannot go to a retry topic")
+        if len(body) > self.max_message_size:
+            raise MessageValidationError(
+                "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
+            )
+        return Outgoing(topic, body, 0, 0, "", ",".join(uniq_ids), True)

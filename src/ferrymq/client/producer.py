@@ -105,6 +105,7 @@ class Producer(Facade[AsyncProducer]):
     send = blocking(AsyncProducer.send)
     send_to_queue = blocking(AsyncProducer.send_to_queue)
     send_batch = blocking(AsyncProducer.send_batch)
+    send_encoded_batch = blocking(AsyncProducer.send_encoded_batch)
     send_orderly = blocking(AsyncProducer.send_orderly)
     send_oneway = blocking(AsyncProducer.send_oneway)
     message_queues = blocking(AsyncProducer.message_queues)

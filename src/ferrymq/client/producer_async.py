@@ -421,6 +421,14 @@ class AsyncProducer(Lifecycle, Preparer):
             out, 1 + self.retry_times_when_send_failed, same_broker=False
         )
 
+    async def send_encoded_batch(self, topic: str, body: bytes, uniq_ids: Sequence[str]) -> SendResult:
+        """send_batch of entries already encoded (see Outgoing._prepare_encoded_batch)."""
+        self.require_running("send")
+        out = self._prepare_encoded_batch(topic, body, uniq_ids)
+        return await self._send_with_retries(
+            out, 1 + self.retry_times_when_send_failed, same_broker=False
+        )
+
     async def send_orderly(
         self, msg: Message, sharding_key: object, *, selector: QueueSelector | None = None
     ) -> SendResult:

@@ -14,7 +14,10 @@ check's limits discard them (never delivered).
 FERRYMQ_SPARK_SINK_FAULT=<point>[:<batchId>] (read when a writer is made) SIGKILLs the Spark
 driver at a named point of the commit, for the fault-injection tests: `before-commit` (tasks
 prepared, nothing recorded), `mid-commit` (recorded, half of the halves ended),
-`after-commit` (everything ended, Spark's commit log not yet written)."""
+`after-commit` (everything ended, Spark's commit log not yet written). With
+FERRYMQ_SPARK_SINK_FAULT_STOP=<file> set too, the process committing stops there instead
+(SIGSTOP, after writing its pid to <file>): a test can then kill a broker in the middle of the
+commit and let the driver go on (SIGCONT) against the dead broker."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from ..common.message import Message
 from ..common.record import encode_batch
 from .errors import OptionError
 from .options import WriterOptions
+from .sink_encode import Encoded, encode_rows, key_prefix
 from .sink_record import (
     PROPERTY_BATCH,
     PROPERTY_QUERY,
@@ -57,10 +61,12 @@ from .sink_record import (
     record_message,
 )
 from .writer import (
+    InFlight,
     WriteReport,
     cached_producer,
     chunks,
     drop_producer,
+    has_properties,
     row_messages,
     stream_ids,
     task_partition,
@@ -69,6 +75,7 @@ from .writer import (
 log = logging.getLogger("ferrymq.spark")
 
 FAULT_ENV = "FERRYMQ_SPARK_SINK_FAULT"
+FAULT_STOP_ENV = "FERRYMQ_SPARK_SINK_FAULT_STOP"
 FAULT_POINTS = ("before-commit", "mid-commit", "after-commit")
 END_THREADS = 8  # END_TRANSACTIONs in flight at once from a committing driver
 
@@ -87,6 +94,7 @@ class PreparedReport(WriteReport):
 class FaultHook:
     point: str
     batch_id: int | None
+    stop_file: str | None = None  # stop (and say so in this file) rather than kill
 
     @classmethod
     def from_env(cls) -> FaultHook | None:
@@ -96,15 +104,27 @@ class FaultHook:
         point, _, batch = text.partition(":")
         if point not in FAULT_POINTS:
             raise OptionError(FAULT_ENV, text, f"expected one of {', '.join(FAULT_POINTS)}[:batchId]")
-        return cls(point, int(batch) if batch.strip() else None)
+        return cls(point, int(batch) if batch.strip() else None,
+                   os.environ.get(FAULT_STOP_ENV, "").strip() or None)
 
     def hit(self, point: str, batch_id: int) -> None:
-        if point == self.point and self.batch_id in (None, batch_id):
-            log.warning("ferrymq sink: fault point %s of batch %d: killing the driver", point, batch_id)
-            # The driver's session (its Python process and JVM), then this worker's own group
-            # (PySpark's daemon moves its workers to a group of their own).
-            os.killpg(os.getsid(0), signal.SIGKILL)
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+        if point != self.point or self.batch_id not in (None, batch_id):
+            return
+        if self.stop_file is not None:
+            log.warning("ferrymq sink: fault point %s of batch %d: stopping (pid in %s)", point,
+                        batch_id, self.stop_file)
+            # Written whole before it is seen: the test reads the pid once the name exists.
+            tmp = f"{self.stop_file}.tmp"
+            with open(tmp, "w") as out:
+                out.write(str(os.getpid()))
+            os.replace(tmp, self.stop_file)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
+        log.warning("ferrymq sink: fault point %s of batch %d: killing the driver", point, batch_id)
+        # The driver's session (its Python process and JVM), then this worker's own group
+        # (PySpark's daemon moves its workers to a group of their own).
+        os.killpg(os.getsid(0), signal.SIGKILL)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def hit(fault: FaultHook | None, point: str, batch_id: int) -> None:
@@ -140,6 +160,21 @@ class SinkCommitError(FerryMQError):
         self.failed = failed
 
 
+def _encoded(options: WriterOptions, batch: pa.RecordBatch, prefix: str, row: int) -> Iterator[Encoded]:
+    """The batch's halves' bodies: straight from the columns, or (rows with properties) from
+    Messages, which may not ask for a delay."""
+    if not has_properties(batch):
+        yield from encode_rows(options, batch, prefix, row)
+        return
+    messages = row_messages(options, batch, prefix, row)
+    for i, msg in enumerate(messages):
+        if msg.delay_level:
+            raise OptionError("properties", P.PROPERTY_DELAY_TIME_LEVEL,
+                              f"row {row + i}: the exactly-once sink cannot send delayed messages")
+    for chunk in chunks(options, messages):
+        yield Encoded(chunk[0].topic, encode_batch(chunk), tuple(m.uniq_key or "" for m in chunk))
+
+
 # --- tasks ---------------------------------------------------------------------------------------
 def transaction_producer(options: WriterOptions) -> TransactionProducer:
     """The worker's producer of the sink's group. It answers the broker's checks too, from the
@@ -160,30 +195,31 @@ def prepare_batches(
     token = uuid.uuid4().hex
     marks = {PROPERTY_QUERY: query_id, PROPERTY_BATCH: str(batch_id), PROPERTY_TASK: token,
              P.PROPERTY_TRANSACTION_BATCH: "true"}
-    halves: list[Half] = []
+    prefix = key_prefix(query_id, batch_id, partition)
+    sends = InFlight()
+    futures: list[concurrent.futures.Future[Half]] = []
+
+    def send_half(topic: str, body: bytes, first_key: str) -> Half:
+        result = producer.send_half(Message(topic, body, properties=dict(marks)))
+        return Half(result.broker, topic, result.msg_id, result.queue_offset,
+                    decode_offset_msg_id(result.offset_msg_id).offset, first_key)
+
     row = 0
-    first: str | None = None
     try:
         for batch in batches:
-            messages = row_messages(options, batch, query_id, batch_id, partition, row)
-            if messages and first is None:
-                first = messages[0].uniq_key
-            for i, msg in enumerate(messages):
-                if msg.delay_level:
-                    raise OptionError("properties", P.PROPERTY_DELAY_TIME_LEVEL,
-                                      f"row {row + i}: the exactly-once sink cannot send delayed messages")
+            for enc in _encoded(options, batch, prefix, row):
+                futures.append(sends.submit(send_half, enc.topic, enc.body, enc.uniq_ids[0]))
             row += batch.num_rows
-            for chunk in chunks(options, messages):
-                topic = chunk[0].topic
-                result = producer.send_half(Message(topic, encode_batch(chunk), properties=dict(marks)))
-                halves.append(Half(result.broker, topic, result.msg_id, result.queue_offset,
-                                   decode_offset_msg_id(result.offset_msg_id).offset,
-                                   chunk[0].uniq_key or ""))
+        sends.wait()
     except Exception:
+        sends.settle()
         # Not left to the check: this attempt's halves can go at once.
+        halves = [f.result() for f in futures if f.done() and f.exception() is None]
         end_halves(admin_for(options.namesrv), options.producer_group, halves, commit=False)
         drop_producer(options, TransactionProducer)
         raise
+    halves = [f.result() for f in futures]
+    first = f"{prefix}{0:012X}" if row else None
     return PreparedReport(partition, row, first, query_id, batch_id, token, tuple(halves))
 
 

