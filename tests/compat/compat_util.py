@@ -113,8 +113,8 @@ class ClientProcess:
         self._closed = False
         full_env = dict(os.environ, **(env or {}))
         self.proc = subprocess.Popen(
-            [*argv, json.dumps(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=full_env, cwd=str(COMPAT),
+            [*argv, json.dumps(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=full_env, cwd=str(COMPAT),
         )
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -205,8 +205,13 @@ class ClientProcess:
             raise AssertionError(f"{self.name} did not exit within {timeout}s\n{self.diag()}") from None
 
     def stop(self, timeout: float = 30.0) -> int:
-        """Clean shutdown (SIGTERM): the client persists offsets and unregisters, then exits."""
+        """Clean shutdown: the client persists offsets and unregisters, then exits. Asked twice:
+        a "stop" line on stdin (clients that read it: tests/compat/cpp) and SIGTERM."""
         if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):  # it may have exited meanwhile
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.close()
             self.proc.send_signal(signal.SIGTERM)
         rc = self.wait_exit(timeout)
         # Let the reader thread take the last lines.

@@ -76,6 +76,21 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return {"name": type(exc).__name__, "error": str(exc)}
 
 
+def on_stop_line(stop: Any) -> None:
+    """Call stop(reason) when the harness writes "stop" to stdin (or closes it). The harness
+    also sends SIGTERM, but Python runs a signal handler only in the main thread between
+    bytecodes, and a process whose handler never ran (once, in a full suite) would never
+    stop; a line read by a thread of its own does not depend on that."""
+
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop("stdin")
+
+    threading.Thread(target=read, daemon=True, name="stop-line").start()
+
+
 LOG_LEVELS = {"fatal": 1, "error": 2, "warn": 3, "info": 4, "debug": 5, "trace": 6}
 
 

@@ -140,6 +140,7 @@ def shutdown_and_exit(consumer: Any) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    common.on_stop_line(request_stop)
     topics = CFG["topic"] if isinstance(CFG["topic"], list) else [CFG["topic"]]
     model = MessageModel.BROADCASTING if CFG["broadcast"] else MessageModel.CLUSTERING
     consumer = PushConsumer(CFG["group"], message_model=model)

@@ -35,6 +35,10 @@ stopping = False
 
 
 def on_signal(signum: int, _frame: Any) -> None:
+    request_stop(signal.Signals(signum).name)
+
+
+def request_stop(_reason: str) -> None:
     global stopping
     stopping = True
 
@@ -69,6 +73,7 @@ def build(index: int) -> tuple[Any, dict[str, Any]]:
 def main() -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    common.on_stop_line(request_stop)
     producer = Producer(CFG["group"], timeout=int(CFG["sendMsgTimeout"]))
     handle = producer._handle
     dll.SetProducerLogLevel(handle, common.LOG_LEVELS.get(str(CFG["logLevel"]).lower(), 4))
