@@ -230,8 +230,16 @@ def proxy_rows(n: int, runs: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
-    for row in run(quick):
+    """`--quick`: 2,000 messages, one run; `--proxy-only`: the proxy rows alone."""
+    args = argv if argv is not None else sys.argv[1:]
+    quick = "--quick" in args
+    if "--proxy-only" in args:
+        if not PY5_PYTHON.exists():
+            raise RuntimeError("tests/compat/py5/.venv is missing: run `make compat-py5`")
+        rows = proxy_rows(*((2_000, 1) if quick else (5_000, 3)))
+    else:
+        rows = run(quick)
+    for row in rows:
         print(json.dumps(row))
     return 0
 
