@@ -3,7 +3,7 @@ another through the exactly-once sink (Trigger.AvailableNow, maxOffsetsPerTrigge
 0 once everything available is written. The test places its death with the sink's fault hook
 (FERRYMQ_SPARK_SINK_FAULT in this process's environment), which SIGKILLs this driver.
 
-usage: eos_child.py NAMESRV IN_TOPIC OUT_TOPIC CHECKPOINT_DIR MAX_PER_TRIGGER"""
+usage: eos_child.py NAMESRV IN_TOPIC OUT_TOPIC CHECKPOINT_DIR MAX_PER_TRIGGER [SEND_BATCH_SIZE]"""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import ferrymq.spark
 
 def main() -> int:
     namesrv, in_topic, out_topic, checkpoint, per_trigger = sys.argv[1:6]
+    send_batch = sys.argv[6] if len(sys.argv) > 6 else "4096"
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("ferrymq-eos-test")
@@ -40,6 +41,7 @@ def main() -> int:
         .option("namesrv", namesrv)
         .option("topic", out_topic)
         .option("guarantee", "exactly-once")
+        .option("sendBatchSize", send_batch)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -3,8 +3,11 @@ module (the topics' queues spread over both), and one chain of real Spark driver
 processes (eos_child.py) on one checkpoint. The sink's fault hook kills the driver (a) after
 the tasks prepared and before the driver committed, (b) after the driver committed and before
 Spark wrote its commit log, (c) in the middle of the broker-side commit; each next driver
-restarts from the checkpoint. At the end every input row is in the output topic exactly once
-and every half message is decided, so none of a killed attempt can still turn up.
+restarts from the checkpoint; (d) last, broker-b is SIGKILLed while a driver, stopped by the
+hook in the middle of a commit, still has half messages on it to end: the driver goes on against
+the dead broker and fails, broker-b restarts on its store and the next driver finishes the
+batch from its record. At the end every input row is in the output topic exactly once and every
+half message is decided, so none of a killed attempt can still turn up.
 
 The brokers check open transactions every 500 ms after 1 s, up to 600 times: the halves a
 killed attempt left are asked about (and rolled back) while the next driver runs, and a
@@ -13,6 +16,7 @@ two-core machine a driver has taken over a minute to start and commit its first 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +32,8 @@ from ferrymq import AdminClient, Message, Producer
 from ferrymq.common.message import MessageQueue
 from ferrymq.common.names import CID_SYS_RMQ_TRANS, TRANS_HALF_TOPIC
 from ferrymq.embedded.process import ServerProcess
-from ferrymq.spark.exactly_once import FAULT_ENV
+from ferrymq.spark.exactly_once import FAULT_ENV, FAULT_STOP_ENV
+from ferrymq.spark.sink_record import find_record
 from waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
@@ -37,6 +42,8 @@ HERE = Path(__file__).parent
 BROKERS = ("broker-a", "broker-b")
 ROWS = 120
 PER_TRIGGER = 30  # four micro-batches
+# Rows per half message: several halves per task, so a batch's halves land on both groups.
+SEND_BATCH = 8
 CONFIG = """transaction_check_interval_ms = 500
 transaction_timeout_ms = 1000
 transaction_check_max = 600
@@ -44,7 +51,7 @@ transaction_check_max = 600
 
 
 @pytest.fixture(scope="module")
-def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Standalone, ServerProcess]]:
     base = tmp_path_factory.mktemp("eos")
     config = base / "broker.toml"
     config.write_text(CONFIG)
@@ -58,7 +65,7 @@ def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     )
     try:
         b.start()
-        yield a
+        yield a, b
     finally:
         b.stop()
         a.stop()
@@ -87,8 +94,17 @@ def open_halves(admin: AdminClient) -> int:
     return total
 
 
-def test_killed_drivers_restart_into_exactly_once_output(two_groups: Standalone, tmp_path: Path) -> None:
-    namesrv = two_groups.namesrv
+def stopped(pid: int) -> bool:
+    """The process is in state T (SIGSTOP took effect)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2] == "T"
+
+
+def test_killed_drivers_restart_into_exactly_once_output(
+    two_groups: tuple[Standalone, ServerProcess], tmp_path: Path,
+) -> None:
+    standalone, broker_b = two_groups
+    namesrv = standalone.namesrv
     with AdminClient(namesrv) as admin:
         wait_until(lambda: set(admin.cluster_brokers()) == set(BROKERS), what="both groups registered")
         admin.create_topic("eos-in", 2)
@@ -100,18 +116,21 @@ def test_killed_drivers_restart_into_exactly_once_output(two_groups: Standalone,
                                      for i in range(lo, lo + 10)])
         checkpoint = tmp_path / "cp"
 
-        def driver(fault: str | None) -> int:
-            env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+        def start_driver(fault: str | None, stop_file: Path | None = None) -> subprocess.Popen[bytes]:
+            env = {k: v for k, v in os.environ.items() if k not in (FAULT_ENV, FAULT_STOP_ENV)}
             if fault is not None:
                 env[FAULT_ENV] = fault
+            if stop_file is not None:
+                env[FAULT_STOP_ENV] = str(stop_file)
             with (tmp_path / f"driver-{fault}.log").open("w") as log:  # read when a run fails
-                child = subprocess.run(
+                return subprocess.Popen(
                     [sys.executable, str(HERE / "eos_child.py"), namesrv, "eos-in", "eos-out",
-                     str(checkpoint), str(PER_TRIGGER)],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, timeout=300,
-                    start_new_session=True,
+                     str(checkpoint), str(PER_TRIGGER), str(SEND_BATCH)],
+                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 )
-            return child.returncode
+
+        def driver(fault: str | None) -> int:
+            return start_driver(fault).wait(timeout=300)
 
         def no_duplicates() -> list[tuple[str, str]]:
             rows = output(admin, "eos-out")
@@ -128,6 +147,23 @@ def test_killed_drivers_restart_into_exactly_once_output(two_groups: Standalone,
         # (c) batch 2 recorded, half of its halves ended: the replay ends the rest.
         assert driver("mid-commit:2") == -signal.SIGKILL
         assert len(no_duplicates()) < ROWS
+        # (d) batch 3 recorded, the first half of its halves ended, the driver stopped there;
+        # broker-b holds some of the rest. Killed, it is down when the driver goes on.
+        stop_file = tmp_path / "stopped-pid"
+        child = start_driver("mid-commit:3", stop_file)
+        wait_until(lambda: stop_file.exists() or child.poll() is not None, timeout=300,
+                   what="the driver stopped in batch 3's commit")
+        pid = int(stop_file.read_text())
+        wait_until(lambda: stopped(pid), what="SIGSTOP taken")
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        record = find_record(admin, query_id, 3)
+        assert record is not None
+        assert "broker-b" in {h.broker for h in record.halves[len(record.halves) // 2:]}
+        broker_b.kill()
+        os.kill(pid, signal.SIGCONT)
+        assert child.wait(timeout=300) != 0  # its commit failed on the dead broker
+        address = broker_b.start()["broker"]  # the same store, another port
+        wait_until(lambda: admin.cluster_brokers().get("broker-b") == address, what="broker-b back")
         assert driver(None) == 0
 
         wait_until(lambda: open_halves(admin) == 0, timeout=60, what="every half message decided")
