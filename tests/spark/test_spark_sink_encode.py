@@ -30,14 +30,20 @@ def twin(options: Any, batch: Any, first_row: int) -> list[tuple[str, bytes, tup
 
 
 def encoded(options: Any, batch: Any, first_row: int) -> list[tuple[str, bytes, tuple[str, ...]]]:
-    return sorted(((e.topic, e.body, e.uniq_ids) for e in encode_rows(options, batch, PREFIX, first_row)),
-                  key=lambda e: (e[0], e[2]))
+    out = []
+    for e in encode_rows(options, batch, PREFIX, first_row):
+        keys = tuple(e.uniq_ids.split(","))
+        assert e.rows == len(keys) and e.first_key == keys[0]
+        out.append((e.topic, e.body, keys))
+    return sorted(out, key=lambda e: (e[0], e[2]))
 
 
 def test_the_encoder_writes_the_bytes_of_the_message_path() -> None:
     options = writer_options({"topic": "out", "sendBatchSize": "3"})
     plain = pa.RecordBatch.from_pydict({"body": [f"row-{i}".encode() for i in range(8)]})
     assert encoded(options, plain, 100) == twin(options, plain, 100)
+    assert list(encode_rows(options, plain.slice(0, 0), PREFIX, 0)) == []
+    assert encoded(options, plain.slice(3, 4), 9) == twin(options, plain.slice(3, 4), 9)
     assert [len(e[2]) for e in encoded(options, plain, 100)] == [3, 3, 2]
     # String bodies, keys and tags with nulls and empties, a topic column with nulls.
     rich = pa.RecordBatch.from_pydict({
@@ -70,6 +76,10 @@ def test_the_encoder_refuses_what_the_producer_would() -> None:
     with pytest.raises(OptionError) as caught:
         list(encode_rows(no_topic, pa.RecordBatch.from_pydict({"body": [b"x"]}), PREFIX, 0))
     assert caught.value.option == "topic"
+    with pytest.raises(OptionError) as caught:
+        list(encode_rows(no_topic, pa.RecordBatch.from_pydict({"body": [b"x", b"y"], "topic": ["t", None]}),
+                         PREFIX, 5))
+    assert caught.value.option == "topic" and "row 6" in str(caught.value)
 
 
 def test_encoded_batches_arrive_as_their_rows(standalone: Any) -> None:
@@ -93,6 +103,6 @@ def test_encoded_batches_arrive_as_their_rows(standalone: Any) -> None:
             (f"m{i}".encode(), f"k{i}", "even" if i % 2 == 0 else None, uniq_key("query", 7, 1, i))
             for i in range(6)]
         with pytest.raises(MessageValidationError):
-            producer.send_encoded_batch("%RETRY%sink-encode", b"x", ["A"])
+            producer.send_encoded_batch("%RETRY%sink-encode", b"x", "A")
         with pytest.raises(MessageValidationError):
-            producer.send_encoded_batch("sink-encode", b"", [])
+            producer.send_encoded_batch("sink-encode", b"", "")

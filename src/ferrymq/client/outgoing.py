@@ -243,10 +243,11 @@ class Preparer:
             )
         return Outgoing(topic, body, 0, 0, "", ",".join(uniqs), True)
 
-    def _prepare_encoded_batch(self, topic: str, body: bytes, uniq_ids: Sequence[str]) -> Outgoing:
+    def _prepare_encoded_batch(self, topic: str, body: bytes, uniq_ids: str) -> Outgoing:
         """A SEND_BATCH_MESSAGE body its caller encoded (encode_batch's layout, every entry
         with its UNIQ_KEY), for callers that make entries faster than Message objects allow
-        (the Spark sink encodes Arrow columns); only the topic and the total size are checked."""
+        (the Spark sink encodes Arrow columns); `uniq_ids`: their UNIQ_KEYs, comma-separated.
+        Only the topic and the total size are checked."""
         if self._closing:
             raise ClientClosedError(self.kind, "send")
         if not body or not uniq_ids:
@@ -257,4 +258,4 @@ class Preparer:
             raise MessageValidationError(
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
             )
-        return Outgoing(topic, body, 0, 0, "", ",".join(uniq_ids), True)
+        return Outgoing(topic, body, 0, 0, "", uniq_ids, True)

@@ -421,7 +421,7 @@ class AsyncProducer(Lifecycle, Preparer):
             out, 1 + self.retry_times_when_send_failed, same_broker=False
         )
 
-    async def send_encoded_batch(self, topic: str, body: bytes, uniq_ids: Sequence[str]) -> SendResult:
+    async def send_encoded_batch(self, topic: str, body: bytes, uniq_ids: str) -> SendResult:
         """send_batch of entries already encoded (see Outgoing._prepare_encoded_batch)."""
         self.require_running("send")
         out = self._prepare_encoded_batch(topic, body, uniq_ids)

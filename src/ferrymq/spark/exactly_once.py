@@ -47,7 +47,7 @@ from ..common.message import Message
 from ..common.record import encode_batch
 from .errors import OptionError
 from .options import WriterOptions
-from .sink_encode import Encoded, encode_rows, key_prefix
+from .sink_encode import Encoded, encode_rows, key_prefix, row_key
 from .sink_record import (
     PROPERTY_BATCH,
     PROPERTY_QUERY,
@@ -172,7 +172,8 @@ def _encoded(options: WriterOptions, batch: pa.RecordBatch, prefix: str, row: in
             raise OptionError("properties", P.PROPERTY_DELAY_TIME_LEVEL,
                               f"row {row + i}: the exactly-once sink cannot send delayed messages")
     for chunk in chunks(options, messages):
-        yield Encoded(chunk[0].topic, encode_batch(chunk), tuple(m.uniq_key or "" for m in chunk))
+        yield Encoded(chunk[0].topic, encode_batch(chunk), ",".join(m.uniq_key or "" for m in chunk),
+                      len(chunk))
 
 
 # --- tasks ---------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def prepare_batches(
     try:
         for batch in batches:
             for enc in _encoded(options, batch, prefix, row):
-                futures.append(sends.submit(send_half, enc.topic, enc.body, enc.uniq_ids[0]))
+                futures.append(sends.submit(send_half, enc.topic, enc.body, enc.first_key))
             row += batch.num_rows
         sends.wait()
     except Exception:
@@ -219,7 +220,7 @@ def prepare_batches(
         drop_producer(options, TransactionProducer)
         raise
     halves = [f.result() for f in futures]
-    first = f"{prefix}{0:012X}" if row else None
+    first = row_key(prefix, 0) if row else None
     return PreparedReport(partition, row, first, query_id, batch_id, token, tuple(halves))
 
 

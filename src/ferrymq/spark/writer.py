@@ -42,7 +42,7 @@ from ..common import props as P
 from ..common.message import Message
 from .errors import OptionError
 from .options import WriterOptions
-from .sink_encode import MAX_BATCH_BYTES, encode_rows, key_prefix
+from .sink_encode import MAX_BATCH_BYTES, encode_rows, key_prefix, row_key
 from .sink_encode import uniq_key as uniq_key  # where callers have imported it from
 
 log = logging.getLogger("ferrymq.spark")
@@ -214,7 +214,7 @@ def send_batches(
         sends.settle()
         drop_producer(options)
         raise
-    return WriteReport(partition, row, f"{prefix}{0:012X}" if row else None)
+    return WriteReport(partition, row, row_key(prefix, 0) if row else None)
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
@@ -253,7 +253,7 @@ def row_messages(
             keys=keys[i] if keys else None,
             properties=extra,
         )
-        msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = f"{prefix}{first_row + i:012X}"
+        msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = row_key(prefix, first_row + i)
         out.append(msg)
     return out
 
