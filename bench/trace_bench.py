@@ -5,8 +5,9 @@ records to RMQ_SYS_TRACE_TOPIC every 50 ms), one with trace_enable = false.
 - produce throughput of 1 KiB messages (send_async with a window of 512),
 - batched send: SEND_BATCH_MESSAGE of 32 x 1 KiB, 8 requests in flight (the path where
   per-message trace work would show most),
-- consume-with-ack throughput (push consumer, listener batches of 32: pulls and commits are
-  traced), and the server's CPU per message consumed (its /proc figures around each run).
+- consume-with-ack throughput (push consumer, listener batches of 32, and of 1, the default:
+  pulls and commits are traced), and the server's CPU per message consumed with batches of 32
+  (its /proc figures around each run).
 
 Runs alternate between the two servers so drift on the machine hits both alike. `value` is
 trace on, the peer trace off; the ratio is the share of throughput trace keeps. A last row
@@ -160,13 +161,17 @@ def run(quick: bool) -> list[dict[str, Any]]:
                         ferrymq_consume(namesrv, TOPIC, f"trace-bench-g{i}", n, 32))
                     results.setdefault(("consume_cpu", on), []).append(
                         (process_cpu(pids[on]) - cpu) / n * 1e6)
+                    # The default listener batch of 1: the same pulls, more offset commits.
+                    results.setdefault(("consume1", on), []).append(
+                        ferrymq_consume(namesrv, TOPIC, f"trace-bench-g1-{i}", n, 1))
             time.sleep(0.2)  # the last flush interval's records
             total_msgs = RUNS * (n + 1 + n_batches * 32)
             records_per_1000 = 1000 * trace_records(brokers[True]) / total_msgs
     rows = []
     for what, label in (("produce", "produce 1 KiB, send_async window 512"),
                         ("batch", "batched send 32 x 1 KiB, 8 in flight"),
-                        ("consume", "consume with ack, push consumer, batches of 32")):
+                        ("consume", "consume with ack, push consumer, batches of 32"),
+                        ("consume1", "consume with ack, push consumer, listener batch 1")):
         on_runs, off_runs = results[(what, True)], results[(what, False)]
         rows.append({"workload": "trace", "measurement": f"{label}, trace on", "unit": "msg/s",
                      "value": statistics.median(on_runs), "runs": on_runs,
