@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ferrymq.client.accumulator import split_batch_result
@@ -138,7 +140,7 @@ def test_unique_ids_taken_together_are_the_ids_taken_one_by_one() -> None:
     assert len(set(ids)) == 6
     assert [d.counter for d in decoded] == [1, 2, 3, 4, 5, 6]
     assert all(len(i) == 32 and i == i.upper() for i in ids)
-    gen._counter = 0xFFFE
+    gen._counter = itertools.count(0xFFFF)
     assert [decode_uniq_id(i).counter for i in gen.next_ids(3)] == [0xFFFF, 0, 1]
     assert decode_uniq_id(gen.next_id()).counter == 2
 
