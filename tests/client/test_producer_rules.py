@@ -155,3 +155,21 @@ def test_split_batch_results_are_plain_send_results() -> None:
         results[0].queue_offset = 1  # type: ignore[misc]
     short = split_batch_result(SendResult(SendStatus.SEND_OK, "", "o1", 0, -1, "b"), ["x", "y"])
     assert [(r.offset_msg_id, r.queue_offset) for r in short] == [("o1", -1), ("", -1)]
+
+
+def test_a_message_owns_an_immutable_body() -> None:
+    """bytes are kept as they are; a bytearray or memoryview is copied (a later change to the
+    caller's buffer does not reach the message); anything else is refused."""
+    raw = b"body"
+    assert Message("t", raw).body is raw
+    buf = bytearray(b"abc")
+    from_array, from_view = Message("t", buf), Message("t", memoryview(buf))
+    buf[0] = ord("z")
+    assert from_array.body == from_view.body == b"abc"
+    assert type(from_array.body) is bytes and type(from_view.body) is bytes
+    with pytest.raises(TypeError, match="must be bytes, not str"):
+        Message("t", "text")  # type: ignore[arg-type]
+    props = {"a": "1"}
+    msg = Message("t", raw, properties=props)
+    msg.properties["b"] = "2"
+    assert props == {"a": "1"}

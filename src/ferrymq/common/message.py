@@ -32,12 +32,16 @@ class Message:
         flag: int = 0,
         deliver_time_ms: int | None = None,
     ) -> None:
-        if not isinstance(body, bytes | bytearray | memoryview):
-            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        # Exact bytes, the common body, are kept as they are without a call: a producer makes
+        # a Message per send, and bytes(body) and dict(properties or {}) were a fifth of it.
+        if type(body) is not bytes:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+            body = bytes(body)
         self.topic = topic
-        self.body = bytes(body)
+        self.body = body
         self.flag = flag
-        self.properties: dict[str, str] = dict(properties or {})
+        self.properties: dict[str, str] = dict(properties) if properties else {}
         if tags:
             self.tags = tags
         if keys:
