@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("proxy", help="RocketMQ 5's proxy (cluster mode): one gRPC endpoint for every broker "
                        "group registered with the name server")
     p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
-                   help="name server address(es), ';'-separated")
+                   help="name server address(es), ';'-separated (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, default=8081,
                    help="gRPC port for RocketMQ 5 clients, 0 picks a free one (default 8081)")
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     # Servers log their life at INFO; a client command's stderr is for its own error message.
-    server = args.command in ("standalone", "namesrv", "broker", "dashboard") and not (
+    server = args.command in ("standalone", "namesrv", "broker", "proxy", "dashboard") and not (
         getattr(args, "broker_command", None) or getattr(args, "namesrv_command", None)
     )
     quiet = logging.INFO if server else logging.ERROR

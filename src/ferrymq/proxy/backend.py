@@ -17,7 +17,7 @@ from typing import Any
 
 from ..broker.clients import ClientRegistry, Subscription
 from ..client import pop_api
-from ..client.errors import BrokerError
+from ..client.errors import BrokerError, NameServerUnreachableError
 from ..client.instance import ClientInstance
 from ..client.route import TopicRoute
 from ..common import props as P
@@ -171,6 +171,12 @@ class ClusterBackend(ClusterQueues):
         route = await self._route(name)
         if route is None:
             self._groups.pop(name, None)
+            failure = self._inst.namesrv_failure
+            if failure is not None:
+                # No route because no name server answered: saying TOPIC_NOT_FOUND would send
+                # the user looking for a topic that may well exist.
+                raise GrpcStatusError(Code.PROXY_TIMEOUT,
+                                      str(NameServerUnreachableError(name, self._inst.config.namesrv, failure)))
             return []
         masters = route.brokers
         kinds = await self._kinds(name, masters)
