@@ -10,7 +10,8 @@
 5. beside them, a second Spark query enriches every order into `orders-enriched` through the
    exactly-once sink; its first attempt runs as a child process whose driver is SIGKILLed
    right after it committed micro-batch 0 (enrich_job.py), and the demo restarts it from its
-   checkpoint; a consumer of `orders-enriched` then counts every order exactly once;
+   checkpoint as soon as it is dead, beside the main query; a consumer of `orders-enriched`
+   started with the stage then counts every order exactly once;
 6. prints the counts, both groups' lag (0), a summary of the aggregates, and where the
    files are; then stops everything.
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         audit.subscribe("orders")
         audit.register_listener(stats.listener)
         audit.start()
+        enrich: enrich_job.EnrichStage | None = None
         try:
             from pyspark.sql import SparkSession
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             ) as progress:
                 t_produce = progress.add_task("produce orders", total=len(orders))
                 produce(broker.namesrv, orders, lambda n: progress.advance(t_produce, n))
-                first_attempt = enrich_job.start_first_attempt(
+                enrich = enrich_job.EnrichStage(
                     broker.namesrv, enrich_cp, per_trigger, out / "enrich-first-attempt.log")
                 t_spark_start = progress.add_task("start Spark (local[2])", total=1)
                 spark = (
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 t_audit = progress.add_task("audit: orders-audit", total=len(orders))
                 query = spark_job.start(spark, broker.namesrv, aggregates, checkpoint, 1000)
                 while query.isActive:
+                    enrich.step(spark, len(orders))
                     done = sum(p["numInputRows"] for p in query.recentProgress)
                     progress.update(t_spark, completed=done)
                     progress.update(
@@ -184,44 +187,30 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"the Spark job failed: {query.exception()}")
                 progress.update(t_spark, completed=len(orders))
                 ferrymq.spark.wait_committed(query)  # the last batch's group offsets
-                wait_for(
-                    lambda: (
-                        progress.update(
-                            t_audit, completed=len(stats.consumed) + topic_total(admin, DLQ_TOPIC)
-                        )
-                        or (
-                            len(stats.consumed) >= valid
-                            and topic_total(admin, DLQ_TOPIC) >= malformed
-                        )
-                    ),
-                    180,
-                    "the audit consumer",
-                )
-                killed = enrich_stage(spark, broker.namesrv, first_attempt, enrich_cp, per_trigger,
-                                      progress)
-        finally:
+
+                def audited() -> bool:
+                    assert enrich is not None
+                    enrich.step(spark, len(orders))  # its restart runs beside the audit's retries
+                    dead = topic_total(admin, DLQ_TOPIC)
+                    progress.update(t_audit, completed=len(stats.consumed) + dead)
+                    return len(stats.consumed) >= valid and dead >= malformed
+
+                wait_for(audited, 180, "the audit consumer")
+                t_enrich = progress.add_task("Spark: orders-enriched (restart)", total=1)
+                killed = enrich.finish(spark, len(orders), 180)
+                progress.advance(t_enrich)
             audit.shutdown()  # persists the audit group's offsets
-        wait_for(lambda: group_lag(admin, AUDIT_GROUP) == 0, 30, "the audit group's lag")
-        arrivals = enrich_job.consume_enriched(broker.namesrv, len(orders), 60)
+            wait_for(lambda: group_lag(admin, AUDIT_GROUP) == 0, 30, "the audit group's lag")
+            arrivals = enrich.received(len(orders), 60)
+        finally:
+            audit.shutdown()  # a second call does nothing
+            if enrich is not None:
+                enrich.close()
         report(spark, admin, orders, stats, aggregates, out, time.monotonic() - started)
         report_enriched(admin, orders, arrivals, killed)
         spark.stop()
     console.print("[green]stopped:[/] Spark, the audit consumer and the broker")
     return 0
-
-
-def enrich_stage(spark: Any, namesrv: str, first_attempt: Any, checkpoint: Path, per_trigger: int,
-                 progress: Progress) -> int:
-    """Wait for the killed first attempt, restart the query in this session from its
-    checkpoint; returns the first attempt's exit status (-9: SIGKILL)."""
-    task = progress.add_task("Spark: orders-enriched (restart)", total=1)
-    status = first_attempt.wait(timeout=180)
-    query = enrich_job.start(spark, namesrv, str(checkpoint), per_trigger)
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"the enrich query failed: {query.exception()}")
-    progress.advance(task)
-    return int(status)
 
 
 def report_enriched(admin: AdminClient, orders: list[events.Order], arrivals: Any, killed: int) -> None:
