@@ -295,9 +295,12 @@ def open_source(spark: Any, which: str, namesrv: str, topic: str, per_trigger: i
     )
 
 
+SinkFigures = tuple[dict[str, list["Run"]], list[float]]
+
+
 def measure(
     quick: bool, *, source: bool = True,
-) -> tuple[dict[str, list[Run]], dict[str, list[Run]], dict[str, float], dict[str, list[float]]]:
+) -> tuple[dict[str, list[Run]], dict[str, list[Run]], dict[str, float], SinkFigures]:
     from pyspark import cloudpickle
     from pyspark.sql import SparkSession
 
@@ -307,7 +310,8 @@ def measure(
     ours: dict[str, list[Run]] = {}
     theirs: dict[str, list[Run]] = {}
     produce_rates: dict[str, float] = {}
-    sink_rates: dict[str, list[float]] = {}
+    sink_runs: dict[str, list[Run]] = {}
+    sink_puts: list[float] = []
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-work-"))
     spark = (
         SparkSession.builder.master("local[2]")
@@ -320,9 +324,9 @@ def measure(
     ferrymq.spark.register(spark)
     try:
         with standalone() as namesrv:
-            sink_rates = measure_sink(spark, namesrv, quick)
+            sink_runs, sink_puts = measure_sink(spark, namesrv, quick)
             if not source:
-                return ours, theirs, produce_rates, sink_rates
+                return ours, theirs, produce_rates, (sink_runs, sink_puts)
             # Warm-up on a topic of its own: the JVM's JIT and both sources' Python workers.
             produce(namesrv, WARMUP_TOPIC, sz.warmup, 100)
             spark.dataSource.register(toy_source(100, sz.warmup, sz.warmup // 4))
@@ -346,7 +350,7 @@ def measure(
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    return ours, theirs, produce_rates, sink_rates
+    return ours, theirs, produce_rates, (sink_runs, sink_puts)
 
 
 # --- the sink ------------------------------------------------------------------------------------
@@ -366,45 +370,57 @@ def sink_frame(spark: Any, rows: int) -> Any:
     )
 
 
-def write_rate(df: Any, namesrv: str, guarantee: str, rows: int) -> float:
-    """Rows/s of one batch write (`df.write`), wall time of the whole job: tasks and commit."""
+def write_rate(df: Any, namesrv: str, guarantee: str, rows: int) -> Run:
+    """Rows/s of one batch write (`df.write`), wall time of the whole job: tasks and commit;
+    with the CPU it took per row, by process kind (the broker's is what bounds the sink)."""
+    meter = CpuMeter()
+    base = meter.sample()
     started = time.perf_counter()
     (df.write.format("ferrymq").option("namesrv", namesrv).option("topic", SINK_TOPIC)
        .option("guarantee", guarantee).mode("append").save())
-    return rows / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    used = meter.since(base)
+    return Run(rows / elapsed, {k: round(v / rows * 1e6, 2) for k, v in sorted(used.items())
+                                if k != "other"})
 
 
-def measure_sink(spark: Any, namesrv: str, quick: bool) -> dict[str, list[float]]:
+def measure_sink(spark: Any, namesrv: str, quick: bool) -> tuple[dict[str, list[Run]], list[float]]:
     """Both guarantees on the same broker and session; a small write of each first (Python
     workers and their producers start, the JVM compiles), then runs alternating which goes
-    first. Medians of 3 (1 in quick mode)."""
+    first. Medians of 3 (1 in quick mode). Each round also measures the broker's put rate for
+    100 B messages (produce(): four threads of batched sends), the ceiling the sink shares."""
     with AdminClient(namesrv) as admin:
         admin.create_topic(SINK_TOPIC, QUEUES)
     for guarantee in GUARANTEES:
         write_rate(sink_frame(spark, 20_000), namesrv, guarantee, 20_000)
     rows = sink_rows(quick)
     df = sink_frame(spark, rows)
-    rates: dict[str, list[float]] = {g: [] for g in GUARANTEES}
+    runs: dict[str, list[Run]] = {g: [] for g in GUARANTEES}
+    puts: list[float] = []
     for i in range(sizes(quick).runs):
         for guarantee in GUARANTEES if i % 2 == 0 else GUARANTEES[::-1]:
-            rates[guarantee].append(write_rate(df, namesrv, guarantee, rows))
-    return rates
+            runs[guarantee].append(write_rate(df, namesrv, guarantee, rows))
+        puts.append(produce(namesrv, f"{SINK_TOPIC}-put", rows, 100))
+    return runs, puts
 
 
-def sink_results(rates: dict[str, list[float]], quick: bool) -> list[dict[str, Any]]:
-    plain = statistics.median(rates["at-least-once"])
+def sink_results(runs: dict[str, list[Run]], puts: list[float], quick: bool) -> list[dict[str, Any]]:
+    plain = statistics.median(r.rate for r in runs["at-least-once"])
     out = []
     for guarantee in GUARANTEES:
-        value = statistics.median(rates[guarantee])
+        value = statistics.median(r.rate for r in runs[guarantee])
         out.append({
             "area": "spark connector",
             "measurement": f"sink {guarantee}, 100 B rows, batch write (rows/s)",
             "value": value,
             "unit": "rows/s",
             "target": SINK_TARGET if guarantee == "at-least-once" else round(0.7 * plain),
-            "runs": [round(r) for r in rates[guarantee]],
+            "runs": [round(r.rate) for r in runs[guarantee]],
             "ratio_to_at_least_once": round(value / plain, 2),
             "rows": sink_rows(quick),
+            "cpu_us_per_row": median_cpu(runs[guarantee]),
+            "broker_put_msgs_per_s": round(statistics.median(puts)),
+            "broker_put_runs": [round(p) for p in puts],
         })
     return out
 
@@ -416,8 +432,8 @@ def median_cpu(runs: list[Run]) -> dict[str, float]:
 
 
 def run(quick: bool, *, source: bool = True) -> list[dict[str, Any]]:
-    ours, theirs, produce_rates, sink_rates = measure(quick, source=source)
-    rows: list[dict[str, Any]] = sink_results(sink_rates, quick)
+    ours, theirs, produce_rates, (sink_runs, sink_puts) = measure(quick, source=source)
+    rows: list[dict[str, Any]] = sink_results(sink_runs, sink_puts, quick)
     for key in ours:
         sink, size = key.split(" ", 1)
         rows.append(
