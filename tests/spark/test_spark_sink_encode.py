@@ -68,6 +68,7 @@ def test_the_encoder_refuses_what_the_producer_would() -> None:
         (pa.RecordBatch.from_pydict({"body": [b"x", b""]}), "body"),
         (pa.RecordBatch.from_pydict({"body": [b"x"], "keys": ["a\x01b"]}), "keys"),
         (pa.RecordBatch.from_pydict({"body": [b"x"], "tags": ["a\x02"]}), "tags"),
+        (pa.RecordBatch.from_pydict({"body": [b"x", b"y"], "keys": ["k", "k" * 40_000]}), "keys"),
     ]:
         with pytest.raises(OptionError) as caught:
             list(encode_rows(options, batch, PREFIX, 0))

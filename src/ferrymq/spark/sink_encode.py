@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..common import props as P
-from ..common.record.layout import BATCH_MIN_ENTRY
+from ..common.record.layout import BATCH_MIN_ENTRY, MAX_PROPERTIES_BYTES
 from .errors import OptionError
 from .options import WriterOptions
 
@@ -158,6 +158,10 @@ def encode_rows(
         _SEP.encode(), _EMPTY)
     body_len = pc.binary_length(body)
     props_len = pc.binary_length(props)
+    if pc.max(props_len).as_py() > MAX_PROPERTIES_BYTES:
+        row = _first(pc.greater(props_len, MAX_PROPERTIES_BYTES))
+        raise OptionError("keys", None, f"row {first_row + row}: its keys and tags make "
+                          f"{props_len[row].as_py()} bytes of properties; the limit is {MAX_PROPERTIES_BYTES}")
     total = pc.add(pc.add(body_len, props_len), BATCH_MIN_ENTRY)
     # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN, BODY, PROPLEN, PROPS
     entries = pc.binary_join_element_wise(
