@@ -70,6 +70,18 @@ def test_options_of_the_other_mode_say_so() -> None:
         writer_options({"topic": "a", "batchid": "3"}, streaming=True)
 
 
+def test_a_malformed_namesrv_is_refused_when_the_query_is_defined() -> None:
+    # Before, "foo" passed and every task attempt failed on the executors instead.
+    for bad in ("foo", "127.0.0.1", "host:port", ":9876", ";"):
+        with pytest.raises(OptionError, match="expected HOST:PORT") as info:
+            writer_options({"topic": "a", "namesrv": bad})
+        assert info.value.option == "namesrv" and info.value.value == bad
+        with pytest.raises(OptionError, match="expected HOST:PORT"):
+            reader_options({"topic": "a", "namesrv": bad}, streaming=True)
+    assert writer_options({"topic": "a", "namesrv": "ns1:9876;ns2:9876"}).namesrv == "ns1:9876;ns2:9876"
+    assert reader_options({"topic": "a", "namesrv": " 127.0.0.1:9876 "}, streaming=False).namesrv == "127.0.0.1:9876"
+
+
 def test_writer_names_differ_from_the_reader_and_spark_sink_options_pass() -> None:
     with pytest.raises(UnknownOptionError) as info:
         writer_options({"topic": "a", "startingoffsets": "earliest"})

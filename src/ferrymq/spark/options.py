@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..client.api import split_addrs
 from ..client.consumer.subscription import SQL92, SUB_ALL, TAG, Subscription
 from ..common.names import InvalidNameError as TopicNameError
 from ..common.names import validate_group, validate_topic
@@ -220,7 +221,14 @@ def parse_sub_expression(text: str | None, expression_type: str | None = None) -
 
 def namesrv_of(options: Mapping[str, str]) -> str:
     text = _get(options, "namesrv") or os.environ.get("FERRYMQ_NAMESRV") or DEFAULT_NAMESRV
-    if not text.strip():
+    # Checked when the query is defined: a malformed address otherwise fails every task
+    # attempt on the executors, each with a traceback of its own.
+    addrs = split_addrs(text)
+    for addr in addrs:
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit():
+            raise OptionError("namesrv", text, "expected HOST:PORT (several ';'-separated)")
+    if not addrs:
         raise OptionError("namesrv", text, "expected HOST:PORT")
     return text.strip()
 
