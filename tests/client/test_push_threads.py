@@ -11,6 +11,7 @@ from scenario_util import FAST_CONSUMER, FAST_PRODUCER
 
 from ferrymq import (
     AdminClient,
+    ClientStateError,
     ConsumeFromWhere,
     ConsumeStatus,
     Message,
@@ -71,8 +72,18 @@ def test_a_non_blocking_listener_consumes_on_the_client_thread_and_acknowledges(
     seen: list[bytes] = []
     threads: set[str] = set()
 
+    refused: list[ClientStateError] = []
+
     def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeStatus:
         threads.add(threading.current_thread().name)
+        if any(m.body == b"late" for m in msgs):
+            # A blocking call of the client from the loop it would wait on (sent once start()
+            # returned, so the client has its loop): refused, saying what to change, rather
+            # than a deadlock.
+            try:
+                consumer.assignment()
+            except ClientStateError as exc:
+                refused.append(exc)
         seen.extend(m.body for m in msgs)
         return ConsumeStatus.CONSUME_SUCCESS
 
@@ -81,8 +92,11 @@ def test_a_non_blocking_listener_consumes_on_the_client_thread_and_acknowledges(
     consumer.subscribe("inline")
     consumer.register_listener(listener, blocking=False)
     with consumer:
-        wait_until(lambda: len(seen) >= total, what="the messages")
-    assert sorted(seen) == sorted(f"m{i}".encode() for i in range(total))
+        with Producer("p-inline", standalone.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("inline", b"late"))
+        wait_until(lambda: len(seen) >= total + 1, what="the messages")
+    assert sorted(seen) == sorted([*(f"m{i}".encode() for i in range(total)), b"late"])
     assert threads and not any(name.startswith("ferrymq-consume-") for name in threads), threads
+    assert refused and "without blocking=False" in str(refused[0]), refused
     assert sum(p.lag for p in admin.consume_stats("g-inline", "inline")) == 0
     admin.close()

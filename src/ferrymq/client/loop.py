@@ -75,7 +75,8 @@ class LoopThread:
             raise ClientStateError(
                 "client event loop",
                 "busy in this thread",
-                "block on itself; use the ferrymq.aio API from async code",
+                "block on itself; use the ferrymq.aio API from async code, and register a "
+                "listener that makes blocking calls without blocking=False",
             )
         future = self.submit(coro)
         try:
