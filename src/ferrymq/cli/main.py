@@ -64,8 +64,20 @@ def _add_broker_flags(p: argparse.ArgumentParser, *, standalone: bool) -> None:
                             "checking certificates against --tls-ca")
 
 
+def _port_number(text: str) -> int:
+    """A port to listen on, 0 a free one: argparse would take 70000, and the servers listen on
+    it modulo 65536 (4464) without a word."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535, 0 picks a free one): {value}")
+    return value
+
+
 def _add_metrics_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics-port", type=int, default=None,
+    p.add_argument("--metrics-port", type=_port_number, default=None,
                    help="serve Prometheus metrics on http://HOST:PORT/metrics, 0 picks a free port "
                         "(default: off; docs/metrics.md)")
 
@@ -163,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
                    help="name server address(es), ';'-separated (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
-    p.add_argument("--grpc-port", type=int, default=8081,
+    p.add_argument("--grpc-port", type=_port_number, default=8081,
                    help="gRPC port for RocketMQ 5 clients, 0 picks a free one (default 8081)")
     _add_metrics_flag(p)
     p.add_argument("--acl-file", type=Path, help="RocketMQ's plain_acl.yml: the SDKs' calls must be signed by its "
