@@ -83,6 +83,10 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, QueueRanges):
         for part in partition.ranges:
             yield from read_range(part)
+    elif type(partition) is InputPartition and partition.value is None:
+        # What Spark reads when partitions() planned none (an empty topic, or nothing between
+        # the starting and ending offsets): it asks for one partition of its own anyway.
+        return
     else:
         assert isinstance(partition, QueueRange), partition
         yield from read_range(partition)
