@@ -87,6 +87,21 @@ def test_route_lists_the_queues_pointing_at_this_endpoint(stub: sgrpc.MessagingS
         assert q.broker.name == "broker-a" and q.broker.id == 0
         assert q.broker.endpoints == access_point(server)
         assert list(q.accept_message_types) == [pb.NORMAL]  # no type: RocketMQ's NORMAL
+    # A client that reached the endpoint by another name (a server on 0.0.0.0, a DNS name, a
+    # NAT) is pointed back that way, with the endpoint's own port, as RocketMQ's proxy does;
+    # the listening address it pointed at before sent it nowhere.
+    port = int(server.grpc.rsplit(":", 1)[1])
+    by_name = pb.Endpoints(scheme=pb.DOMAIN_NAME, addresses=[pb.Address(host="localhost", port=1)])
+    for resp in (stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="route-rw"), endpoints=by_name),
+                                 metadata=meta()),
+                 stub.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="route-rw"),
+                                                                 group=pb.Resource(name="route-g"), endpoints=by_name),
+                                      metadata=meta())):
+        assert resp.status.code == pb.OK, resp.status
+        queues = list(resp.message_queues) if isinstance(resp, spb.QueryRouteResponse) else [
+            a.message_queue for a in resp.assignments]
+        assert queues and all(q.broker.endpoints == pb.Endpoints(
+            scheme=pb.DOMAIN_NAME, addresses=[pb.Address(host="localhost", port=port)]) for q in queues), queues
 
 
 def test_a_topics_type_is_what_its_queues_accept_and_a_send_of_another_is_refused(

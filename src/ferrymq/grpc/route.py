@@ -85,6 +85,15 @@ def broker_of(group: TopicGroup, endpoints: pb.Endpoints) -> pb.Broker:
     return pb.Broker(name=group.broker_name, id=0, endpoints=endpoints)
 
 
+def advertised(requested: pb.Endpoints, own: pb.Endpoints) -> pb.Endpoints:
+    """What a route points at: the hosts the client reached this endpoint by, with its own
+    port, as RocketMQ's RouteActivity answers (useEndpointPortFromRequest off). The listening
+    address would send a client of a server on 0.0.0.0, or behind a name or a NAT, nowhere."""
+    port = own.addresses[0].port
+    return pb.Endpoints(scheme=requested.scheme,
+                        addresses=[pb.Address(host=a.host, port=port) for a in requested.addresses])
+
+
 def query_route(req: spb.QueryRouteRequest, groups: list[TopicGroup],
                 endpoints: pb.Endpoints) -> spb.QueryRouteResponse:
     check_topic(req.topic.name)
@@ -92,6 +101,7 @@ def query_route(req: spb.QueryRouteRequest, groups: list[TopicGroup],
         raise GrpcStatusError(Code.ILLEGAL_ACCESS_POINT, "endpoints is empty")
     if not groups:
         raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} not found")
+    endpoints = advertised(req.endpoints, endpoints)
     return spb.QueryRouteResponse(status=ok(), message_queues=[
         q for g in groups for q in queues(g, broker_of(g, endpoints))])
 
@@ -110,6 +120,7 @@ def query_assignment(req: spb.QueryAssignmentRequest, groups: list[TopicGroup],
     if not readable:
         return spb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
     topic = pb.Resource(name=req.topic.name)
+    endpoints = advertised(req.endpoints, endpoints)
     return spb.QueryAssignmentResponse(status=ok(), assignments=[
         pb.Assignment(message_queue=pb.MessageQueue(topic=topic, id=i, permission=permission(g.perm),
                                                     broker=broker_of(g, endpoints)))
