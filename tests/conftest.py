@@ -11,10 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ferrymq.embedded import StandaloneProcess
 from ferrymq.embedded import start_standalone as _start
 from waits import wait_until as wait_until  # tests/store imports it from here
+
+# Hypothesis's timing checks (an example's deadline, slow input generation) fail a property
+# test when the machine stalls it, not when the property is false: timings are never part of
+# pass/fail here. Every other health check stays.
+settings.register_profile(
+    "ferrymq", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ferrymq")
 
 # Short delay levels so retry paths run in tests within seconds; the order of levels is kept.
 TEST_DELAY_LEVELS = "100ms 200ms 300ms 400ms 500ms 600ms 700ms 800ms 900ms 1s 1s 1s 1s 1s 1s 1s 1s 1s"

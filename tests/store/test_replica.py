@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from store_util import SMALL_SEGMENT, crash_image, msg, open_store, segment_files, wait_until
+from store_util import SMALL_SEGMENT, crash_image, crash_stop, msg, open_store, segment_files, wait_until
 
 from ferrymq.store import GetResult, MessageStore, PutStatus
 from ferrymq.store.epochs import EpochFile, agreed_end
@@ -121,9 +121,7 @@ def test_truncate_then_crash_recovers_at_the_cut(tmp_path: Path) -> None:
     store.checkpoint()
     cut_at = store.reads.read_queue_entries("T", 0, 1, 1)[0].phys_offset
     store.replica.truncate_log(cut_at)
-    # No shutdown: the next start recovers as after a crash (the kernel would drop the lock).
-    store._flusher.stop()
-    store._dir_lock.release()
+    crash_stop(store)  # no shutdown: the next start recovers as after a crash
     again = open_store(tmp_path / "s")
     try:
         assert again.max_phy_offset == cut_at
