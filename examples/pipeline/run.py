@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import threading
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from pyspark.sql import SparkSession
 
+            os.environ.update(enrich_job.short_lived_jvm())  # before the session's JVM starts
             with Progress(
                 TextColumn("{task.description:<28}"),
                 BarColumn(),
