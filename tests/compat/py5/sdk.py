@@ -13,8 +13,9 @@ Settings (argv[1], else FERRYMQ_COMPAT_CONFIG):
   `transaction` ("commit" | "rollback" | "none": begin, send the half message, then resolve or
   leave it unresolved; list cycled), `checkResult` ("commit" | "rollback": the checker's answer
   to a recover-orphaned-transaction command), `lingerMs` [0] (stay up after the sends, for
-  checks), `async` [false] (send_async, all in flight then waited), `recall` [false] (bool or
-  list, cycled: recall the message just sent by its recall handle; event recalled).
+  checks), `async` [false] (send_async, all in flight then waited; `asyncWindow` N: at most N
+  in flight), `recall` [false] (bool or list, cycled: recall the message just sent by its
+  recall handle; event recalled).
 - any mode: `quiet` [false] leaves out the per-message events (sent, received, acked), for
   benchmarks; the done / closed counts stay.
 - simple: `topic`, `group`, `tag` ["*"], `invisibleSec` [15], `batch` [16], `awaitSec` [5],
@@ -119,7 +120,20 @@ def produce(cfg: dict[str, Any]) -> int:
     emit("ready", clientId=producer.client_id)
     count, start = int(cfg.get("count", 1)), int(cfg.get("startIndex", 0))
     failed = 0
-    futures = []
+    futures: list[tuple[int, str, Any]] = []
+    # asyncWindow: sends in flight at most (0: all of them), so that a long run's last sends
+    # do not wait in the client behind thousands of others past their request timeout.
+    window = int(cfg.get("asyncWindow", 0))
+
+    def settle(i: int, body: str, future: Any) -> int:
+        try:
+            receipt = future.result(timeout=30)
+            emit("sent", index=i, body=body, messageId=receipt.message_id, offset=receipt.offset)
+            return 0
+        except Exception as exc:
+            emit("send_error", index=i, body=body, name=type(exc).__name__, error=str(exc))
+            return 1
+
     began = time.monotonic()
     # intervalMs: a steady stream (a failover test sends through the fault).
     interval = int(cfg.get("intervalMs", 0)) / 1000
@@ -160,6 +174,8 @@ def produce(cfg: dict[str, Any]) -> int:
                 emit("resolved", index=i, resolution=mode)
             elif cfg.get("async"):
                 futures.append((i, body, producer.send_async(msg)))
+                if window and len(futures) >= window:  # the oldest first, as a producer would
+                    failed += settle(*futures.pop(0))
             else:
                 receipt = producer.send(msg)
                 emit("sent", index=i, body=body, messageId=receipt.message_id, offset=receipt.offset,
@@ -171,12 +187,7 @@ def produce(cfg: dict[str, Any]) -> int:
             emit("send_error", index=i, body=body, name=type(exc).__name__, error=str(exc),
                  code=getattr(exc, "code", None))
     for i, body, future in futures:
-        try:
-            receipt = future.result(timeout=30)
-            emit("sent", index=i, body=body, messageId=receipt.message_id, offset=receipt.offset)
-        except Exception as exc:
-            failed += 1
-            emit("send_error", index=i, body=body, name=type(exc).__name__, error=str(exc))
+        failed += settle(i, body, future)
     emit("done", sent=count - failed, failed=failed, elapsedMs=int((time.monotonic() - began) * 1000))
     linger = int(cfg.get("lingerMs", 0)) / 1000
     if linger:
