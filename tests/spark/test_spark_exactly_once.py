@@ -42,8 +42,12 @@ HERE = Path(__file__).parent
 BROKERS = ("broker-a", "broker-b")
 ROWS = 120
 PER_TRIGGER = 30  # four micro-batches
-# Rows per half message: several halves per task, so a batch's halves land on both groups.
-SEND_BATCH = 8
+# Rows per half message. Case (d) needs broker-b among the halves its driver leaves open (the
+# second half of the batch's list, tasks' halves in send order): a producer picks queues round
+# robin over eos-out's four (two a group), so any four halves in a row of one task cover both
+# groups. 2 rows a half gives 15 halves a batch and 8 in its second half, at least 4 of them one
+# task's in a row; with 8 rows a half (4 halves) the open ones were now and then all broker-a's.
+SEND_BATCH = 2
 CONFIG = """transaction_check_interval_ms = 500
 transaction_timeout_ms = 1000
 transaction_check_max = 600
