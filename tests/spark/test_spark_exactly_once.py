@@ -16,6 +16,7 @@ two-core machine a driver has taken over a minute to start and commit its first 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -104,8 +105,20 @@ def stopped(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] == "T"
 
 
+@pytest.fixture
+def driver_groups() -> Iterator[list[int]]:
+    """The drivers' process groups, SIGKILLed at the end: a killed PySpark driver does not take
+    its JVM and Python workers with it (they are in its group), and a failed assertion must not
+    leave a SIGSTOPped driver and its JVM behind."""
+    groups: list[int] = []
+    yield groups
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
 def test_killed_drivers_restart_into_exactly_once_output(
-    two_groups: tuple[Standalone, ServerProcess], tmp_path: Path,
+    two_groups: tuple[Standalone, ServerProcess], tmp_path: Path, driver_groups: list[int],
 ) -> None:
     standalone, broker_b = two_groups
     namesrv = standalone.namesrv
@@ -127,11 +140,13 @@ def test_killed_drivers_restart_into_exactly_once_output(
             if stop_file is not None:
                 env[FAULT_STOP_ENV] = str(stop_file)
             with (tmp_path / f"driver-{fault}.log").open("w") as log:  # read when a run fails
-                return subprocess.Popen(
+                proc = subprocess.Popen(
                     [sys.executable, str(HERE / "eos_child.py"), namesrv, "eos-in", "eos-out",
                      str(checkpoint), str(PER_TRIGGER), str(SEND_BATCH)],
                     env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 )
+            driver_groups.append(proc.pid)  # its own session: the group is its pid
+            return proc
 
         def driver(fault: str | None) -> int:
             return start_driver(fault).wait(timeout=300)
