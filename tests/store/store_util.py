@@ -78,14 +78,7 @@ def crash_stop(store: MessageStore) -> None:
     """As a SIGKILL ends a store: its threads stop and its directory lock goes (the kernel
     would drop it), with no checkpoint and no clean mark, so the next start recovers. Its
     threads must stop: one left running fsyncs this store's files during later tests."""
-    if store.scrubber is not None:
-        store.scrubber.stop()
-    if store.preallocator is not None:
-        store.preallocator.stop()
-    store._maint_stop.set()
-    if store._maint is not None:
-        store._maint.join()
-    store._flusher.stop()
+    store.stop_threads()
     store._dir_lock.release()
 
 

@@ -153,10 +153,9 @@ class MessageStore:
                                      lambda: list(self.cqs.values()))
             self.scrubber.start()
 
-    def shutdown(self) -> None:
-        if self._state != "running":
-            return
-        self._state = "stopping"
+    def stop_threads(self) -> None:
+        """Stop every background thread (scrub, preallocation, maintenance, flush), after any
+        put in progress. Part of shutdown; alone, it is what a crash leaves of a store."""
         if self.scrubber is not None:
             self.scrubber.stop()
         if self.preallocator is not None:
@@ -167,6 +166,12 @@ class MessageStore:
         with self.lock:  # waits for a put in progress
             pass
         self._flusher.stop()
+
+    def shutdown(self) -> None:
+        if self._state != "running":
+            return
+        self._state = "stopping"
+        self.stop_threads()
         try:
             self.checkpoint(clean=True)
             clean = True
