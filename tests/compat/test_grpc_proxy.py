@@ -27,6 +27,7 @@ from ferrymq.embedded.process import ServerProcess
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
 from ferrymq.grpc.pb import service_pb2_grpc as sgrpc
+from grpc_answers import pull_answer
 from tlscerts import make_tls_files
 from waits import wait_until
 
@@ -210,18 +211,9 @@ def test_pull_style_calls_go_to_the_broker_group_the_queue_names(server: ProxyCl
             return pb.MessageQueue(topic=pb.Resource(name=topic), id=0, broker=pb.Broker(name=broker))
 
         def pull(broker: str, offset: int, tag: str = "*") -> tuple[int, list[pb.Message], int | None]:
-            code, got, nxt = -1, [], None
             req = spb.PullMessageRequest(group=group, message_queue=queue(broker), offset=offset, batch_size=32,
                                          filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag))
-            for r in stub.PullMessage(req, metadata=meta, timeout=30):
-                kind = r.WhichOneof("content")
-                if kind == "status":
-                    code = r.status.code
-                elif kind == "message":
-                    got.append(r.message)
-                else:
-                    nxt = r.next_offset
-            return code, got, nxt
+            return pull_answer(stub.PullMessage(req, metadata=meta, timeout=30))
 
         def query(broker: str, policy: int) -> int:
             resp = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=queue(broker), query_offset_policy=policy),

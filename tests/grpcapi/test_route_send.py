@@ -18,6 +18,7 @@ from ferrymq import AdminClient
 from ferrymq.grpc.pb import definition_pb2 as pb
 from ferrymq.grpc.pb import service_pb2 as spb
 from ferrymq.grpc.pb import service_pb2_grpc as sgrpc
+from grpc_answers import pull_answer
 from waits import wait_until
 
 _ids = itertools.count()
@@ -327,16 +328,7 @@ def _pull(stub: sgrpc.MessagingServiceStub, topic: str, offset: int, *, batch: i
                                  message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id),
                                  filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag))
     req.long_polling_timeout.FromMilliseconds(int(poll_s * 1000))
-    code, msgs, nxt = -1, [], None
-    for r in stub.PullMessage(req, metadata=meta(), timeout=30):
-        kind = r.WhichOneof("content")
-        if kind == "status":
-            code = r.status.code
-        elif kind == "message":
-            msgs.append(r.message)
-        else:
-            nxt = r.next_offset
-    return code, msgs, nxt
+    return pull_answer(stub.PullMessage(req, metadata=meta(), timeout=30))
 
 
 def test_pull_style_calls_read_a_queue_from_an_offset_and_keep_the_groups_offset(
