@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -25,3 +26,24 @@ def test_a_port_out_of_range_is_refused_before_the_start(argv: tuple[str, ...], 
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "not a port number (0-65535, 0 picks a free one)" in proc.stderr, proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_metrics_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    """As a gRPC port in use does: the port, its flag, "in use?", exit code 1 (it was the
+    loop's `[Errno 98] error while attempting to bind on address ...`)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        for argv in (("namesrv", "--port", "0"),
+                     ("proxy", *NS, "--grpc-port", "0"),
+                     ("broker", *NS, "--broker-port", "0", "--ha-port", "0", "--grpc-port", "0",
+                      "--store-dir", str(tmp_path / "broker")),
+                     ("standalone", "--namesrv-port", "0", "--broker-port", "0", "--ha-port", "0",
+                      "--grpc-port", "0", "--store-dir", str(tmp_path / "store"))):
+            proc = run_ferrymq(*argv, "--metrics-port", port, timeout=60)
+            assert proc.returncode == 1, (argv, proc.returncode, proc.stdout, proc.stderr)
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last == f"ferrymq: cannot start: metrics port 127.0.0.1:{port} (--metrics-port) " \
+                          "cannot be bound (in use?)", (argv, proc.stderr)
+            assert "Traceback" not in proc.stderr and proc.stdout == "", (argv, proc.stdout, proc.stderr)

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client.metrics_core import Metric
 
-from .http import METRICS_PATH, MetricsServer
+from .http import METRICS_PATH, MetricsPortError, MetricsServer
 
-__all__ = ["METRICS_PATH", "MetricsServer", "metrics_server"]
+__all__ = ["METRICS_PATH", "MetricsPortError", "MetricsServer", "metrics_server"]
 
 
 def metrics_server(sources: Sequence[Callable[[], Awaitable[list[Metric]]]], *, host: str, port: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
@@ -16,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from ..common.errors import FerryMQError
 
 log = logging.getLogger("ferrymq.metrics")
 
@@ -31,6 +34,19 @@ class _Frozen(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return self._families
+
+
+class MetricsPortError(FerryMQError, OSError):
+    """The endpoint's port cannot be bound. Worded as the gRPC port's failure is (the port, its
+    flag, "in use?") rather than as the loop's `[Errno 98] error while attempting to bind`; an
+    OSError still, as bind failures were, for the callers that catch those."""
+
+    def __init__(self, host: str, port: int, cause: OSError) -> None:
+        why = " (in use?)" if cause.errno == errno.EADDRINUSE else f": {cause.strerror or cause}"
+        super().__init__(f"metrics port {host}:{port} (--metrics-port) cannot be bound{why}")
+        self.errno = cause.errno
+        self.host = host
+        self.port = port
 
 
 class MetricsServer:
@@ -50,8 +66,12 @@ class MetricsServer:
         self.scrapes = 0
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port, ssl=self._tls,
-                                                  ssl_handshake_timeout=self._read_timeout_s if self._tls else None)
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, self._host, self._port, ssl=self._tls,
+                ssl_handshake_timeout=self._read_timeout_s if self._tls else None)
+        except OSError as exc:
+            raise MetricsPortError(self._host, self._port, exc) from exc
         host, port = self._server.sockets[0].getsockname()[:2]
         self.addr = f"{host}:{port}"
         log.info("metrics on %s://%s%s", "https" if self._tls else "http", self.addr, METRICS_PATH)
