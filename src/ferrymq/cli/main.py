@@ -170,8 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_broker)
     broker_parser = p
 
-    p = sub.add_parser("proxy", help="RocketMQ 5's proxy (cluster mode): one gRPC endpoint for every broker "
-                       "group registered with the name server")
+    p = sub.add_parser(
+        "proxy", help="RocketMQ 5's proxy (cluster mode): one gRPC endpoint for every broker "
+        "group registered with the name server",
+        # Laid out by hand: wrapped, the ready line would break across lines.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "RocketMQ 5's proxy in cluster mode: serves apache.rocketmq.v2 (the protocol of\n"
+            "RocketMQ 5's gRPC SDKs) for every broker group registered with the name server,\n"
+            "reaching the brokers over remoting. It keeps no state of its own (routes come\n"
+            "from the name server, everything else lives in the brokers), so several proxies\n"
+            "behind one address serve the same clients (docs/grpc.md, \"The proxy\").\n"
+            "\n"
+            "Ready line: proxy grpc=HOST:PORT (then metrics=HOST:PORT with --metrics-port)"))
     p.add_argument("--namesrv", default=os.environ.get("FERRYMQ_NAMESRV", "127.0.0.1:9876"),
                    help="name server address(es), ';'-separated (default $FERRYMQ_NAMESRV, else 127.0.0.1:9876)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
