@@ -438,7 +438,10 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
                                                          admin: AdminClient) -> None:
     """Last in the module: it freezes broker-b (SIGSTOP: its connections stay open, so the name
     server keeps listing it until it expires it). A receive that names broker-b is served from
-    broker-a, not failed."""
+    broker-a, not failed. Sends succeed: the first one forwarded to broker-b is answered
+    PROXY_TIMEOUT within the SDK's deadline (the SDK retries it) and isolates broker-b, and the
+    sends after it pass over broker-b (RocketMQ's fault strategy), where turn by turn every other
+    one would wait for broker-b until the SDK's deadline."""
     topic, group, n = "px-dead", "px-dead-g", 10
     _create(admin, topic, 1)
     sent = run_producer(clients.sdk5("produce", topic=topic, count=n), n, 60)
@@ -449,3 +452,31 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
     assert consumer.wait_exit(60) == 0, consumer.diag()
     assert {e["body"] for e in consumer.of("received")} < {s["body"] for s in sent}
     assert not consumer.of("receive_error"), consumer.of("receive_error")[:2]
+
+    # A raw send with a 1.5 s deadline: the one that goes to broker-b is answered PROXY_TIMEOUT
+    # before the deadline (the forward is bounded by it), not left to end in DEADLINE_EXCEEDED.
+    codes = []
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = sgrpc.MessagingServiceStub(channel)
+        for i in range(3):
+            answer = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                topic=pb.Resource(name=topic), body=b"raw",
+                system_properties=pb.SystemProperties(message_id=f"01PXFROZEN{i:03d}", message_type=pb.NORMAL))]),
+                metadata=[("x-mq-client-id", "px-frozen"), ("x-mq-language", "PYTHON")], timeout=1.5)
+            codes.append(answer.status.code)
+            if answer.status.code != pb.OK:
+                break
+    assert codes[-1] == pb.PROXY_TIMEOUT and all(c == pb.OK for c in codes[:-1]), codes
+
+    # Through the second proxy, whose metrics count its forwarded sends that failed, by group.
+    m = 20
+    before_a = admin.max_offset(MessageQueue(topic, BROKERS[0], 0))
+    run_producer(clients.sdk5("produce", endpoint=server.other_proxy.ready["grpc"], topic=topic, count=m,
+                              body="frozen-{i}"), m, 90)
+    assert admin.max_offset(MessageQueue(topic, BROKERS[0], 0)) - before_a == m, "every send stored on broker-a"
+    with urllib.request.urlopen(f"http://{server.other_proxy.ready['metrics']}/metrics", timeout=10) as page:
+        failures = [line for line in page.read().decode().splitlines()
+                    if line.startswith("ferrymq_proxy_send_failures_total{")]
+    assert failures and failures[0].startswith('ferrymq_proxy_send_failures_total{broker="broker-b"}'), failures
+    # One, or two if the 10 s of isolation ran out during the sends on a loaded machine.
+    assert float(failures[0].rsplit(" ", 1)[1]) <= 2, failures

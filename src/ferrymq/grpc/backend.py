@@ -89,7 +89,15 @@ class Backend(Protocol):
         """The topic's broker groups, by broker name; empty when no broker has it."""
         ...
 
-    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
+    def send_isolated(self, broker_name: str) -> bool:
+        """Whether sends should avoid this broker group for now (a recent send to it failed or
+        timed out), while another group has a writable queue."""
+        ...
+
+    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool,
+                  timeout_s: float | None = None) -> PutAnswer:
+        """timeout_s: what is left of the client's deadline for this put (None: no deadline);
+        a backend that waits on another process answers PROXY_TIMEOUT within it."""
         ...
 
     async def pop(self, group: str, topic: TopicGroup, queue_id: int, *, max_nums: int, invisible_ms: int,

@@ -66,7 +66,13 @@ class LocalBackend(LocalQueues):
                            # left its order flag off (`topic update --perm` sends none).
                            cfg.order or cfg.message_type == topic_types.FIFO, cfg.message_type)]
 
-    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
+    def send_isolated(self, broker_name: str) -> bool:
+        return False  # one broker group, this one
+
+    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool,
+                  timeout_s: float | None = None) -> PutAnswer:
+        # The store's put is not abandoned half-way for a client's deadline: the answer may
+        # come late, the message is stored either way.
         broker = self._broker
         result = await (broker.transactions.prepare(msgs[0]) if half else broker.put(msgs))
         code = put_code(result.status)

@@ -1,6 +1,7 @@
 """SendMessage: the messages of one request go to one queue of the topic, among the writable
-queues of all its broker groups (the one their message group hashes to, else the next in turn),
-and are stored as one put."""
+queues of all its broker groups (the one their message group hashes to, else the next in turn
+among the groups the backend does not isolate), and are stored as one put, within the client's
+deadline."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def group_queue(group: str, queue_nums: int) -> int:
     return zlib.crc32(group.encode()) % queue_nums
 
 
+def put_budget(time_remaining: float | None) -> float | None:
+    """The part of the client's remaining deadline a put may take: the rest carries a timeout
+    answer back while the client still waits, so that it retries (its next attempt goes to
+    another broker group) instead of failing with DEADLINE_EXCEEDED."""
+    if time_remaining is None:
+        return None
+    return time_remaining - max(0.05, time_remaining * 0.1)
+
+
 def _recall_handle(m: Incoming, group: TopicGroup, now_ms: int) -> str:
     """A timer message's recall handle (RecallMessage); none for a message delivered at once."""
     if m.delivery_ms is None or m.delivery_ms <= now_ms:
@@ -37,7 +47,8 @@ class Sender:
         self._backend = backend
         self._turn = itertools.count()
 
-    async def send(self, req: spb.SendMessageRequest, peer: str) -> spb.SendMessageResponse:
+    async def send(self, req: spb.SendMessageRequest, peer: str,
+                   time_remaining: float | None = None) -> spb.SendMessageResponse:
         if not req.messages:
             raise GrpcStatusError(Code.BAD_REQUEST, "no message to send")
         backend = self._backend
@@ -53,9 +64,13 @@ class Sender:
             raise GrpcStatusError(Code.FORBIDDEN, f"the topic[{topic}] sending is forbidden")
         first = req.messages[0].system_properties
         if len(req.messages) == 1 and first.HasField("message_group") and first.message_group:
+            # A message group keeps its queue whatever befalls its broker: order first.
             group, queue_id = writable[group_queue(first.message_group, len(writable))]
         else:
-            group, queue_id = writable[next(self._turn) % len(writable)]
+            # RocketMQ's selectOneByPipeline: the groups a failed send isolated are passed
+            # over while another has a writable queue.
+            usable = [q for q in writable if not backend.send_isolated(q[0].broker_name)] or writable
+            group, queue_id = usable[next(self._turn) % len(usable)]
         now = backend.now_ms()
         limits = backend.limits
         msgs: list[Incoming] = [
@@ -73,7 +88,8 @@ class Sender:
                 # RocketMQ's proxy: ProxyExceptionCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE.
                 raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(exc)) from None
         half = msgs[0].message_type == pb.TRANSACTION
-        result = await backend.put(group, queue_id, [m.message for m in msgs], half=half)
+        result = await backend.put(group, queue_id, [m.message for m in msgs], half=half,
+                                   timeout_s=put_budget(time_remaining))
         code = result.code
         if code == Code.BAD_REQUEST and any(m.delivery_ms is not None for m in msgs):
             code = Code.ILLEGAL_DELIVERY_TIME  # the timer refused the delivery time

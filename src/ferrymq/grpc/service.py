@@ -92,7 +92,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         who = self._caller(context)
         return await _answer(lambda s: spb.SendMessageResponse(status=s, entries=[spb.SendResultEntry(status=s)]),
-                             self._sender.send(request, who.remote_addr))
+                             self._sender.send(request, who.remote_addr, context.time_remaining()))
 
     # --- clients ---------------------------------------------------------------------------
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:

@@ -18,6 +18,7 @@ from typing import Any
 from ..broker.clients import ClientRegistry, Subscription
 from ..client import pop_api
 from ..client.errors import BrokerError, NameServerUnreachableError
+from ..client.fault import LatencyFaultTolerance
 from ..client.instance import ClientInstance
 from ..client.route import TopicRoute
 from ..common import props as P
@@ -51,6 +52,9 @@ _TRANSACTION_PREPARED = 0x4
 _COMMIT, _ROLLBACK = 0x8, 0xC
 # A route is asked of the name server again after this long, so new groups and queues show.
 ROUTE_TTL_S = 5.0
+# How long sends pass over a broker group after a send to it failed or timed out (RocketMQ 5's
+# MQFaultStrategy isolates a broker for its not-available time of a 10 s latency).
+SEND_ISOLATION_S = 10.0
 
 
 def encode_handle(commit_log_offset: int, extra_info: str) -> str:
@@ -118,8 +122,10 @@ class _Registry(ClientRegistry):
 
 
 class ClusterBackend(ClusterQueues):
-    def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000) -> None:
+    def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000,
+                 send_isolation_s: float = SEND_ISOLATION_S) -> None:
         self._inst = instance
+        self._faults = LatencyFaultTolerance(isolation_seconds=send_isolation_s)
         # The brokers' own settings, learned from their masters (brokers.py).
         self.brokers = BrokerSettings(instance, ROUTE_TTL_S)
         self._registry = _Registry(self, channel_expired_ms)
@@ -129,6 +135,7 @@ class ClusterBackend(ClusterQueues):
         self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
         self._kind_refresh: dict[str, asyncio.Task[dict[str, tuple[bool, str | None]]]] = {}
         self.counts = {"sent": 0, "received": 0, "acked": 0}
+        self.send_failures: dict[str, int] = {}  # by broker group
 
     @property
     def limits(self) -> Limits:
@@ -232,7 +239,15 @@ class ClusterBackend(ClusterQueues):
         await self._inst.after_failure(topic, exc)
 
     # --- send ------------------------------------------------------------------------------
-    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool) -> PutAnswer:
+    def send_isolated(self, broker_name: str) -> bool:
+        return not self._faults.is_available(broker_name)
+
+    async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool,
+                  timeout_s: float | None = None) -> PutAnswer:
+        api = self._inst.api
+        timeout = api.timeout if timeout_s is None else min(api.timeout, timeout_s)
+        if timeout <= 0:
+            return PutAnswer(Code.PROXY_TIMEOUT, "the client's deadline passed before the send was forwarded")
         addr = await self._master(topic.broker_name, topic.topic)
         batch = len(msgs) > 1
         first = msgs[0]
@@ -246,8 +261,11 @@ class ClusterBackend(ClusterQueues):
         }
         body = encode_batch(msgs) if batch else first.body  # type: ignore[arg-type]
         try:
-            resp = await self._inst.api.send(addr, header, body, batch=batch, timeout=self._inst.api.timeout)
+            resp = await api.send(addr, header, body, batch=batch, timeout=timeout)
         except RemotingError as exc:
+            # A stopped or frozen broker answers nothing: the next sends go to other groups.
+            self._faults.update(topic.broker_name, 0, isolation=True)
+            self.send_failures[topic.broker_name] = self.send_failures.get(topic.broker_name, 0) + 1
             await self._failed(topic.topic, exc)
             return PutAnswer(Code.PROXY_TIMEOUT, f"send to broker group {topic.broker_name} ({addr}) failed: {exc}")
         if resp.code != ResponseCode.SUCCESS:

@@ -18,7 +18,7 @@ from ..client.instance import ClientInstance, InstanceConfig
 from ..grpc.server import FrontConfig, GrpcServer
 from ..metrics import MetricsServer, metrics_server
 from ..remoting.tls import TlsClientSettings, TlsMode, TlsServerSettings, server_context
-from .backend import ClusterBackend
+from .backend import SEND_ISOLATION_S, ClusterBackend
 
 log = logging.getLogger("ferrymq.proxy")
 
@@ -37,6 +37,7 @@ class ProxyConfig:
     tls_server: TlsServerSettings = field(default_factory=TlsServerSettings)
     tls_client: TlsClientSettings = field(default_factory=TlsClientSettings)
     request_timeout_s: float = 3.0
+    send_isolation_s: float = SEND_ISOLATION_S
     channel_expired_timeout_ms: int = 120_000
 
 
@@ -65,7 +66,8 @@ class Proxy:
         # The remoting client binds to the running loop: built here, not in __init__.
         self.instance = ClientInstance(self._instance_config, 1)
         self.instance.ensure_started()
-        backend = self.backend = ClusterBackend(self.instance, channel_expired_ms=cfg.channel_expired_timeout_ms)
+        backend = self.backend = ClusterBackend(self.instance, channel_expired_ms=cfg.channel_expired_timeout_ms,
+                                                send_isolation_s=cfg.send_isolation_s)
         # The brokers' settings before the first client (a broker not up yet: the defaults
         # until a later request learns them).
         try:
@@ -94,7 +96,12 @@ class Proxy:
         counts = self.backend.counts if self.backend is not None else {}
         for kind, value in sorted(counts.items()):
             family.add_metric([kind], value)
-        return [family]
+        failures = CounterMetricFamily("ferrymq_proxy_send_failures",
+                                       "Sends the proxy could not forward to a broker group (no answer in time, "
+                                       "connection lost); each isolates the group for a while", labels=["broker"])
+        for broker, value in sorted((self.backend.send_failures if self.backend is not None else {}).items()):
+            failures.add_metric([broker], value)
+        return [family, failures]
 
     async def stop(self) -> None:
         if self._acl_task is not None:
