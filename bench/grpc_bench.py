@@ -6,7 +6,8 @@ on the same broker in the same run (the peer column):
 - receive+ack: SDK SimpleConsumer (receive 32, ack each) / ferrymq PushConsumer committing
   offsets, from the first message to the last acknowledged;
 - `ferrymq proxy` in front of two broker groups against one broker's own endpoint, same SDK runs
-  (issue 23's targets: >= 0.8× each), and the proxy's CPU per message.
+  (target: >= 0.8× each), and where a send's CPU goes: the proxy's, the brokers', the SDK
+  process's, and that of a gRPC server that does nothing (bench/grpc_null.py, the floor).
 
 `run(quick)` returns one row per measurement, the median of the runs. Needs `make compat-py5`."""
 
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -157,9 +159,9 @@ def _cpu_s(pid: int | None) -> float:
 
 
 @contextlib.contextmanager
-def proxy_cluster(base: Path) -> Iterator[tuple[str, ServerProcess, ServerProcess]]:
+def proxy_cluster(base: Path) -> Iterator[tuple[str, list[ServerProcess], ServerProcess]]:
     """A name server, broker groups broker-a and broker-b (each with its own gRPC endpoint) and a
-    proxy in front of both: (name server, broker-a, proxy)."""
+    proxy in front of both: (name server, [broker-a, broker-b], proxy)."""
     logs = base / "logs"
     ns = ServerProcess("namesrv", lambda: ["namesrv", "--port", "0"], logs / "namesrv.log", "namesrv")
     procs = [ns]
@@ -174,61 +176,107 @@ def proxy_cluster(base: Path) -> Iterator[tuple[str, ServerProcess, ServerProces
                                    logs / "proxy.log", "proxy grpc"))
         for p in procs[1:]:
             p.start()
-        yield addr, procs[1], procs[3]
+        yield addr, procs[1:3], procs[3]
     finally:
         for p in reversed(procs):
             with contextlib.suppress(Exception):
                 p.stop()
 
 
-def proxy_run(admin: AdminClient, broker: ServerProcess, proxy: ServerProcess, n: int,
-              i: int) -> dict[str, tuple[float, float]]:
+@contextlib.contextmanager
+def null_server() -> Iterator[tuple[str, int]]:
+    """bench/grpc_null.py in a process of its own: (its endpoint, its pid)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench.grpc_null"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("null grpc="):
+            raise RuntimeError(f"bench.grpc_null did not start: {line!r}")
+        yield line.strip().split("=", 1)[1], proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_send(endpoint: str, topic: str, n: int, pids: list[int | None]) -> tuple[float, float, float]:
+    """SDK sends: (msg/s, the SDK process's CPU per message, the servers' (pids) CPU per
+    message), in microseconds."""
+    cpu0, sdk0 = sum(_cpu_s(p) for p in pids), _children_cpu_s()
+    rate = sdk_send(endpoint, topic, n)
+    cpu1, sdk1 = sum(_cpu_s(p) for p in pids), _children_cpu_s()
+    return rate, (sdk1 - sdk0) / n * 1e6, (cpu1 - cpu0) / n * 1e6
+
+
+def proxy_run(admin: AdminClient, brokers: list[ServerProcess], proxy: ServerProcess, null: tuple[str, int],
+              n: int, i: int) -> dict[str, tuple[float, float]]:
     """SDK send and receive+ack through the proxy (a topic on both groups) and through broker-a's
-    own endpoint (a topic on broker-a only); the proxy's CPU per message of each phase."""
+    own endpoint (a topic on broker-a only); the CPU per message of each process of a send, and
+    of the proxy in receive+ack; SDK sends to the null server (its CPU: the gRPC floor)."""
     via_proxy, local = f"proxy-bench-{i}", f"proxy-bench-local-{i}"
     admin.create_topic(via_proxy, 4)
     admin.create_topic(local, 4, broker="broker-a")
+    broker = brokers[0]
     proxy_ep, broker_ep = proxy.ready["grpc"], broker.ready["grpc"]
+    bpids = [b.pid for b in brokers]
     cpu0 = _cpu_s(proxy.pid)
-    send = sdk_send(proxy_ep, via_proxy, n)
+    b0 = sum(_cpu_s(p) for p in bpids)
+    send, sdk_cpu, _ = _timed_send(proxy_ep, via_proxy, n, [])
     cpu1 = _cpu_s(proxy.pid)
+    brokers_cpu = (sum(_cpu_s(p) for p in bpids) - b0) / n * 1e6
     receive = sdk_receive_ack(proxy_ep, via_proxy, f"proxy-bench-g{i}", n)
     cpu2 = _cpu_s(proxy.pid)
     # The broker's whole process (gRPC front and store) on its own endpoint, for comparison.
-    b0 = _cpu_s(broker.pid)
-    local_send = sdk_send(broker_ep, local, n)
+    local_send, local_sdk_cpu, local_cpu = _timed_send(broker_ep, local, n, [broker.pid])
     b1 = _cpu_s(broker.pid)
     local_receive = sdk_receive_ack(broker_ep, local, f"proxy-bench-local-g{i}", n)
     b2 = _cpu_s(broker.pid)
+    null_send, _, null_cpu = _timed_send(null[0], "null", n, [null[1]])
     return {"send": (send, local_send), "receive": (receive, local_receive),
-            "cpu_send": ((cpu1 - cpu0) / n * 1e6, (b1 - b0) / n * 1e6),
-            "cpu_receive": ((cpu2 - cpu1) / n * 1e6, (b2 - b1) / n * 1e6)}
+            "cpu_send": ((cpu1 - cpu0) / n * 1e6, local_cpu),
+            "cpu_receive": ((cpu2 - cpu1) / n * 1e6, (b2 - b1) / n * 1e6),
+            "cpu_brokers_send": (brokers_cpu, local_cpu), "cpu_sdk_send": (sdk_cpu, local_sdk_cpu),
+            "null": (null_send, null_cpu)}
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def proxy_rows(n: int, runs: int) -> list[dict[str, Any]]:
     results: list[dict[str, tuple[float, float]]] = []
     with tempfile.TemporaryDirectory(prefix="ferrymq-proxy-bench-") as tmp, \
-            proxy_cluster(Path(tmp)) as (namesrv, broker, proxy), AdminClient(namesrv) as admin:
+            proxy_cluster(Path(tmp)) as (namesrv, brokers, proxy), AdminClient(namesrv) as admin, \
+            null_server() as null:
         for i in range(runs):
-            results.append(proxy_run(admin, broker, proxy, n, i))
+            results.append(proxy_run(admin, brokers, proxy, null, n, i))
     rows: list[dict[str, Any]] = []
-    peer = "the SDK on broker-a's own gRPC endpoint"
-    for key, measurement in (("send", "send 1 KiB, SDK through ferrymq proxy (2 broker groups)"),
-                             ("receive", "receive+ack, SDK SimpleConsumer through ferrymq proxy across 2 groups")):
+
+    def row(key: str, measurement: str, unit: str, peer: str, **extra: Any) -> None:
         ours = [r[key][0] for r in results]
         theirs = [r[key][1] for r in results]
-        rows.append({"workload": "grpc proxy", "measurement": measurement, "unit": "msg/s",
-                     "value": sorted(ours)[len(ours) // 2], "runs": [round(v, 1) for v in ours],
-                     "target": PROXY_TARGET, "peer_name": peer, "peer_value": sorted(theirs)[len(theirs) // 2],
-                     "peer_runs": [round(v, 1) for v in theirs]})
-    for key, phase in (("cpu_send", "send"), ("cpu_receive", "receive+ack")):
-        cpu = [r[key][0] for r in results]
-        broker_cpu = [r[key][1] for r in results]
-        rows.append({"workload": "grpc proxy", "measurement": f"proxy CPU per message, {phase}", "unit": "us/msg",
-                     "value": sorted(cpu)[len(cpu) // 2], "runs": [round(v, 1) for v in cpu],
-                     "peer_name": "broker-a's process on its own endpoint",
-                     "peer_value": sorted(broker_cpu)[len(broker_cpu) // 2],
-                     "peer_runs": [round(v, 1) for v in broker_cpu]})
+        rows.append({"workload": "grpc proxy", "measurement": measurement, "unit": unit,
+                     "value": _median(ours), "runs": [round(v, 1) for v in ours], **extra,
+                     "peer_name": peer, "peer_value": _median(theirs), "peer_runs": [round(v, 1) for v in theirs]})
+
+    own = "the SDK on broker-a's own gRPC endpoint"
+    row("send", "send 1 KiB, SDK through ferrymq proxy (2 broker groups)", "msg/s", own, target=PROXY_TARGET)
+    row("receive", "receive+ack, SDK SimpleConsumer through ferrymq proxy across 2 groups", "msg/s", own,
+        target=PROXY_TARGET)
+    # Where a send's CPU goes: on 2 cores the SDK, the proxy and the brokers share the machine,
+    # so the send ratio is about the ratio of these sums.
+    endpoint = "broker-a's process on its own endpoint"
+    row("cpu_send", "proxy CPU per message, send", "us/msg", endpoint)
+    row("cpu_receive", "proxy CPU per message, receive+ack", "us/msg", endpoint)
+    row("cpu_brokers_send", "both brokers' CPU per message sent through the proxy (remoting)", "us/msg", endpoint)
+    row("cpu_sdk_send", "the SDK process's CPU per message, send through the proxy", "us/msg",
+        "the SDK process on broker-a's own endpoint")
+    row("null", "SDK send to a gRPC server that does nothing (bench/grpc_null.py)", "msg/s",
+        "its CPU per message (us): the floor of a Python gRPC front")
     return rows
 
 
