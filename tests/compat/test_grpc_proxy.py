@@ -453,8 +453,9 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
     assert {e["body"] for e in consumer.of("received")} < {s["body"] for s in sent}
     assert not consumer.of("receive_error"), consumer.of("receive_error")[:2]
 
-    # A raw send with a 1.5 s deadline: the one that goes to broker-b is answered PROXY_TIMEOUT
-    # before the deadline (the forward is bounded by it), not left to end in DEADLINE_EXCEEDED.
+    # A raw send with a 2.5 s deadline (the proxy's own request timeout is 3 s): the one that
+    # goes to broker-b is answered PROXY_TIMEOUT before the deadline (the forward is bounded by
+    # it), not left to end in DEADLINE_EXCEEDED.
     codes = []
     with grpc.insecure_channel(server.grpc) as channel:
         stub = sgrpc.MessagingServiceStub(channel)
@@ -462,7 +463,7 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
             answer = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
                 topic=pb.Resource(name=topic), body=b"raw",
                 system_properties=pb.SystemProperties(message_id=f"01PXFROZEN{i:03d}", message_type=pb.NORMAL))]),
-                metadata=[("x-mq-client-id", "px-frozen"), ("x-mq-language", "PYTHON")], timeout=1.5)
+                metadata=[("x-mq-client-id", "px-frozen"), ("x-mq-language", "PYTHON")], timeout=2.5)
             codes.append(answer.status.code)
             if answer.status.code != pb.OK:
                 break

@@ -32,7 +32,7 @@ def put_budget(time_remaining: float | None) -> float | None:
     another broker group) instead of failing with DEADLINE_EXCEEDED."""
     if time_remaining is None:
         return None
-    return time_remaining - max(0.05, time_remaining * 0.1)
+    return time_remaining - max(0.2, time_remaining * 0.1)
 
 
 def _recall_handle(m: Incoming, group: TopicGroup, now_ms: int) -> str:
