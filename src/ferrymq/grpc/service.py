@@ -20,7 +20,7 @@ from .convert import check_group, check_topic, timestamp
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
 from .pb import service_pb2_grpc as sgrpc
-from .peer import CallerInfo, caller
+from .peer import CallerInfo, caller, peer_addr
 from .queues import QueueCalls
 from .recall import recall
 from .route import query_assignment, query_route
@@ -90,9 +90,9 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
     # --- producers -------------------------------------------------------------------------
     async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
-        who = self._caller(context)
+        # Only the peer's address is wanted: the client headers are not parsed per message.
         return await _answer(lambda s: spb.SendMessageResponse(status=s, entries=[spb.SendResultEntry(status=s)]),
-                             self._sender.send(request, who.remote_addr, context.time_remaining()))
+                             self._sender.send(request, peer_addr(context.peer()), context.time_remaining()))
 
     # --- clients ---------------------------------------------------------------------------
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
