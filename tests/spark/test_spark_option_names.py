@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 from ferrymq.common.props import properties_to_string  # noqa: E402
 from ferrymq.common.record import encode_record, pack_host  # noqa: E402
-from ferrymq.spark.decode import decode_to_batch  # noqa: E402
+from ferrymq.spark.decode import decode_to_batch, with_headers  # noqa: E402
 from ferrymq.spark.errors import DataLossError, OptionError, UnknownOptionError  # noqa: E402
 from ferrymq.spark.options import (  # noqa: E402
     BATCH_READER_OPTIONS,
@@ -27,7 +27,6 @@ from ferrymq.spark.schema import (  # noqa: E402
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
     SPARK_SCHEMA_WITH_HEADERS,
-    with_headers,
 )
 from ferrymq.spark.source import FerryMQDataSource  # noqa: E402
 

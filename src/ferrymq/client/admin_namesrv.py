@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..common import jsonx
+from ..common.addrs import split_addrs
 from ..common.codes import CONTROLLER_LEADER_FIELD, RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.headers import fields
 from ..common.javaprops import format_properties, parse_properties
 from ..common.message import MessageQueue
 from ..common.names import CLIENT_INNER_PRODUCER_GROUP, SELF_TEST_TOPIC
-from .api import split_addrs
 from .errors import BrokerError, NoRouteError, UnknownBrokerError, broker_error
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..common import jsonx
+from ..common.addrs import split_addrs
 from ..common.codes import LanguageCode, RequestCode, ResponseCode
 from ..common.headers import (
     PERM_READ,
@@ -40,10 +41,6 @@ _PULL_STATUS: dict[int, PullStatus] = {
 
 # Headroom over a long poll's suspend time before the client gives up on the response.
 LONG_POLL_MARGIN = 15.0
-
-
-def split_addrs(text: str) -> list[str]:
-    return [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
 
 
 def mq_from_key(key: Any) -> MessageQueue:

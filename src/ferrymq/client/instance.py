@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from ..acl.signing import Credentials, signer_for
 from ..common import jsonx
 from ..common import props as P
+from ..common.addrs import split_addrs
 from ..common.codes import RequestCode, ResponseCode
 from ..common.errors import FerryMQError
 from ..common.message import MessageExt, MessageQueue
@@ -36,7 +37,7 @@ from ..remoting import (
     RemotingError,
 )
 from ..remoting.tls import TlsClientSettings
-from .api import MQClientAPI, mq_from_key, split_addrs
+from .api import MQClientAPI, mq_from_key
 from .errors import NoPermissionError, TlsRequiredError
 from .loop import LoopThread
 from .route import TopicRoute, read_addr

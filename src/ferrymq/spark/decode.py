@@ -21,13 +21,21 @@ from ..common.message import MessageExt
 from ..common.record import MessageDecodeError, decode_records, record_starts
 from ..common.speedups import compiled
 from . import decode_kernels
-from .schema import ARROW_SCHEMA, PROPERTIES, TIMESTAMP
+from .schema import (
+    ARROW_HEADER,
+    ARROW_HEADERS_FIELD,
+    ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
+    COLUMNS,
+    PROPERTIES,
+    TIMESTAMP,
+)
 
 _columns: Any = compiled("ferrymq.spark._ccolumns")
 IMPLEMENTATION = "cython" if _columns is not None else "arrow-kernels"
 
 __all__ = ["IMPLEMENTATION", "decode_to_batch", "empty_batch", "messages_to_batch",
-           "record_starts"]
+           "record_starts", "with_headers"]
 
 
 def empty_batch() -> pa.RecordBatch:
@@ -136,3 +144,26 @@ def messages_to_batch(msgs: Sequence[MessageExt], broker: str) -> pa.RecordBatch
 
 def _millis(ms: pa.Array) -> pa.Array:
     return pc.multiply(ms, pa.scalar(1000, pa.int64())).cast(TIMESTAMP)
+
+
+def with_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` (ARROW_SCHEMA) with the `headers` column built from `properties`: the map's
+    entries become the list's elements, sharing its offsets and key strings."""
+    props = batch.column(COLUMNS.index("properties"))
+    assert isinstance(props, pa.MapArray)
+    offsets = props.offsets  # into the unsliced keys and items, as a slice's are
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first:  # a mask cannot go with offsets that do not start at 0 (Arrow refuses)
+        offsets = pc.subtract(offsets, pa.scalar(first, pa.int32()))
+    entries = pa.StructArray.from_arrays(
+        [props.keys.slice(first, last - first),
+         props.items.slice(first, last - first).cast(pa.binary())],
+        fields=list(ARROW_HEADER),
+    )
+    empty = pc.equal(offsets[1:], offsets[:-1])
+    headers = pa.ListArray.from_arrays(
+        offsets, entries, type=ARROW_HEADERS_FIELD.type, mask=empty
+    )
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, headers], schema=ARROW_SCHEMA_WITH_HEADERS
+    )

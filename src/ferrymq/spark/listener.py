@@ -16,7 +16,6 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from .cluster import commit_group
 from .offsets import SourceOffset, is_source_offset
 
 log = logging.getLogger("ferrymq.spark")
@@ -33,6 +32,12 @@ class GroupCommitListener(StreamingQueryListener):  # type: ignore[misc]
             self._terminated.discard(str(event.id))
 
     def onQueryProgress(self, event: Any) -> None:
+        # The committing admin client is the driver's alone: imported at the first progress
+        # event, not with this module, which the package imports in every Python worker
+        # (they unpickle the source, readers and writers), where it would load the client
+        # and the reader's modules for nothing.
+        from .cluster import commit_group
+
         for source in event.progress.sources:
             try:
                 doc = json.loads(source.endOffset) if source.endOffset else None

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..client.api import split_addrs
 from ..client.consumer.subscription import SQL92, SUB_ALL, TAG, Subscription
+from ..common.addrs import split_addrs
 from ..common.names import InvalidNameError as TopicNameError
 from ..common.names import validate_group, validate_topic
 from ..common.sql92 import SelectorError, compile_selector

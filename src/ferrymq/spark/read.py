@@ -25,11 +25,10 @@ from pyspark.sql.datasource import InputPartition
 from ..client.admin import AdminClient
 from ..client.results import PullStatus, RawPullResult
 from ..common.message import MessageQueue
-from .decode import decode_to_batch
+from .decode import decode_to_batch, with_headers
 from .errors import DataLossError
 from .offsets import QueueKey
 from .puller import BrokerPuller, close_connections
-from .schema import with_headers
 
 log = logging.getLogger("ferrymq.spark")
 
@@ -58,7 +57,7 @@ class QueueRange(InputPartition):  # type: ignore[misc]
     expression: str = "*"
     tags: frozenset[str] = frozenset()
     expression_type: str = "TAG"
-    include_headers: bool = False  # add Kafka's `headers` column (schema.with_headers)
+    include_headers: bool = False  # add Kafka's `headers` column (decode.with_headers)
 
     @property
     def filtered(self) -> bool:

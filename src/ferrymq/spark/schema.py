@@ -22,12 +22,15 @@ UTF-8 encoded), null for a message without any.
 
 Spark checks a yielded RecordBatch's schema for equality with
 `to_arrow_schema(schema, timezone="UTC")`, so ARROW_SCHEMA is written to be that, field
-nullability and map entry names included (a unit test holds the two equal)."""
+nullability and map entry names included (a unit test holds the two equal).
+
+Every Spark worker that unpickles the source imports this module, the one that only asks
+for the schema too: batches are built in `decode`, which alone loads Arrow's compute
+functions."""
 
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -104,29 +107,6 @@ ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(ARROW_HEADERS_FIELD)
 
 def spark_schema(include_headers: bool) -> StructType:
     return SPARK_SCHEMA_WITH_HEADERS if include_headers else SPARK_SCHEMA
-
-
-def with_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` (ARROW_SCHEMA) with the `headers` column built from `properties`: the map's
-    entries become the list's elements, sharing its offsets and key strings."""
-    props = batch.column(COLUMNS.index("properties"))
-    assert isinstance(props, pa.MapArray)
-    offsets = props.offsets  # into the unsliced keys and items, as a slice's are
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    if first:  # a mask cannot go with offsets that do not start at 0 (Arrow refuses)
-        offsets = pc.subtract(offsets, pa.scalar(first, pa.int32()))
-    entries = pa.StructArray.from_arrays(
-        [props.keys.slice(first, last - first),
-         props.items.slice(first, last - first).cast(pa.binary())],
-        fields=list(ARROW_HEADER),
-    )
-    empty = pc.equal(offsets[1:], offsets[:-1])
-    headers = pa.ListArray.from_arrays(
-        offsets, entries, type=ARROW_HEADERS_FIELD.type, mask=empty
-    )
-    return pa.RecordBatch.from_arrays(
-        [*batch.columns, headers], schema=ARROW_SCHEMA_WITH_HEADERS
-    )
 
 
 # What the writer accepts: `body` is required (binary or string); the rest are optional.
