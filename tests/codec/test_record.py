@@ -23,7 +23,7 @@ from record_impls import OTHERS, PARAMS, PY, C
 
 from ferrymq.common.message import MessageBatchItem, MessageExt
 from ferrymq.common.props import PropertyError, properties_to_string, string_to_properties
-from ferrymq.common.record import MessageDecodeError, RecordEncodeError, pack_host
+from ferrymq.common.record import MARK_TIMER, MARK_TRANSACTION, MessageDecodeError, RecordEncodeError, pack_host
 from ferrymq.common.record.layout import CQ_ENTRY, KEY_ENTRY, offset_msg_id
 from ferrymq.store.encoder import Encoder, encode, place
 from ferrymq.store.index_layout import key_hash
@@ -312,7 +312,8 @@ def _to_messages(impl: ModuleType, buf: bytes, value: str = "Cluster") -> Any:
 @params
 @given(entries=st.lists(st.tuples(i32, st.binary(max_size=200), st.lists(st.sampled_from(
     [b"TAGS\x01a", b"UNIQ_KEY\x01u", b"CLUSTER\x01old", b"DELAY\x013", b"x\x01DELAY", b"k\x01",
-     b"noseparator", b"\xff\x01\xfe"]), max_size=4), st.booleans()), max_size=6))
+     b"noseparator", b"\xff\x01\xfe", b"TRAN_MSG\x01true", b"xTRAN_MSG\x01true", b"TIMER_DELAY_SEC\x013",
+     b"a\x01TIMER_", b"TIMER_"]), max_size=4), st.booleans()), max_size=6))
 @settings(max_examples=200, deadline=None)
 def test_batch_to_messages_keeps_property_bytes_and_adds_the_cluster(
         impl: ModuleType, entries: list[tuple[int, bytes, list[bytes], bool]]) -> None:
@@ -328,8 +329,13 @@ def test_batch_to_messages_keeps_property_bytes_and_adds_the_cluster(
     if delayed:
         assert got == ("RecordEncodeError", "a batch cannot carry delayed messages")
     else:
-        assert got[0] == "ok" and len(got[1]) == len(entries)
-        for m, (flag, b, _items, _closed) in zip(got[1], entries, strict=True):
+        msgs, marks = got[1]
+        # A property named TRAN_MSG, an item that starts with TIMER_: the batch's marks.
+        items = [i for _, _, its, _ in entries for i in its]
+        assert marks == ((MARK_TRANSACTION if any(i.startswith(b"TRAN_MSG\x01") for i in items) else 0)
+                         | (MARK_TIMER if any(i.startswith(b"TIMER_") for i in items) else 0))
+        assert len(msgs) == len(entries)
+        for m, (flag, b, _items, _closed) in zip(msgs, entries, strict=True):
             assert (m.topic, m.queue_id, m.body, m.flag, m.sys_flag, m.born_timestamp,
                     m.born_host, m.reconsume_times) == ("T", 3, b, flag, 8, 5, "1.2.3.4:5", 2)
             assert PY.properties_decode(m.properties)["CLUSTER"] == "Cluster"

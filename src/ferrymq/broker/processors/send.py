@@ -30,6 +30,8 @@ from ...common.names import (
 )
 from ...common.recall_handle import RecallHandle
 from ...common.record import (
+    MARK_TIMER,
+    MARK_TRANSACTION,
     MessageDecodeError,
     RecordEncodeError,
     batch_to_messages,
@@ -59,8 +61,6 @@ _PUT_CODES = {
 }
 
 
-_TRAN_MARK = P.PROPERTY_TRANSACTION_PREPARED.encode() + b"\x01"
-_TIMER_MARK = b"TIMER_"  # what every timer request's property name starts with
 
 
 class SendRejected(FerryMQError):
@@ -196,8 +196,8 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
     # parsed into a map only where something must be taken out of them (a retry topic's).
     if batch:
         try:
-            msgs = batch_to_messages(body, StoreMessage, topic, queue_id, sys_flag, born_ts,
-                                     born_host, reconsume, P.PROPERTY_CLUSTER, cluster)
+            msgs, marks = batch_to_messages(body, StoreMessage, topic, queue_id, sys_flag, born_ts,
+                                            born_host, reconsume, P.PROPERTY_CLUSTER, cluster)
         except MessageDecodeError as exc:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, f"batch body is malformed: {exc}")
         except RecordEncodeError as exc:
@@ -206,14 +206,9 @@ async def send_message(broker: BrokerContext, conn: Connection, req: RemotingCom
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, "batch is empty")
         if cfg.attributes and (refused := _type_refusal(broker, cfg, [properties_map(m.properties) for m in msgs])):
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, refused)
-        # The marks are looked for in the properties only: a scan of the whole body (bodies
-        # are most of it) cost more than the rest of the checks together.
-        tran = timer = False
-        for m in msgs:
-            if _TRAN_MARK in m.properties:
-                tran = True
-            if _TIMER_MARK in m.properties:
-                timer = True
+        # The marks come from the decoding pass over the entries' properties: a Python loop
+        # over the messages cost a tenth of a batch put's CPU.
+        tran, timer = bool(marks & MARK_TRANSACTION), bool(marks & MARK_TIMER)
         if ((tran or sys_flag & TRANSACTION_TYPE_MASK)
                 and any(is_half_message(sys_flag, m.properties, reconsume) for m in msgs)):
             return reply(req, ResponseCode.MESSAGE_ILLEGAL,

@@ -169,7 +169,8 @@ def batch_members(body: bytes, sys_flag: int, topic: str, queue_id: int, born_ti
     if sys_flag & SYSFLAG_COMPRESSED:
         raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
     try:
-        members: list[StoreMessage] = batch_to_messages(
+        members: list[StoreMessage]
+        members, _marks = batch_to_messages(
             body, StoreMessage, topic, queue_id, reset_transaction_type(sys_flag, TRANSACTION_COMMIT_TYPE),
             born_timestamp, born_host, 0, P.PROPERTY_CLUSTER, cluster)
     except (MessageDecodeError, RecordEncodeError) as exc:

@@ -16,6 +16,8 @@ from ._py import has_property, with_property
 from .layout import (
     BLANK_MAGIC_CODE,
     KEY_ENTRY,
+    MARK_TIMER,
+    MARK_TRANSACTION,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -86,6 +88,8 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "IMPLEMENTATION",
     "KEY_ENTRY",
+    "MARK_TIMER",
+    "MARK_TRANSACTION",
     "MAX_PROPERTIES_BYTES",
     "MAX_TOPIC_BYTES",
     "MESSAGE_MAGIC_CODE",

@@ -42,6 +42,8 @@ cdef int32_t MAGIC = L.MESSAGE_MAGIC_CODE
 cdef Py_ssize_t MIN_RECORD = L.MIN_RECORD_SIZE
 cdef Py_ssize_t MAX_TOPIC = L.MAX_TOPIC_BYTES
 cdef Py_ssize_t MAX_PROPS = L.MAX_PROPERTIES_BYTES
+cdef int MARK_TRANSACTION = L.MARK_TRANSACTION
+cdef int MARK_TIMER = L.MARK_TIMER
 cdef Py_ssize_t P_MAGIC = L.POS_MAGIC
 cdef Py_ssize_t P_BODYCRC = L.POS_BODYCRC
 cdef Py_ssize_t P_QUEUEID = L.POS_QUEUEID
@@ -672,12 +674,14 @@ def split_batch(buf):
     return out
 
 
-cdef bint has_name(const unsigned char* p, Py_ssize_t n, const char* name, Py_ssize_t k) noexcept:
-    """Whether `name` starts an item (at 0 or after \\x02) and is followed by \\x01."""
+cdef bint has_name(const unsigned char* p, Py_ssize_t n, const char* name, Py_ssize_t k,
+                   bint whole=True) noexcept:
+    """Whether `name` starts an item (at 0 or after \\x02) and is followed by \\x01 (not
+    `whole`: whether an item's name starts with `name`)."""
     cdef Py_ssize_t i = 0
     cdef const unsigned char* hit
-    while i + k < n:
-        if memcmp(p + i, name, k) == 0 and p[i + k] == NV:
+    while i + k < n or (not whole and i + k == n):
+        if memcmp(p + i, name, k) == 0 and (not whole or p[i + k] == NV):
             return True
         hit = <const unsigned char*>memchr(p + i, PS, n - i)
         if hit == NULL:
@@ -696,6 +700,7 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
     cdef int16_t props_len
     cdef const unsigned char* b
     cdef bint delayed = False
+    cdef int marks = 0
     cdef bytes suffix = encode_props({name: value})
     cdef bytes key = name.encode()
     cdef const char* kp = key
@@ -710,6 +715,10 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
             body = PyBytes_FromStringAndSize(<const char*>b + p - 2 - body_len, body_len)
             if has_name(b + p, props_len, "DELAY", 5):
                 delayed = True
+            if has_name(b + p, props_len, "TRAN_MSG", 8):
+                marks |= MARK_TRANSACTION
+            if has_name(b + p, props_len, "TIMER_", 6, False):
+                marks |= MARK_TIMER
             if has_name(b + p, props_len, kp, klen):
                 props = _with_property(PyBytes_FromStringAndSize(<const char*>b + p, props_len),
                                        name, value)
@@ -737,7 +746,7 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
         PyBuffer_Release(&view)
     if delayed:
         raise _RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
-    return out
+    return out, marks
 
 
 # --- key-index entries: KEY_ENTRY records (native int64 hash, offset, time) ---------------------------

@@ -23,6 +23,8 @@ from .layout import (
     I64,
     IPV6_EXTRA,
     KEY_ENTRY,
+    MARK_TIMER,
+    MARK_TRANSACTION,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -444,20 +446,26 @@ def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
 
 def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str, queue_id: int,
                       sys_flag: int, born_timestamp: int, born_host: Any, reconsume_times: int,
-                      name: str, value: str) -> list[Any]:
+                      name: str, value: str) -> tuple[list[Any], int]:
     """A SEND_BATCH_MESSAGE body as messages to store (`message_type` has StoreMessage's
     fields), each keeping the property bytes it came with plus `name`=`value` (the broker's
-    CLUSTER). Raises MessageDecodeError for a malformed body, then RecordEncodeError when an
-    entry carries a delay level (a batch cannot be delayed)."""
+    CLUSTER), and the batch's marks (layout.MARK_*). Raises MessageDecodeError for a malformed
+    body, then RecordEncodeError when an entry carries a delay level (a batch cannot be
+    delayed)."""
     suffix = properties_encode({name: value})  # a bad name or value fails before any reading
     key = name.encode() + b"\x01"
     inner_key = b"\x02" + key
     delayed = False
+    marks = 0
     out: list[Any] = []
     add = out.append
     for flag, body, raw in split_batch(buf):
         if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
             delayed = True
+        if raw.startswith(b"TRAN_MSG\x01") or b"\x02TRAN_MSG\x01" in raw:
+            marks |= MARK_TRANSACTION
+        if raw.startswith(b"TIMER_") or b"\x02TIMER_" in raw:
+            marks |= MARK_TIMER
         if raw.startswith(key) or inner_key in raw:
             props = with_property(raw, name, value)
         elif raw and raw[-1] != 2:
@@ -470,7 +478,7 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
             reconsume_times=reconsume_times))
     if delayed:
         raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
-    return out
+    return out, marks
 
 
 # --- the store's batch: encode once, patch the position in -----------------------------------------

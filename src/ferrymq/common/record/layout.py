@@ -96,6 +96,13 @@ class MessageDecodeError(FerryMQError, ValueError):
         self.reason = reason
 
 
+# What batch_to_messages tells of a batch's properties besides its messages: some entry has a
+# TRAN_MSG property (a half message, which a batch may not carry), some has a property whose
+# name starts with TIMER_ (a timer request, which the put must look at).
+MARK_TRANSACTION = 1
+MARK_TIMER = 2
+
+
 class RecordEncodeError(FerryMQError, ValueError):
     """A message the store cannot write; `status` names the PutStatus to answer with."""
 
