@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import ferrymq
-from ferrymq.common.heap import freeze_startup_heap
+from ferrymq.common.heap import SERVER_THRESHOLDS, freeze_startup_heap
 
 
 class Node:
@@ -41,3 +44,27 @@ def test_live_objects_leave_the_generations_and_garbage_is_collected_first(unfro
 
 def test_exported_from_the_package() -> None:
     assert ferrymq.freeze_startup_heap is freeze_startup_heap
+
+
+def test_a_server_process_runs_the_collector_with_the_server_thresholds(tmp_path: Path) -> None:
+    """A started server (the name server, in a process of its own) has set them; the test
+    process keeps the interpreter's defaults."""
+    assert gc.get_threshold() != SERVER_THRESHOLDS
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import asyncio, gc, sys\n"
+        "from ferrymq import server_main\n"
+        "async def start():\n"
+        "    return 'ready'\n"
+        "async def stop():\n"
+        "    pass\n"
+        "async def main():\n"
+        "    task = asyncio.create_task(server_main._serve_until_signal(start, stop))\n"
+        "    while gc.get_freeze_count() == 0:\n"
+        "        await asyncio.sleep(0.01)\n"
+        "    print(tuple(gc.get_threshold()), flush=True)\n"
+        "    task.cancel()\n"
+        "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == str(SERVER_THRESHOLDS), out.stdout

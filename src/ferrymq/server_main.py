@@ -19,7 +19,7 @@ from .acl import AclConfigError, load_rules
 from .broker.config import BrokerConfig
 from .broker.controller import Broker
 from .common.dirlock import DirectoryLockedError
-from .common.heap import freeze_startup_heap
+from .common.heap import freeze_startup_heap, use_server_thresholds
 from .metrics import MetricsServer, metrics_server
 from .namesrv import NameServer, NamesrvConfig, NamesrvConfigError
 from .namesrv.controller import ControllerStateError
@@ -44,6 +44,7 @@ async def _serve_until_signal(start: Callable[[], Awaitable[str]], stop: Callabl
         line = await start()
         # What starting built lives as long as the server: full collections skip it.
         freeze_startup_heap()
+        use_server_thresholds()
         print(line, flush=True)
         await stopped.wait()
     finally:
