@@ -341,6 +341,9 @@ def test_batch_to_messages_keeps_property_bytes_and_adds_the_cluster(
             assert PY.properties_decode(m.properties)["CLUSTER"] == "Cluster"
     for other in OTHERS[impl]:
         assert _to_messages(other, bytes(fixed)) == got
+    # check_batch finds what batch_to_messages does, building nothing.
+    checked = outcome(impl.check_batch, bytes(fixed))
+    assert checked == (got if got[0] != "ok" else ("ok", (len(got[1][0]), got[1][1])))
 
 
 @params
@@ -351,6 +354,8 @@ def test_batch_to_messages_fails_on_malformed_bodies_like_split_batch(impl: Modu
     split = outcome(impl.split_batch, data)
     if split[0] != "ok":
         assert got == split
+    checked = outcome(impl.check_batch, data)
+    assert checked == (got if got[0] != "ok" else ("ok", (len(got[1][0]), got[1][1])))
     for other in OTHERS[impl]:
         assert _to_messages(other, data) == got
     assert _to_messages(impl, data, "bad\x01value")[0] == "PropertyError"

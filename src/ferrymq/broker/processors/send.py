@@ -45,7 +45,7 @@ from ..context import BrokerContext
 from ..events import MessageEvent, MessageEventKind
 from ..topics import TopicConfig
 from ..transaction import is_half_message
-from ..transaction.records import TRANSACTION_TYPE_MASK, BatchHalfError, batch_members, is_batch_half
+from ..transaction.records import TRANSACTION_TYPE_MASK, BatchHalfError, check_batch_half, is_batch_half
 from . import reply
 
 _PUT_CODES = {
@@ -266,8 +266,7 @@ async def _send_half(broker: BrokerContext, req: RemotingCommand, cfg: TopicConf
     born_ts = opt_int(ext, "bornTimestamp", broker.now_ms())
     if is_batch_half(text.encode()):
         try:
-            batch_members(body, opt_int(ext, "sysFlag", 0), cfg.topic_name, queue_id, born_ts, born_host,
-                          broker.config.broker_cluster_name)
+            check_batch_half(body, opt_int(ext, "sysFlag", 0))
         except BatchHalfError as exc:
             return reply(req, ResponseCode.MESSAGE_ILLEGAL, str(exc))
     msg = StoreMessage(topic=cfg.topic_name, queue_id=queue_id, body=body,

@@ -26,6 +26,7 @@ from ...common.record import (
     Properties,
     RecordEncodeError,
     batch_to_messages,
+    check_batch,
     properties_map,
     property_value,
 )
@@ -161,11 +162,25 @@ def is_batch_half(props: Properties) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
+def check_batch_half(body: bytes, sys_flag: int) -> None:
+    """BatchHalfError when batch_members would refuse this half message's body: checked when
+    the half is sent, so a commit never finds a body it cannot store (without building the
+    members, which the commit builds)."""
+    if sys_flag & SYSFLAG_COMPRESSED:
+        raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
+    try:
+        count, _marks = check_batch(body)
+    except (MessageDecodeError, RecordEncodeError) as exc:
+        raise BatchHalfError(f"the body is not a message batch: {exc}") from exc
+    if not count:
+        raise BatchHalfError("the batch is empty")
+
+
 def batch_members(body: bytes, sys_flag: int, topic: str, queue_id: int, born_timestamp: int,
                   born_host: str, cluster: str) -> list[StoreMessage]:
     """The messages a batch half message carries, as SEND_BATCH_MESSAGE would store them;
-    BatchHalfError when there are none or the body is not a batch. Checked when the half is
-    sent, so a commit never finds a body it cannot store."""
+    BatchHalfError when there are none or the body is not a batch (check_batch_half's
+    refusals)."""
     if sys_flag & SYSFLAG_COMPRESSED:
         raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
     try:

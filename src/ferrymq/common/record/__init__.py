@@ -42,6 +42,7 @@ StoredMessage.decode_properties = impl.properties_decode
 if TYPE_CHECKING:
     from ._py import (
         batch_to_messages,
+        check_batch,
         decode_record,
         decode_records,
         encode_batch,
@@ -104,6 +105,7 @@ __all__ = [
     "StoredMessage",
     "batch_to_messages",
     "body_crc",
+    "check_batch",
     "decode_batch",
     "decode_record",
     "decode_records",

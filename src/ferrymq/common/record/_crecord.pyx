@@ -690,6 +690,35 @@ cdef bint has_name(const unsigned char* p, Py_ssize_t n, const char* name, Py_ss
     return False
 
 
+def check_batch(buf):
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, n, p, count = 0
+    cdef int32_t total, body_len, flag
+    cdef int16_t props_len
+    cdef const unsigned char* b
+    cdef bint delayed = False
+    cdef int marks = 0
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char*>view.buf
+        n = view.len
+        while pos < n:
+            p = batch_entry(b, pos, n, &total, &flag, &body_len, &props_len)
+            if has_name(b + p, props_len, "DELAY", 5):
+                delayed = True
+            if has_name(b + p, props_len, "TRAN_MSG", 8):
+                marks |= MARK_TRANSACTION
+            if has_name(b + p, props_len, "TIMER_", 6, False):
+                marks |= MARK_TIMER
+            count += 1
+            pos += total
+    finally:
+        PyBuffer_Release(&view)
+    if delayed:
+        raise _RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
+    return count, marks
+
+
 def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sys_flag,
                       int64_t born_timestamp, born_host, int64_t reconsume_times, str name,
                       str value):

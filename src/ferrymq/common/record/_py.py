@@ -49,7 +49,7 @@ IMPLEMENTATION = "python"
 # What the compiled twin provides too.
 INTERFACE = ("properties_encode", "properties_decode", "properties_scan", "locate",
              "decode_record", "decode_records", "encode_record", "encode_batch", "split_batch",
-             "batch_to_messages", "encode_messages", "place_messages", "record_starts",
+             "batch_to_messages", "check_batch", "encode_messages", "place_messages", "record_starts",
              "key_entries", "record_info", "record_unsound", "first_unsound",
              "first_unsound_entries")
 
@@ -444,6 +444,31 @@ def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
+def _marks(raw: bytes) -> int:
+    marks = 0
+    if raw.startswith(b"TRAN_MSG\x01") or b"\x02TRAN_MSG\x01" in raw:
+        marks |= MARK_TRANSACTION
+    if raw.startswith(b"TIMER_") or b"\x02TIMER_" in raw:
+        marks |= MARK_TIMER
+    return marks
+
+
+def check_batch(buf: Buffer) -> tuple[int, int]:
+    """What batch_to_messages would find in a SEND_BATCH_MESSAGE body, without building its
+    messages: (entries, marks); the same MessageDecodeError for a malformed body, then
+    RecordEncodeError when an entry carries a delay level."""
+    count = marks = 0
+    delayed = False
+    for _flag, _body, raw in split_batch(buf):
+        if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
+            delayed = True
+        marks |= _marks(raw)
+        count += 1
+    if delayed:
+        raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
+    return count, marks
+
+
 def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str, queue_id: int,
                       sys_flag: int, born_timestamp: int, born_host: Any, reconsume_times: int,
                       name: str, value: str) -> tuple[list[Any], int]:
@@ -462,10 +487,7 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
     for flag, body, raw in split_batch(buf):
         if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
             delayed = True
-        if raw.startswith(b"TRAN_MSG\x01") or b"\x02TRAN_MSG\x01" in raw:
-            marks |= MARK_TRANSACTION
-        if raw.startswith(b"TIMER_") or b"\x02TIMER_" in raw:
-            marks |= MARK_TIMER
+        marks |= _marks(raw)
         if raw.startswith(key) or inner_key in raw:
             props = with_property(raw, name, value)
         elif raw and raw[-1] != 2:
