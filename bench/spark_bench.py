@@ -370,14 +370,45 @@ def sink_frame(spark: Any, rows: int) -> Any:
     )
 
 
+NULL_SINK = "ferrymq_bench_null"
+
+
+def null_sink() -> type:
+    """A Python data source whose writer reads every Arrow batch and keeps nothing: what Spark
+    itself costs a Python sink per row here (the JVM's Arrow export, the worker's import), the
+    ceiling every Python sink shares on this machine."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class NullWriter(DataSourceArrowWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            rows = 0
+            for batch in iterator:
+                rows += batch.num_rows
+            return WriterCommitMessage()
+
+    class NullSink(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return NULL_SINK
+
+        def writer(self, schema: Any, overwrite: bool) -> NullWriter:
+            return NullWriter()
+
+    return NullSink
+
+
 def write_rate(df: Any, namesrv: str, guarantee: str, rows: int) -> Run:
     """Rows/s of one batch write (`df.write`), wall time of the whole job: tasks and commit;
-    with the CPU it took per row, by process kind (the broker's is what bounds the sink)."""
+    with the CPU it took per row, by process kind (the broker's is what bounds the sink).
+    `guarantee` "null": the same write into null_sink()."""
     meter = CpuMeter()
     base = meter.sample()
     started = time.perf_counter()
-    (df.write.format("ferrymq").option("namesrv", namesrv).option("topic", SINK_TOPIC)
-       .option("guarantee", guarantee).mode("append").save())
+    if guarantee == "null":
+        df.write.format(NULL_SINK).mode("append").save()
+    else:
+        (df.write.format("ferrymq").option("namesrv", namesrv).option("topic", SINK_TOPIC)
+           .option("guarantee", guarantee).mode("append").save())
     elapsed = time.perf_counter() - started
     used = meter.since(base)
     return Run(rows / elapsed, {k: round(v / rows * 1e6, 2) for k, v in sorted(used.items())
@@ -391,14 +422,16 @@ def measure_sink(spark: Any, namesrv: str, quick: bool) -> tuple[dict[str, list[
     100 B messages (produce(): four threads of batched sends), the ceiling the sink shares."""
     with AdminClient(namesrv) as admin:
         admin.create_topic(SINK_TOPIC, QUEUES)
-    for guarantee in GUARANTEES:
+    spark.dataSource.register(null_sink())
+    kinds = (*GUARANTEES, "null")
+    for guarantee in kinds:
         write_rate(sink_frame(spark, 20_000), namesrv, guarantee, 20_000)
     rows = sink_rows(quick)
     df = sink_frame(spark, rows)
-    runs: dict[str, list[Run]] = {g: [] for g in GUARANTEES}
+    runs: dict[str, list[Run]] = {g: [] for g in kinds}
     puts: list[float] = []
     for i in range(sizes(quick).runs):
-        for guarantee in GUARANTEES if i % 2 == 0 else GUARANTEES[::-1]:
+        for guarantee in kinds if i % 2 == 0 else kinds[::-1]:
             runs[guarantee].append(write_rate(df, namesrv, guarantee, rows))
         puts.append(produce(namesrv, f"{SINK_TOPIC}-put", rows, 100))
     return runs, puts
@@ -421,6 +454,10 @@ def sink_results(runs: dict[str, list[Run]], puts: list[float], quick: bool) -> 
             "cpu_us_per_row": median_cpu(runs[guarantee]),
             "broker_put_msgs_per_s": round(statistics.median(puts)),
             "broker_put_runs": [round(p) for p in puts],
+            "peer_name": "the same write into a Python sink that keeps nothing (Spark's own cost)",
+            "peer": statistics.median(r.rate for r in runs["null"]),
+            "peer_runs": [round(r.rate) for r in runs["null"]],
+            "peer_cpu_us_per_row": median_cpu(runs["null"]),
         })
     return out
 
