@@ -44,6 +44,7 @@ cdef Py_ssize_t MAX_TOPIC = L.MAX_TOPIC_BYTES
 cdef Py_ssize_t MAX_PROPS = L.MAX_PROPERTIES_BYTES
 cdef int MARK_TRANSACTION = L.MARK_TRANSACTION
 cdef int MARK_TIMER = L.MARK_TIMER
+cdef int MARK_DELAY = 4  # only inside this module: a delayed entry is refused
 cdef Py_ssize_t P_MAGIC = L.POS_MAGIC
 cdef Py_ssize_t P_BODYCRC = L.POS_BODYCRC
 cdef Py_ssize_t P_QUEUEID = L.POS_QUEUEID
@@ -690,13 +691,24 @@ cdef bint has_name(const unsigned char* p, Py_ssize_t n, const char* name, Py_ss
     return False
 
 
+cdef inline int entry_marks(const unsigned char* p, Py_ssize_t n) noexcept:
+    """An entry's MARK_* bits, and MARK_DELAY when it asks for a delay level."""
+    cdef int marks = 0
+    if has_name(p, n, "DELAY", 5):
+        marks |= MARK_DELAY
+    if has_name(p, n, "TRAN_MSG", 8):
+        marks |= MARK_TRANSACTION
+    if has_name(p, n, "TIMER_", 6, False):
+        marks |= MARK_TIMER
+    return marks
+
+
 def check_batch(buf):
     cdef Py_buffer view
     cdef Py_ssize_t pos = 0, n, p, count = 0
     cdef int32_t total, body_len, flag
     cdef int16_t props_len
     cdef const unsigned char* b
-    cdef bint delayed = False
     cdef int marks = 0
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
@@ -704,17 +716,12 @@ def check_batch(buf):
         n = view.len
         while pos < n:
             p = batch_entry(b, pos, n, &total, &flag, &body_len, &props_len)
-            if has_name(b + p, props_len, "DELAY", 5):
-                delayed = True
-            if has_name(b + p, props_len, "TRAN_MSG", 8):
-                marks |= MARK_TRANSACTION
-            if has_name(b + p, props_len, "TIMER_", 6, False):
-                marks |= MARK_TIMER
+            marks |= entry_marks(b + p, props_len)
             count += 1
             pos += total
     finally:
         PyBuffer_Release(&view)
-    if delayed:
+    if marks & MARK_DELAY:
         raise _RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return count, marks
 
@@ -728,7 +735,6 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
     cdef int32_t total, body_len, flag
     cdef int16_t props_len
     cdef const unsigned char* b
-    cdef bint delayed = False
     cdef int marks = 0
     cdef bytes suffix = encode_props({name: value})
     cdef bytes key = name.encode()
@@ -742,12 +748,7 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
         while pos < n:
             p = batch_entry(b, pos, n, &total, &flag, &body_len, &props_len)
             body = PyBytes_FromStringAndSize(<const char*>b + p - 2 - body_len, body_len)
-            if has_name(b + p, props_len, "DELAY", 5):
-                delayed = True
-            if has_name(b + p, props_len, "TRAN_MSG", 8):
-                marks |= MARK_TRANSACTION
-            if has_name(b + p, props_len, "TIMER_", 6, False):
-                marks |= MARK_TIMER
+            marks |= entry_marks(b + p, props_len)
             if has_name(b + p, props_len, kp, klen):
                 props = _with_property(PyBytes_FromStringAndSize(<const char*>b + p, props_len),
                                        name, value)
@@ -773,7 +774,7 @@ def batch_to_messages(buf, message_type, str topic, int64_t queue_id, int64_t sy
             pos += total
     finally:
         PyBuffer_Release(&view)
-    if delayed:
+    if marks & MARK_DELAY:
         raise _RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return out, marks
 

@@ -444,8 +444,12 @@ def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
+_MARK_DELAY = 4  # only inside this module: a delayed entry is refused
+
+
 def _marks(raw: bytes) -> int:
-    marks = 0
+    """An entry's MARK_* bits, and _MARK_DELAY when it asks for a delay level."""
+    marks = _MARK_DELAY if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw else 0
     if raw.startswith(b"TRAN_MSG\x01") or b"\x02TRAN_MSG\x01" in raw:
         marks |= MARK_TRANSACTION
     if raw.startswith(b"TIMER_") or b"\x02TIMER_" in raw:
@@ -458,13 +462,10 @@ def check_batch(buf: Buffer) -> tuple[int, int]:
     messages: (entries, marks); the same MessageDecodeError for a malformed body, then
     RecordEncodeError when an entry carries a delay level."""
     count = marks = 0
-    delayed = False
     for _flag, _body, raw in split_batch(buf):
-        if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
-            delayed = True
         marks |= _marks(raw)
         count += 1
-    if delayed:
+    if marks & _MARK_DELAY:
         raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return count, marks
 
@@ -480,13 +481,10 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
     suffix = properties_encode({name: value})  # a bad name or value fails before any reading
     key = name.encode() + b"\x01"
     inner_key = b"\x02" + key
-    delayed = False
     marks = 0
     out: list[Any] = []
     add = out.append
     for flag, body, raw in split_batch(buf):
-        if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw:
-            delayed = True
         marks |= _marks(raw)
         if raw.startswith(key) or inner_key in raw:
             props = with_property(raw, name, value)
@@ -498,7 +496,7 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
             topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag,
             sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
             reconsume_times=reconsume_times))
-    if delayed:
+    if marks & _MARK_DELAY:
         raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return out, marks
 
