@@ -47,3 +47,19 @@ def test_a_metrics_port_in_use_stops_the_start_with_one_line(tmp_path: Path) -> 
             assert last == f"ferrymq: cannot start: metrics port 127.0.0.1:{port} (--metrics-port) " \
                           "cannot be bound (in use?)", (argv, proc.stderr)
             assert "Traceback" not in proc.stderr and proc.stdout == "", (argv, proc.stdout, proc.stderr)
+
+
+def test_a_grpc_port_in_use_names_its_flag(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        for argv in (("proxy", *NS, "--grpc-port", port),
+                     ("broker", *NS, "--broker-port", "0", "--ha-port", "0", "--grpc-port", port,
+                      "--store-dir", str(tmp_path / "broker"))):
+            proc = run_ferrymq(*argv, timeout=60)
+            assert proc.returncode == 1, (argv, proc.returncode, proc.stdout, proc.stderr)
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last == f"ferrymq: cannot start: gRPC port 127.0.0.1:{port} (--grpc-port) " \
+                          "cannot be bound (in use?)", (argv, proc.stderr)
+            assert "Traceback" not in proc.stderr and proc.stdout == "", (argv, proc.stdout, proc.stderr)

@@ -87,7 +87,7 @@ class GrpcServer:
         except RuntimeError:
             bound = 0
         if bound == 0:
-            raise OSError(f"gRPC port {self._host}:{port} cannot be bound (in use?)")
+            raise OSError(f"gRPC port {self._host}:{port} (--grpc-port) cannot be bound (in use?)")
         await server.start()
         self._server = server
         self._port = bound
