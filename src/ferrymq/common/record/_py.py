@@ -23,6 +23,7 @@ from .layout import (
     I64,
     IPV6_EXTRA,
     KEY_ENTRY,
+    MARK_DELAY,
     MARK_TIMER,
     MARK_TRANSACTION,
     MAX_PROPERTIES_BYTES,
@@ -444,12 +445,9 @@ def split_batch(buf: Buffer) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
-_MARK_DELAY = 4  # only inside this module: a delayed entry is refused
-
-
 def _marks(raw: bytes) -> int:
-    """An entry's MARK_* bits, and _MARK_DELAY when it asks for a delay level."""
-    marks = _MARK_DELAY if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw else 0
+    """An entry's MARK_* bits, and MARK_DELAY when it asks for a delay level."""
+    marks = MARK_DELAY if raw.startswith(b"DELAY\x01") or b"\x02DELAY\x01" in raw else 0
     if raw.startswith(b"TRAN_MSG\x01") or b"\x02TRAN_MSG\x01" in raw:
         marks |= MARK_TRANSACTION
     if raw.startswith(b"TIMER_") or b"\x02TIMER_" in raw:
@@ -465,7 +463,7 @@ def check_batch(buf: Buffer) -> tuple[int, int]:
     for _flag, _body, raw in split_batch(buf):
         marks |= _marks(raw)
         count += 1
-    if marks & _MARK_DELAY:
+    if marks & MARK_DELAY:
         raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return count, marks
 
@@ -496,7 +494,7 @@ def batch_to_messages(buf: Buffer, message_type: Callable[..., Any], topic: str,
             topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag,
             sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
             reconsume_times=reconsume_times))
-    if marks & _MARK_DELAY:
+    if marks & MARK_DELAY:
         raise RecordEncodeError("MESSAGE_ILLEGAL", "a batch cannot carry delayed messages")
     return out, marks
 

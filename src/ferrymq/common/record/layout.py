@@ -101,6 +101,9 @@ class MessageDecodeError(FerryMQError, ValueError):
 # name starts with TIMER_ (a timer request, which the put must look at).
 MARK_TRANSACTION = 1
 MARK_TIMER = 2
+# Seen by the codec's own loops only: an entry asking for a delay level, which the batch is
+# refused for (so never in the marks a caller is given).
+MARK_DELAY = 4
 
 
 class RecordEncodeError(FerryMQError, ValueError):
