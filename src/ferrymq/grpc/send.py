@@ -68,8 +68,11 @@ class Sender:
             group, queue_id = writable[group_queue(first.message_group, len(writable))]
         else:
             # RocketMQ's selectOneByPipeline: the groups a failed send isolated are passed
-            # over while another has a writable queue.
-            usable = [q for q in writable if not backend.send_isolated(q[0].broker_name)] or writable
+            # over while another has a writable queue (asked once per group, not per queue).
+            isolated = {g.broker_name for g in groups if backend.send_isolated(g.broker_name)}
+            usable = writable
+            if isolated:
+                usable = [q for q in writable if q[0].broker_name not in isolated] or writable
             group, queue_id = usable[next(self._turn) % len(usable)]
         now = backend.now_ms()
         limits = backend.limits
