@@ -7,9 +7,10 @@ client process for 10-30 ms. What a process builds to start lives as long as the
 moved to the permanent generation (`gc.freeze`), it is no longer rescanned, and a full pass
 costs what was allocated since (docs/hot-path.md, "Latency").
 
-The servers call `freeze_startup_heap` once they are ready, and `use_server_thresholds`. A library must not do it behind
-its host's back (a frozen object that later becomes cyclic garbage is never reclaimed), so
-applications that want the same call it themselves, once their clients are started."""
+The servers call `freeze_startup_heap` once they are ready, then `use_server_thresholds`. A
+library must not freeze behind its host's back (a frozen object that later becomes cyclic
+garbage is never reclaimed), so applications that want the same call it themselves, once their
+clients are started."""
 
 from __future__ import annotations
 
