@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from wire_util import Wire
 
+import sparse_copy
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.controller import Broker
 from ferrymq.broker.timer import TimerService
@@ -387,9 +388,9 @@ async def test_a_timer_linked_through_a_wrong_queue_entry_is_delivered(
         src = store / name
         (saved / name).parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
-            shutil.copytree(src, saved / name)
+            sparse_copy.copytree(src, saved / name)
         elif src.exists():
-            shutil.copy2(src, saved / name)
+            sparse_copy.copy_file(src, saved / name)
     node = await _node(nodes, store, clock)
     await node.send("t", b"later", _props("W1", TIMER_DELIVER_MS=T0 + 1_000))
     await node.stop()
@@ -399,9 +400,9 @@ async def test_a_timer_linked_through_a_wrong_queue_entry_is_delivered(
         if dst.is_dir():
             shutil.rmtree(dst)
         if (saved / name).is_dir():
-            shutil.copytree(saved / name, dst)
+            sparse_copy.copytree(saved / name, dst)
         elif (saved / name).exists():
-            shutil.copy2(saved / name, dst)
+            sparse_copy.copy_file(saved / name, dst)
     (entry_file,) = (store / "consumequeue" / TIMER_TOPIC / "0").iterdir()
     raw = bytearray(entry_file.read_bytes())
     phys, size = struct.unpack_from(">qi", raw, 0)

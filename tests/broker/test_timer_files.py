@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import sparse_copy
 from ferrymq.broker.timer.checkpoint import CheckpointFile
 from ferrymq.broker.timer.codec import (
     CHECKPOINT_COPY_SIZE,
@@ -149,7 +150,7 @@ def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
         store.close()
     atomic_write(root / "config" / "consumerOffset.json", b"{}")  # fsyncs config/
     image = tmp_path / "image"
-    shutil.copytree(root, image)
+    sparse_copy.copytree(root, image)
 
     def prune(src: Path, dst: Path) -> None:
         kept = durable.get(str(src), set())
@@ -172,7 +173,7 @@ def test_timers_synced_survive_a_power_loss_that_keeps_only_fsynced_names(
 
 def _disk_image(src: Path, dst: Path) -> None:
     shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst)
+    sparse_copy.copytree(src, dst)
 
 
 def test_the_checkpoint_is_written_only_by_a_sync_after_the_files_it_describes(
@@ -231,8 +232,8 @@ def test_a_start_after_a_kill_checkpoints_only_what_it_made_durable(tmp_path: Pa
     written_back = checkpoint_path(root).read_bytes()  # run 2's first checkpoint
     # The power loss: the synced files, and run 2's checkpoint the kernel wrote back.
     shutil.rmtree(log_dir(root))
-    shutil.copytree(log_dir(disk), log_dir(root))
-    shutil.copy2(wheel_path(disk), wheel_path(root))
+    sparse_copy.copytree(log_dir(disk), log_dir(root))
+    sparse_copy.copy_file(wheel_path(disk), wheel_path(root))
     checkpoint_path(root).write_bytes(written_back)
     after = TimerStore(_cfg(root), T0)
     assert (after.enqueue_offset, after.pending(), after.log.end) == (1, 1, ENTRY.size)

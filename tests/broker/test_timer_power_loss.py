@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from test_timer import T0, Clock, Node, _count, _node, _props, nodes
 
+import sparse_copy
 from ferrymq.broker.timer import service as timer_service
 from ferrymq.broker.timer import state as timer_state
 from ferrymq.broker.timer.codec import newest_checkpoint
@@ -52,16 +53,16 @@ async def _lose_power(nodes: list[Node], node: Node, store: Path, synced: Path,
     what was linked after that sync. The broker starts again."""
     await node.stop()
     nodes.remove(node)
-    shutil.copy2(checkpoint_path(synced), checkpoint_path(store))
+    sparse_copy.copy_file(checkpoint_path(synced), checkpoint_path(store))
     return await _node(nodes, store, clock)
 
 
 def _timer_files_onto(src: Path, dst: Path) -> None:
     """What the kernel wrote back of `src`'s timer files, over the store `dst`."""
-    shutil.copy2(wheel_path(src), wheel_path(dst))
+    sparse_copy.copy_file(wheel_path(src), wheel_path(dst))
     shutil.rmtree(log_dir(dst), ignore_errors=True)
-    shutil.copytree(log_dir(src), log_dir(dst))
-    shutil.copy2(checkpoint_path(src), checkpoint_path(dst))
+    sparse_copy.copytree(log_dir(src), log_dir(dst))
+    sparse_copy.copy_file(checkpoint_path(src), checkpoint_path(dst))
 
 
 async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> Path:
@@ -71,7 +72,7 @@ async def _power_loss_image(tmp_path: Path, nodes: list[Node], clock: Clock) -> 
     store = tmp_path / "store"
     await _link_and_stop(nodes, store, clock, [("K0", b"kept", T0 + 1_000)], 1, fresh=True)
     image = tmp_path / "image"
-    shutil.copytree(store, image)
+    sparse_copy.copytree(store, image)
     await _link_and_stop(nodes, store, clock, [("L0", b"lost", T0 + 1_500)], 2)
     _timer_files_onto(store, image)
     return image
@@ -120,7 +121,7 @@ async def test_timers_linked_after_the_last_sync_are_linked_again_after_a_power_
     await _link_and_stop(nodes, store, clock, [("K0", b"zero", T0 + 1_000)], 1, fresh=True,
                          **SLOW)
     synced = tmp_path / "synced"  # the timer's files as the last sync left them on disk
-    shutil.copytree(store, synced)
+    sparse_copy.copytree(store, synced)
     node = await _node(nodes, store, clock, **SLOW)
     await node.send("t", b"one", _props("K1", TIMER_DELIVER_MS=T0 + 1_500))
     await eventually(lambda: node.timer.pending() == 2, what="K1 linked")
@@ -214,7 +215,7 @@ async def test_a_wheel_page_written_back_without_its_log_entry_keeps_the_synced_
     store = tmp_path / "store"
     await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_050)], 1, fresh=True, **SLOW)
     synced = tmp_path / "synced"
-    shutil.copytree(store, synced)
+    sparse_copy.copytree(store, synced)
     await _link_and_stop(nodes, store, clock, [("C", b"c", T0 + 1_020)], 2, **SLOW)
     wheel = wheel_path(store).read_bytes()  # the page the kernel wrote back
     _timer_files_onto(synced, store)  # log and checkpoint as the sync left them
@@ -237,7 +238,7 @@ async def test_deliveries_after_the_last_sync_come_again_after_a_power_loss_none
     await _link_and_stop(nodes, store, clock, [("A", b"a", T0 + 1_050), ("B", b"b", T0 + 1_080)],
                          2, fresh=True, **SLOW)
     synced = tmp_path / "synced"
-    shutil.copytree(store, synced)
+    sparse_copy.copytree(store, synced)
     node = await _node(nodes, store, clock, **SLOW)
     await node.send("t", b"c", _props("C", TIMER_DELIVER_MS=T0 + 1_010))
     await eventually(lambda: node.timer.pending() == 3, what="C linked")

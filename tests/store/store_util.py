@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import sparse_copy
 from ferrymq.common.record import decode_records
 from ferrymq.store import FileIO, GetStatus, MessageStore, StoreConfig, StoreMessage
 from waits import wait_until as wait_until  # the store tests import it from here
@@ -69,7 +70,7 @@ def open_store(store_dir: Path, *, clock: Callable[[], int] | None = None,
 def crash_image(store: MessageStore, dest: Path) -> Path:
     """What a SIGKILL leaves behind: the files as they are now in the page cache, with the
     abort file present. Taken between puts, so no write is half done."""
-    shutil.copytree(store.config.root, dest)
+    sparse_copy.copytree(store.config.root, dest)
     assert (dest / "abort").exists()
     return dest
 

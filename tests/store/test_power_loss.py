@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from store_util import msg, open_store, queue_bodies
 
+import sparse_copy
 from ferrymq.store import FileIO, FlushDiskType, MessageStore, PutStatus
 
 # Only the checkpoints the test writes itself.
@@ -47,7 +48,7 @@ def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[DirSyncs]:
 def power_loss_image(root: Path, dest: Path, syncs: DirSyncs) -> Path:
     """`root` copied to `dest`, less every name its directory never fsynced (and what lies
     under it). `root` itself counts as durable (the test made it)."""
-    shutil.copytree(root, dest)
+    sparse_copy.copytree(root, dest)
 
     def prune(src: Path, dst: Path) -> None:
         kept = syncs.durable.get(str(src), set())
@@ -216,7 +217,7 @@ def test_a_checkpoint_whose_index_fsync_failed_does_not_pass_the_keys(
         failing = True
         s.checkpoint()  # the index file's fsync fails
         image = tmp_path / "img"
-        shutil.copytree(root, image)
+        sparse_copy.copytree(root, image)
         # What a power loss keeps of the index: what its last good fsync wrote.
         for path, data in synced.items():
             (image / Path(path).relative_to(root.resolve())).write_bytes(data)
@@ -249,7 +250,7 @@ def test_keys_of_every_index_file_filled_since_the_last_checkpoint_survive_a_pow
         where = put_keyed(s, 40)  # three files between two checkpoints
         s.checkpoint()
         image = tmp_path / "img"
-        shutil.copytree(root, image)
+        sparse_copy.copytree(root, image)
         # What a power loss keeps of the index: what its last fsync wrote, else nothing.
         for f in (image / "index").iterdir():
             src = str((root / "index" / f.name).resolve())

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from store_util import crash_image, msg, open_store, queue_bodies, segment_files
 
+import sparse_copy
 from ferrymq.store import MessageStore, PutStatus, StoreCorruptionError
 
 # Only the checkpoint written at start exists: everything put afterwards lies past it.
@@ -216,7 +217,7 @@ def test_keys_put_after_recovery_cut_the_log_below_the_index_are_indexed_after_a
     try:
         assert r.max_phy_offset == cut_at
         index_before = tmp_path / "index-before"
-        shutil.copytree(image / "index", index_before)
+        sparse_copy.copytree(image / "index", index_before)
         res = r.put_messages([msg("T", 0, b"after the cut", keys="fresh")])
         assert res.messages[0].phys_offset == cut_at
         # Killed after the record and its queue entry, before its keys reached the index.
@@ -224,7 +225,7 @@ def test_keys_put_after_recovery_cut_the_log_below_the_index_are_indexed_after_a
     finally:
         r.shutdown()
     shutil.rmtree(again / "index")
-    shutil.copytree(index_before, again / "index")
+    sparse_copy.copytree(index_before, again / "index")
     r = open_store(again, **NO_CHECKPOINTS)
     try:
         assert queue_bodies(r)[-1] == b"after the cut"

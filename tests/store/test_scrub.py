@@ -5,7 +5,6 @@ log."""
 from __future__ import annotations
 
 import logging
-import shutil
 import struct
 import tempfile
 from pathlib import Path
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from store_util import msg, open_store, segment_files, wait_until
 
+import sparse_copy
 from ferrymq.common.record import decode_records
 from ferrymq.common.record.layout import POS_BODY_V4, POS_BODYLEN_V4, POS_QUEUEID
 from ferrymq.store import CorruptPolicy, GetStatus, MessageStore
@@ -235,7 +235,7 @@ def test_a_pull_over_bent_queue_entries_delivers_every_record_once(
         finally:
             store.shutdown()
     work = Path(tempfile.mkdtemp(dir=tmp_path))
-    shutil.copytree(pristine, work / "s")
+    sparse_copy.copytree(pristine, work / "s")
     queue_file = work / "s" / "consumequeue" / "T" / "0" / f"{0:020d}"
     original = queue_file.read_bytes()
     entries = bytearray(original)
