@@ -63,3 +63,11 @@ def test_a_grpc_port_in_use_names_its_flag(tmp_path: Path) -> None:
             assert last == f"ferrymq: cannot start: gRPC port 127.0.0.1:{port} (--grpc-port) " \
                           "cannot be bound (in use?)", (argv, proc.stderr)
             assert "Traceback" not in proc.stderr and proc.stdout == "", (argv, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "ten"])
+def test_a_send_isolation_that_is_no_duration_is_refused_before_the_start(value: str) -> None:
+    proc = run_ferrymq("proxy", *NS, "--grpc-port", "0", "--send-isolation", value, timeout=30)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "argument --send-isolation:" in proc.stderr and "seconds" in proc.stderr, proc.stderr
+    assert proc.stdout == ""

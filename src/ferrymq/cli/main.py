@@ -11,6 +11,7 @@ from typing import NoReturn, cast
 
 from .. import __version__
 from ..broker.config import BrokerConfig, ConfigError, load_config
+from ..proxy.defaults import SEND_ISOLATION_S
 from .failures import EXIT_USAGE, Failure, report
 from .tls_flags import add_tls_server_flags, tls_server_overrides
 
@@ -194,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-key", default=os.environ.get("FERRYMQ_ACCESS_KEY", ""),
                    help="sign the proxy's requests to the brokers with this account instead")
     p.add_argument("--secret-key", default=os.environ.get("FERRYMQ_SECRET_KEY", ""))
+    p.add_argument("--send-isolation", type=_seconds, default=SEND_ISOLATION_S, metavar="SECONDS",
+                   help="how long sends pass over a broker group whose master did not answer one, while "
+                   f"another group has a writable queue; 0 never passes over (default {SEND_ISOLATION_S:g})")
     add_tls_server_flags(p)
     p.add_argument("--tls", action="store_true", default=None,
                    help="connect to the name server and brokers over TLS, checking certificates against --tls-ca")
@@ -259,6 +263,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):  # NaN fails the first test
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text}")
+    return value
+
+
 def _cmd_proxy(args: argparse.Namespace) -> int:
     from ..proxy.server import ProxyConfig
     from ..server_main import run_proxy
@@ -270,7 +284,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     return run_proxy(ProxyConfig(
         namesrv=args.namesrv, host=args.host, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
         acl_file=args.acl_file, access_key=args.access_key, secret_key=args.secret_key,
-        tls_server=cfg.tls_server(), tls_client=cfg.tls_client()))
+        tls_server=cfg.tls_server(), tls_client=cfg.tls_client(), send_isolation_s=args.send_isolation))
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:

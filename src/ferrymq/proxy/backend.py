@@ -39,6 +39,7 @@ from ..grpc.status import Code, GrpcStatusError, response_code
 from ..remoting import RemotingError
 from ..store import StoreMessage
 from .brokers import BrokerSettings
+from .defaults import SEND_ISOLATION_S
 from .queues import ClusterQueues
 
 log = logging.getLogger("ferrymq.proxy")
@@ -52,9 +53,6 @@ _TRANSACTION_PREPARED = 0x4
 _COMMIT, _ROLLBACK = 0x8, 0xC
 # A route is asked of the name server again after this long, so new groups and queues show.
 ROUTE_TTL_S = 5.0
-# How long sends pass over a broker group after a send to it failed or timed out (RocketMQ 5's
-# MQFaultStrategy isolates a broker for its not-available time of a 10 s latency).
-SEND_ISOLATION_S = 10.0
 
 
 def encode_handle(commit_log_offset: int, extra_info: str) -> str:

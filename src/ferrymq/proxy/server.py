@@ -18,7 +18,8 @@ from ..client.instance import ClientInstance, InstanceConfig
 from ..grpc.server import FrontConfig, GrpcServer
 from ..metrics import MetricsServer, metrics_server
 from ..remoting.tls import TlsClientSettings, TlsMode, TlsServerSettings, server_context
-from .backend import SEND_ISOLATION_S, ClusterBackend
+from .backend import ClusterBackend
+from .defaults import SEND_ISOLATION_S
 
 log = logging.getLogger("ferrymq.proxy")
 
