@@ -44,8 +44,11 @@ class LightFuture(concurrent.futures.Future[T]):
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+        # Both made when first needed: most futures are waited on with result() and have
+        # neither a waiter of `wait`/`as_completed` nor a callback, and two empty lists a
+        # message were two more objects for the cyclic collector to visit while in flight.
+        self._waiter_list: list[Any] | None = None
+        self._done_callbacks: list[Callable[[concurrent.futures.Future[T]], object]] | None = None
 
     @property  # type: ignore[override]
     def _condition(self) -> threading.Condition:
@@ -60,6 +63,15 @@ class LightFuture(concurrent.futures.Future[T]):
     @_condition.setter
     def _condition(self, value: threading.Condition) -> None:
         raise AttributeError("a LightFuture's condition is built over its own lock")
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        # For concurrent.futures.wait and as_completed, which append and remove theirs
+        # holding the condition.
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
 
     # --- asked by the caller -----------------------------------------------------------------
     def cancel(self) -> bool:
@@ -88,7 +100,11 @@ class LightFuture(concurrent.futures.Future[T]):
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
         with self._lock:
             if self._state not in _DONE_STATES:
-                self._done_callbacks.append(fn)
+                callbacks = self._done_callbacks
+                if callbacks is None:
+                    self._done_callbacks = [fn]
+                else:
+                    callbacks.append(fn)
                 return
         try:
             fn(self)
@@ -135,7 +151,7 @@ class LightFuture(concurrent.futures.Future[T]):
                 return True
             if state == CANCELLED:
                 self._state = CANCELLED_AND_NOTIFIED
-                for waiter in self._waiters:
+                for waiter in self._waiter_list or ():
                     waiter.add_cancelled(self)
                 return False
         LOGGER.critical("Future %s in unexpected state: %s", id(self), state)
@@ -154,7 +170,7 @@ class LightFuture(concurrent.futures.Future[T]):
             self._result = result
             self._exception = exception
             self._state = FINISHED
-            for waiter in self._waiters:
+            for waiter in self._waiter_list or ():
                 if failed:
                     waiter.add_exception(self)
                 else:
@@ -165,7 +181,7 @@ class LightFuture(concurrent.futures.Future[T]):
             self._invoke_callbacks()
 
     def _invoke_callbacks(self) -> None:
-        for callback in self._done_callbacks:
+        for callback in self._done_callbacks or ():
             try:
                 callback(self)
             except Exception:
