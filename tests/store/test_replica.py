@@ -4,6 +4,8 @@ copies across segment roll-overs, dispatch into queues and index, truncation and
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from store_util import SMALL_SEGMENT, crash_image, crash_stop, msg, open_store, 
 
 from ferrymq.store import GetResult, MessageStore, PutStatus
 from ferrymq.store.epochs import EpochFile, agreed_end
+from ferrymq.store.files import FileIO
 from ferrymq.store.replica import ReplicaError, Span
 from ferrymq.store.scrub import Scrubber
 
@@ -55,6 +58,52 @@ def test_copy_is_byte_identical_across_segments(tmp_path: Path) -> None:
         fill(master, 5)
         copy_all(master, slave)
         assert slave.reads.get_max_offset("T", 0) == master.reads.get_max_offset("T", 0)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+class FailRecordWrites(FileIO):
+    """Writes of more than a blank record's 8 bytes fail with ENOSPC while `fail` is set: a
+    put then rolls the log over (the blank closing the old segment is written) and fails."""
+
+    def __init__(self) -> None:
+        self.fail = False
+
+    def write_fully(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
+        if self.fail and len(data) > 8:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().write_fully(fd, data, pos)
+
+
+def test_a_span_up_to_an_end_a_failed_roll_over_left_stops_at_the_blank(tmp_path: Path) -> None:
+    """The log's end can be a segment's end: a put that closed the segment with its blank and
+    then failed leaves it there. A span read up to it ends with the blank, as one across a
+    completed roll-over does (not with the zeros after it, which no slave would take)."""
+    io = FailRecordWrites()
+    master = open_store(tmp_path / "m", file_io=io)
+    slave = open_store(tmp_path / "s")
+    try:
+        n = 0
+        while master.max_phy_offset + 2_000 < SMALL_SEGMENT:
+            fill_one = master.put_messages([msg("T", n % 3, b"r" * 700, uniq=f"U{n:06d}")])
+            assert fill_one.status is PutStatus.PUT_OK
+            n += 1
+        io.fail = True
+        failed = master.put_messages([msg("T", 0, b"x" * 3_000, uniq="UFAILED")])
+        assert failed.status is PutStatus.DISK_FULL, failed.reason
+        assert master.max_phy_offset == SMALL_SEGMENT  # the blank's segment is closed
+        span = master.replica.read_span(0, 1 << 20)
+        assert span is not None and span.next_pos == SMALL_SEGMENT
+        assert len(span.data) < SMALL_SEGMENT - 2_000 + 3_000  # records and the blank, no zeros
+        slave.replica.append_replicated(span)
+        assert slave.max_phy_offset == SMALL_SEGMENT
+        io.fail = False
+        assert master.put_messages([msg("T", 0, b"y" * 3_000, uniq="UAFTER")]).status is PutStatus.PUT_OK
+        copy_all(master, slave, 1 << 20)
+        assert slave.max_phy_offset == master.max_phy_offset
+        for a, b in zip(segment_files(tmp_path / "m"), segment_files(tmp_path / "s"), strict=True):
+            assert a.read_bytes() == b.read_bytes()
     finally:
         master.shutdown()
         slave.shutdown()
