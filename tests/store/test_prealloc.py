@@ -225,17 +225,21 @@ def _blank_written(store_dir: Path) -> bool:
 
 
 class ZerosGatedOffSegment(FileIO):
-    """Zero-fills of any file but `free_fd` wait at a gate once `armed`."""
+    """The first zero-fill of a file other than the first one zeroed (a fresh log's first
+    segment: the filler starts behind the writer's first write) waits at a gate. Decided by
+    the filler's own calls, not by when the test looks: the filler may be into the second
+    segment before the test's next line runs, or not yet."""
 
     def __init__(self) -> None:
         self.free_fd = -1
-        self.armed = False
         self.waiting = threading.Event()
         self.gate = threading.Event()
         self.passed = threading.Event()  # the gated zero-fill is over
 
     def zero_fill(self, fd: int, pos: int, length: int) -> None:
-        gated = self.armed and fd != self.free_fd and not self.waiting.is_set()
+        if self.free_fd < 0:
+            self.free_fd = fd
+        gated = fd != self.free_fd and not self.waiting.is_set()
         if gated:
             self.waiting.set()
             assert self.gate.wait(30), "the test never opened the gate"
@@ -257,10 +261,9 @@ def test_a_cut_waits_for_the_range_being_zeroed(tmp_path: Path) -> None:
         assert s.put_messages([msg(body=b"kept")]).ok
         cut_at = s.max_phy_offset
         assert s.put_messages([msg(body=b"cut")]).ok
-        io.free_fd = segment_fds(s)[0]
-        io.armed = True
-        s.put_messages([msg(body=b"x" * 200)])  # wakes the filler towards segment 1
+        # Filling `ahead` past the writer takes the filler into segment 1, where it waits.
         assert io.waiting.wait(10), "the filler never reached the next segment"
+        assert io.free_fd == segment_fds(s)[0]
         cut = threading.Thread(target=s.replica.truncate_log, args=(cut_at,))
         cut.start()
         cut.join(0.5)  # a cut that does not wait is over by now
