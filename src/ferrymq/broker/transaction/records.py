@@ -14,8 +14,9 @@ and TransactionalMessageUtil):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ...common import props as P
 from ...common.errors import FerryMQError
@@ -32,6 +33,8 @@ from ...common.record import (
 )
 from ...common.record.layout import SYSFLAG_COMPRESSED
 from ...store import StoreMessage
+
+T = TypeVar("T")
 
 # MessageSysFlag's transaction type bits.
 TRANSACTION_TYPE_MASK = 0xC
@@ -162,37 +165,35 @@ def is_batch_half(props: Properties) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
+def _decoded(sys_flag: int, decode: Callable[[], tuple[T, int]]) -> T:
+    """What `decode` (check_batch or batch_to_messages over a batch half message's body)
+    finds, under the refusals both are held to: BatchHalfError for a compressed body, a body
+    that is not a batch, or an empty one. One place, so the send and the commit refuse alike."""
+    if sys_flag & SYSFLAG_COMPRESSED:
+        raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
+    try:
+        found, _marks = decode()
+    except (MessageDecodeError, RecordEncodeError) as exc:
+        raise BatchHalfError(f"the body is not a message batch: {exc}") from exc
+    if not found:
+        raise BatchHalfError("the batch is empty")
+    return found
+
+
 def check_batch_half(body: bytes, sys_flag: int) -> None:
     """BatchHalfError when batch_members would refuse this half message's body: checked when
     the half is sent, so a commit never finds a body it cannot store (without building the
     members, which the commit builds)."""
-    if sys_flag & SYSFLAG_COMPRESSED:
-        raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
-    try:
-        count, _marks = check_batch(body)
-    except (MessageDecodeError, RecordEncodeError) as exc:
-        raise BatchHalfError(f"the body is not a message batch: {exc}") from exc
-    if not count:
-        raise BatchHalfError("the batch is empty")
+    _decoded(sys_flag, lambda: check_batch(body))
 
 
 def batch_members(body: bytes, sys_flag: int, topic: str, queue_id: int, born_timestamp: int,
                   born_host: str, cluster: str) -> list[StoreMessage]:
     """The messages a batch half message carries, as SEND_BATCH_MESSAGE would store them;
-    BatchHalfError when there are none or the body is not a batch (check_batch_half's
-    refusals)."""
-    if sys_flag & SYSFLAG_COMPRESSED:
-        raise BatchHalfError("a batch half message cannot be compressed (its members are stored as sent)")
-    try:
-        members: list[StoreMessage]
-        members, _marks = batch_to_messages(
-            body, StoreMessage, topic, queue_id, reset_transaction_type(sys_flag, TRANSACTION_COMMIT_TYPE),
-            born_timestamp, born_host, 0, P.PROPERTY_CLUSTER, cluster)
-    except (MessageDecodeError, RecordEncodeError) as exc:
-        raise BatchHalfError(f"the body is not a message batch: {exc}") from exc
-    if not members:
-        raise BatchHalfError("the batch is empty")
-    return members
+    BatchHalfError when there are none or the body is not a batch."""
+    return _decoded(sys_flag, lambda: batch_to_messages(
+        body, StoreMessage, topic, queue_id, reset_transaction_type(sys_flag, TRANSACTION_COMMIT_TYPE),
+        born_timestamp, born_host, 0, P.PROPERTY_CLUSTER, cluster))
 
 
 class BatchHalfError(FerryMQError, ValueError):
