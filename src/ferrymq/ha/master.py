@@ -69,6 +69,10 @@ class SlaveLink:
     join_end: int = -1  # waited for since this end; in sync once acked past it
     in_sync: bool = False
     writer: asyncio.StreamWriter | None = None
+    shipped: int = 0  # where the next span starts
+    # The shipper waits for the socket to drain: appends leave the next span to it, so what
+    # waits in the transport stays bounded.
+    draining: bool = False
 
 
 class HaMaster:
@@ -182,8 +186,34 @@ class HaMaster:
         self._wake_all()
 
     def _wake_all(self) -> None:
-        for link in self.links.values():
-            link.grew.set()
+        # The new records leave from here, in the append's own loop turn: handing them to
+        # each link's shipper cost a wake-up of its task on the way of every SYNC_MASTER send.
+        # The shipper is woken only for what this does not finish (a span cut by its size
+        # limit, bytes the socket did not take).
+        for link in list(self.links.values()):
+            writer = link.writer
+            if link.draining or writer is None or writer.is_closing():
+                link.grew.set()
+                continue
+            try:
+                self._push(link, writer)
+            except ReplicaError as exc:
+                log.error("cannot ship the log to slave %d: %s", link.slave_id, exc)
+                writer.close()
+                link.grew.set()
+                continue
+            if link.shipped < self.store.max_phy_offset or writer.transport.get_write_buffer_size():
+                link.grew.set()
+
+    def _push(self, link: SlaveLink, writer: asyncio.StreamWriter) -> bool:
+        """Write the next span the slave lacks, if any; True when one was written."""
+        span = self.store.replica.read_span(link.shipped, SPAN_BYTES)
+        if span is None:
+            return False
+        # One writev: two writes were two sends, and the slave woke for the head alone.
+        writer.writelines((encode_data_head(span.pos, span.next_pos, len(span.data)), span.data))
+        link.shipped = span.next_pos
+        return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, port = writer.get_extra_info("peername")[:2]
@@ -239,7 +269,7 @@ class HaMaster:
         if old is not None and old.writer is not None:
             old.writer.close()  # a reconnect replaces the stale link
         link = SlaveLink(hello.broker_id, hello.addr, peer, ack=start, writer=writer,
-                         target=my_end, caught_up_ms=self._clock())
+                         target=my_end, caught_up_ms=self._clock(), shipped=start)
         self.links[hello.broker_id] = link
         writer.write(encode_welcome(Welcome(cut, mine, self._master_addr(), start)))
         log.info("slave %d (%s) connected from %s at %d (its end %d)", hello.broker_id, hello.addr,
@@ -247,25 +277,25 @@ class HaMaster:
         return link
 
     async def _ship(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
-        pos = link.ack
+        """Catches a slave up, drains the socket, beats; appends ship on their own while the
+        socket keeps up (_wake_all)."""
         interval = self.config.heartbeat_interval_ms / 1000
         loop = asyncio.get_running_loop()
         next_beat = loop.time() + interval
         try:
             while self.links.get(link.slave_id) is link:
                 link.grew.clear()
-                span = self.store.replica.read_span(pos, SPAN_BYTES)
-                if span is not None:
-                    # One writev: two writes were two sends, and the slave woke for the head alone.
-                    writer.writelines((encode_data_head(span.pos, span.next_pos, len(span.data)),
-                                       span.data))
+                pushed = self._push(link, writer)
+                link.draining = True
+                try:
                     await writer.drain()
-                    pos = span.next_pos
-                if loop.time() >= next_beat:
-                    writer.write(encode_beat(Beat(self.store.max_phy_offset, self.lag_ms(link))))
-                    await writer.drain()
-                    next_beat = loop.time() + interval
-                if span is None:
+                    if loop.time() >= next_beat:
+                        writer.write(encode_beat(Beat(self.store.max_phy_offset, self.lag_ms(link))))
+                        await writer.drain()
+                        next_beat = loop.time() + interval
+                finally:
+                    link.draining = False
+                if not pushed:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(link.grew.wait(), max(0.0, next_beat - loop.time()))
         except (ConnectionError, OSError):

@@ -130,11 +130,20 @@ class HaSlave:
                                             store.max_phy_offset, store.replica.epochs.entries())))
             frames = FrameReader()
             welcomed = False
+            reported = -1
+
+            def report(end: int) -> None:
+                nonlocal reported
+                writer.write(encode_report(end))
+                reported = end
+
             while True:
                 data = await asyncio.wait_for(reader.read(1 << 20), cfg.read_timeout_s)
                 if not data:
                     raise ConnectionError("the master closed the connection")
-                for frame in frames.feed(data):
+                got = frames.feed(data)
+                last_data = max((i for i, f in enumerate(got) if isinstance(f, Data)), default=-1)
+                for i, frame in enumerate(got):
                     if isinstance(frame, Welcome):
                         if welcomed:
                             raise HaProtocolError("a second WELCOME")
@@ -145,7 +154,10 @@ class HaSlave:
                     elif isinstance(frame, Data):
                         if self._stopped:
                             raise ConnectionError("replication stopped")
-                        store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
+                        # The last span of a read is reported as soon as it is in the log,
+                        # before its records are dispatched: a SYNC_MASTER's sends wait on it.
+                        store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos),
+                                                        report if i == last_data else None)
                     elif isinstance(frame, Meta):
                         if self._on_metadata is not None:
                             self._on_metadata()
@@ -156,7 +168,10 @@ class HaSlave:
                     else:
                         raise HaProtocolError(f"a master sent {type(frame).__name__}")
                 if welcomed:
-                    writer.write(encode_report(store.max_phy_offset))
+                    if reported != store.max_phy_offset or last_data < 0:
+                        # A beat or a meta frame is answered too: the master counts a slave
+                        # that keeps reporting as alive.
+                        report(store.max_phy_offset)
                     await writer.drain()
         finally:
             writer.close()
