@@ -19,6 +19,7 @@ MAX_FRAME = 64 << 20
 _HEAD = struct.Struct(">IB")
 _U64 = struct.Struct(">Q")
 _U64x2 = struct.Struct(">QQ")
+Buffer = bytes | bytearray | memoryview
 
 
 class FrameType(enum.IntEnum):
@@ -124,9 +125,9 @@ def _epochs(raw: Any) -> list[tuple[int, int]]:
     return out
 
 
-def _load(payload: bytes) -> dict[str, Any]:
+def _load(payload: Buffer) -> dict[str, Any]:
     try:
-        obj = json.loads(payload)
+        obj = json.loads(bytes(payload))
     except ValueError as exc:
         raise HaProtocolError(f"payload is not JSON ({exc})") from None
     if not isinstance(obj, dict):
@@ -148,7 +149,7 @@ def _str(obj: dict[str, Any], key: str) -> str:
     return v
 
 
-def decode_payload(kind: int, payload: bytes) -> Frame:
+def decode_payload(kind: int, payload: Buffer) -> Frame:
     if kind == FrameType.REPORT or kind == FrameType.BEAT:
         want = 8 if kind == FrameType.REPORT else 16
         if len(payload) != want:
@@ -167,7 +168,7 @@ def decode_payload(kind: int, payload: bytes) -> Frame:
         pos, nxt = _U64x2.unpack_from(payload)
         if nxt < pos + len(payload) - 16:
             raise HaProtocolError("DATA next position inside its records")
-        return Data(pos, nxt, payload[16:])
+        return Data(pos, nxt, bytes(payload[16:]))  # the one copy of the records
     if kind == FrameType.HELLO:
         o = _load(payload)
         return Hello(_str(o, "brokerName"), _int(o, "brokerId"), _str(o, "addr"),
@@ -180,7 +181,9 @@ def decode_payload(kind: int, payload: bytes) -> Frame:
 
 
 class FrameReader:
-    """Feed bytes, take whole frames."""
+    """Feed bytes, take whole frames. A slave reads up to a megabyte of DATA at a time: the
+    frames of a read are decoded from views of it, so its records are copied once (into
+    their Data), and only a frame cut by the read's end waits in a buffer."""
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()
@@ -188,20 +191,31 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[Frame]:
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            src = data
         out: list[Frame] = []
         o = 0
-        while len(buf) - o >= _HEAD.size:
-            length, kind = _HEAD.unpack_from(buf, o)
-            if length < 1 or length > self._max:
-                raise HaProtocolError(f"frame length {length} (limit {self._max})")
-            if kind not in FrameType.__members__.values():
-                raise HaProtocolError(f"unknown frame type {kind}")
-            end = o + 4 + length
-            if len(buf) < end:
-                break
-            out.append(decode_payload(kind, bytes(buf[o + 5 : end])))
-            o = end
-        if o:
+        n = len(src)
+        with memoryview(src) as view:
+            while n - o >= _HEAD.size:
+                length, kind = _HEAD.unpack_from(src, o)
+                if length < 1 or length > self._max:
+                    raise HaProtocolError(f"frame length {length} (limit {self._max})")
+                if kind not in _KINDS:
+                    raise HaProtocolError(f"unknown frame type {kind}")
+                end = o + 4 + length
+                if n < end:
+                    break
+                out.append(decode_payload(kind, view[o + 5 : end]))
+                o = end
+        if src is buf:
             del buf[:o]
+        elif o < n:
+            buf += data[o:]
         return out
+
+
+_KINDS = frozenset(FrameType)
