@@ -288,8 +288,9 @@ async def test_a_stopped_replication_loop_never_connects_again_when_its_cancel_i
 
     shim = types.ModuleType("asyncio")
     shim.__dict__.update(asyncio.__dict__)
-    shim.__dict__.update(open_connection=never_connects, wait_for=losing_the_cancel)
+    shim.__dict__.update(wait_for=losing_the_cancel)
     monkeypatch.setattr(slave_module, "asyncio", shim)
+    monkeypatch.setattr(slave_module, "_open", never_connects)
     ha = slave_module.HaSlave(store, slave_module.HaSlaveConfig("b", 2, "127.0.0.1:0",
                                                                 retry_interval_ms=10), master_ha)
     async def attempted() -> bool:

@@ -1,6 +1,7 @@
 """The slave's end of replication: connect to the master's HA port, say where this log ends
 and which epochs wrote it, cut what the master says it never had, then write what it ships
-and report after every write."""
+and report it. The stream is a protocol with no awaits (_Stream), applied in the callback of
+the read that brought it; a task only drives the connection, the cut, and the read timeout."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..remoting.tls import TlsClientSettings, client_context, describe_client_tls_error
 from ..store import MessageStore
@@ -18,6 +20,7 @@ from ..store.replica import ReplicaError, Span
 from .protocol import (
     Beat,
     Data,
+    Frame,
     FrameReader,
     HaProtocolError,
     Hello,
@@ -64,7 +67,7 @@ class HaSlave:
         # connected to its old master back up as a slave and cut acknowledged records.
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
         self._ssl: ssl.SSLContext | None = client_context(config.tls) if config.tls.enabled else None
 
     @property
@@ -78,8 +81,8 @@ class HaSlave:
     async def stop(self) -> None:
         self._stopped = True
         task, self._task = self._task, None
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -88,8 +91,8 @@ class HaSlave:
 
     def drop_connection(self) -> None:
         """Close the current link (it reconnects): used when the master changes."""
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def _run(self) -> None:
         retry = self.config.retry_interval_ms / 1000
@@ -105,76 +108,46 @@ class HaSlave:
                 finally:
                     self.connected = False
                     self.connected_event.clear()
-                    self._writer = None
+                    self._transport = None
             await asyncio.sleep(retry)
 
     async def _session(self, addr: str) -> None:
         host, _, port = addr.rpartition(":")
         cfg = self.config
         tls = self._ssl is not None
+        loop = asyncio.get_running_loop()
+        stream = _Stream(self, loop)
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                host, int(port), ssl=self._ssl, server_hostname=host if tls else None,
-                ssl_handshake_timeout=cfg.connect_timeout_s if tls else None), cfg.connect_timeout_s)
+            transport = await asyncio.wait_for(_open(loop, stream, host, int(port), self._ssl,
+                                                     cfg.connect_timeout_s), cfg.connect_timeout_s)
         except (ssl.SSLError, ConnectionResetError) as exc:
             if not tls:
                 raise
             raise ConnectionError(describe_client_tls_error(exc)) from None
         if self._stopped:
-            writer.close()
+            transport.close()
             raise ConnectionError("replication stopped")
-        self._writer = writer
+        self._transport = transport
         store = self.store
         try:
-            writer.write(encode_hello(Hello(cfg.broker_name, cfg.broker_id, cfg.addr,
-                                            store.max_phy_offset, store.replica.epochs.entries())))
-            frames = FrameReader()
-            welcomed = False
-            reported = -1
-
-            def report(end: int) -> None:
-                nonlocal reported
-                writer.write(encode_report(end))
-                reported = end
-
+            transport.write(encode_hello(Hello(cfg.broker_name, cfg.broker_id, cfg.addr,
+                                               store.max_phy_offset, store.replica.epochs.entries())))
+            welcome = await asyncio.wait_for(asyncio.shield(stream.welcome), cfg.read_timeout_s)
+            await self._welcome(welcome, addr)
+            stream.streaming()
+            # The stream is applied by the protocol as it arrives; this task only watches for
+            # its end and for a master gone silent.
             while True:
-                data = await asyncio.wait_for(reader.read(1 << 20), cfg.read_timeout_s)
-                if not data:
+                silent = loop.time() - stream.last_read
+                if silent >= cfg.read_timeout_s:
+                    raise TimeoutError(f"nothing from the master for {cfg.read_timeout_s} s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(stream.ended), cfg.read_timeout_s - silent)
+                if stream.ended.done():
+                    stream.ended.result()  # its error, if it ended on one
                     raise ConnectionError("the master closed the connection")
-                got = frames.feed(data)
-                last_data = max((i for i, f in enumerate(got) if isinstance(f, Data)), default=-1)
-                for i, frame in enumerate(got):
-                    if isinstance(frame, Welcome):
-                        if welcomed:
-                            raise HaProtocolError("a second WELCOME")
-                        await self._welcome(frame, addr)
-                        welcomed = True
-                    elif not welcomed:
-                        raise HaProtocolError("the first frame must be WELCOME")
-                    elif isinstance(frame, Data):
-                        if self._stopped:
-                            raise ConnectionError("replication stopped")
-                        # The last span of a read is reported as soon as it is in the log,
-                        # before its records are dispatched: a SYNC_MASTER's sends wait on it.
-                        store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos),
-                                                        report if i == last_data else None)
-                    elif isinstance(frame, Meta):
-                        if self._on_metadata is not None:
-                            self._on_metadata()
-                    elif isinstance(frame, Beat):
-                        self.master_end = frame.master_end
-                        self.lag_ms = frame.lag_ms
-                        self.last_beat_ms = int(time.time() * 1000)
-                    else:
-                        raise HaProtocolError(f"a master sent {type(frame).__name__}")
-                if welcomed:
-                    if reported != store.max_phy_offset or last_data < 0:
-                        # A beat or a meta frame is answered too: the master counts a slave
-                        # that keeps reporting as alive.
-                        report(store.max_phy_offset)
-                    await writer.drain()
         finally:
-            writer.close()
+            transport.close()
 
     async def _welcome(self, w: Welcome, addr: str) -> None:
         if self._stopped:  # never cut this log for a loop that should have ended
@@ -202,3 +175,123 @@ class HaSlave:
         if self._on_metadata is not None:  # a (re)connected slave copies the metadata at once
             self._on_metadata()
         log.info("replicating from %s (%s) at %d", w.master_addr, addr, w.start_at)
+
+
+async def _open(loop: asyncio.AbstractEventLoop, stream: _Stream, host: str, port: int,
+                context: ssl.SSLContext | None, timeout: float) -> asyncio.Transport:
+    transport, _ = await loop.create_connection(
+        lambda: stream, host, port, ssl=context, server_hostname=host if context else None,
+        ssl_handshake_timeout=timeout if context else None)
+    return transport
+
+
+class _Stream(asyncio.Protocol):
+    """One connection to the master, applied as it arrives (no task wakes up per read): the
+    WELCOME is handed to the session, which makes this log a prefix of the master's; the
+    stream after it is written to the store in the read's own callback, and reported there."""
+
+    # Reports the master does not read pile up in the socket's buffer; past this the link
+    # is dropped (a master that ships but never reads is broken).
+    MAX_UNSENT = 1 << 20
+
+    def __init__(self, slave: HaSlave, loop: asyncio.AbstractEventLoop) -> None:
+        self._slave = slave
+        self._frames = FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self.welcome: asyncio.Future[Welcome] = loop.create_future()
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.last_read = loop.time()
+        self._loop = loop
+        self._held: list[Frame] = []  # what came with the WELCOME, applied after it
+        self._streaming = False
+        self._reported = -1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's TLS one is not an asyncio.Transport subclass).
+        self._transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error = ConnectionError(f"the connection to the master was lost: {exc}") if exc else None
+        self._end(error or ConnectionError("the master closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = self._loop.time()
+        try:
+            frames = self._frames.feed(data)
+            if not self._streaming:
+                self._before_welcome(frames)
+            else:
+                self._apply(frames)
+        except (HaProtocolError, ReplicaError, OSError) as exc:
+            self._end(exc)
+
+    def streaming(self) -> None:
+        """The session has applied the WELCOME: the stream flows from here."""
+        self._streaming = True
+        held, self._held = self._held, []
+        try:
+            self._apply(held)
+        except (HaProtocolError, ReplicaError, OSError) as exc:
+            self._end(exc)
+            return
+        assert self._transport is not None
+        self._transport.resume_reading()
+
+    def _before_welcome(self, frames: list[Frame]) -> None:
+        if self.welcome.done():
+            self._held += frames
+            return
+        if not frames:
+            return
+        first = frames[0]
+        if not isinstance(first, Welcome):
+            raise HaProtocolError("the first frame must be WELCOME")
+        self.welcome.set_result(first)
+        self._held = frames[1:]
+        assert self._transport is not None
+        self._transport.pause_reading()  # until the log is cut to where the stream starts
+
+    def _apply(self, frames: list[Frame]) -> None:
+        slave, store = self._slave, self._slave.store
+        assert self._transport is not None
+        if self._transport.get_write_buffer_size() > self.MAX_UNSENT:
+            raise ConnectionError("the master does not read this slave's reports")
+        last_data = max((i for i, f in enumerate(frames) if isinstance(f, Data)), default=-1)
+        for i, frame in enumerate(frames):
+            if isinstance(frame, Data):
+                if slave._stopped:
+                    raise ConnectionError("replication stopped")
+                # The last span of a read is reported as soon as it is in the log, before its
+                # records are dispatched: a SYNC_MASTER's sends wait on it.
+                store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos),
+                                                self._report if i == last_data else None)
+            elif isinstance(frame, Meta):
+                if slave._on_metadata is not None:
+                    slave._on_metadata()
+            elif isinstance(frame, Beat):
+                slave.master_end = frame.master_end
+                slave.lag_ms = frame.lag_ms
+                slave.last_beat_ms = int(time.time() * 1000)
+            elif isinstance(frame, Welcome):
+                raise HaProtocolError("a second WELCOME")
+            else:
+                raise HaProtocolError(f"a master sent {type(frame).__name__}")
+        if frames and (self._reported != store.max_phy_offset or last_data < 0):
+            # A beat or a meta frame is answered too: the master counts a slave that keeps
+            # reporting as alive.
+            self._report(store.max_phy_offset)
+
+    def _report(self, end: int) -> None:
+        assert self._transport is not None
+        self._transport.write(encode_report(end))
+        self._reported = end
+
+    def _end(self, error: BaseException) -> None:
+        if not self.welcome.done():
+            self.welcome.set_exception(error)
+            self.welcome.exception()  # retrieved: the session may be gone
+        if not self.ended.done():
+            self.ended.set_exception(error)
+            self.ended.exception()
+        if self._transport is not None:
+            self._transport.close()
