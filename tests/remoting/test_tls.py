@@ -9,6 +9,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,19 +271,24 @@ def test_client_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(ssl.PROTOCOL_TLS_CLIENT, int)
 
 
-async def test_stream_server_permissive_serves_tls_and_plain(certs: TlsFiles) -> None:
-    """The replication port's server: the same first-byte choice under a stream callback."""
+async def test_protocol_server_permissive_serves_tls_and_plain(certs: TlsFiles) -> None:
+    """The replication port's server: the same first-byte choice for a protocol's connections."""
     from ferrymq.remoting.tls import client_context
-    from ferrymq.remoting.tls_streams import start_stream_server
+    from ferrymq.remoting.tls_streams import start_protocol_server
 
-    async def echo_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        line = await reader.readline()
-        secure = writer.get_extra_info("ssl_object") is not None
-        writer.write(b"tls:" + line if secure else b"plain:" + line)
-        await writer.drain()
-        writer.close()
+    class EchoLine(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: Any = transport
+            self.got = b""
 
-    server = await start_stream_server(echo_line, "127.0.0.1", 0, server_tls(certs, TlsMode.PERMISSIVE))
+        def data_received(self, data: bytes) -> None:
+            self.got += data
+            if self.got.endswith(b"\n"):
+                secure = self.transport.get_extra_info("ssl_object") is not None
+                self.transport.write(b"tls:" + self.got if secure else b"plain:" + self.got)
+                self.transport.close()
+
+    server = await start_protocol_server(EchoLine, "127.0.0.1", 0, server_tls(certs, TlsMode.PERMISSIVE))
     host, port = server.sockets[0].getsockname()[:2]
     try:
         ctx = client_context(TlsClientSettings(enabled=True, trust_cert_path=str(certs.ca)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -14,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..remoting.tls import TlsServerSettings
-from ..remoting.tls_streams import TlsStreamServer, start_stream_server
+from ..remoting.tls_streams import TlsStreamServer, start_protocol_server
 from ..store import MessageStore
 from ..store.epochs import agreed_end
 from ..store.replica import ReplicaError
+from .connection import SlaveConnection
 from .protocol import (
     Beat,
     Data,
-    FrameReader,
     HaProtocolError,
     Hello,
     Welcome,
@@ -68,7 +69,7 @@ class SlaveLink:
     caught_up_ms: int = 0
     join_end: int = -1  # waited for since this end; in sync once acked past it
     in_sync: bool = False
-    writer: asyncio.StreamWriter | None = None
+    writer: SlaveConnection | None = None
     shipped: int = 0  # where the next span starts
     # The shipper waits for the socket to drain: appends leave the next span to it, so what
     # waits in the transport stays bounded.
@@ -108,7 +109,9 @@ class HaMaster:
         self._thread = threading.get_ident()
         self.waiters = ReplicationWaiters(loop, self._acked)
         self.store.add_append_listener(self._on_append)
-        self._server = await start_stream_server(self._serve, self.config.host, self.config.port, self.config.tls)
+        self._server = await start_protocol_server(
+            lambda: SlaveConnection(self._admit, self._ended, self.config.hello_timeout_s),
+            self.config.host, self.config.port, self.config.tls)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.address = f"{host}:{port}"
         self._spawn(self._housekeep())
@@ -202,10 +205,10 @@ class HaMaster:
                 writer.close()
                 link.grew.set()
                 continue
-            if link.shipped < self.store.max_phy_offset or writer.transport.get_write_buffer_size():
+            if link.shipped < self.store.max_phy_offset or writer.buffered():
                 link.grew.set()
 
-    def _push(self, link: SlaveLink, writer: asyncio.StreamWriter) -> bool:
+    def _push(self, link: SlaveLink, writer: SlaveConnection) -> bool:
         """Write the next span the slave lacks, if any; True when one was written."""
         span = self.store.replica.read_span(link.shipped, SPAN_BYTES)
         if span is None:
@@ -215,47 +218,20 @@ class HaMaster:
         link.shipped = span.next_pos
         return True
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        host, port = writer.get_extra_info("peername")[:2]
-        peer = f"{host}:{port}"
-        frames = FrameReader()
-        link: SlaveLink | None = None
-        try:
-            hello = await asyncio.wait_for(self._read_hello(reader, frames), self.config.hello_timeout_s)
-            link = self._admit(hello, peer, writer)
-            self._spawn(self._ship(link, writer))
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    break
-                for frame in frames.feed(data):
-                    if not isinstance(frame, int):
-                        raise HaProtocolError(f"a slave sent {type(frame).__name__}")
-                    self._report(link, frame)
-        except (HaProtocolError, TimeoutError) as exc:
+    def _ended(self, conn: SlaveConnection, why: BaseException | None) -> None:
+        if isinstance(why, (HaProtocolError, TimeoutError)):
             self.rejected += 1
-            log.warning("replication connection from %s closed: %s", peer, exc)
-        except (ConnectionError, OSError, ReplicaError) as exc:
-            log.info("replication connection from %s ended: %s", peer, exc)
-        finally:
-            writer.close()
-            if link is not None and self.links.get(link.slave_id) is link:
-                del self.links[link.slave_id]
-                link.grew.set()
-                self._lost(link)
+            log.warning("replication connection from %s closed: %s", conn.peer, why)
+        elif why is not None:
+            log.info("replication connection from %s ended: %s", conn.peer, why)
+        link = next((lk for lk in self.links.values() if lk.writer is conn), None)
+        if link is not None:
+            del self.links[link.slave_id]
+            link.grew.set()
+            self._lost(link)
 
-    async def _read_hello(self, reader: asyncio.StreamReader, frames: FrameReader) -> Hello:
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("closed before HELLO")
-            got = frames.feed(data)
-            if got:
-                if not isinstance(got[0], Hello) or len(got) > 1:
-                    raise HaProtocolError("the first frame must be HELLO, alone")
-                return got[0]
-
-    def _admit(self, hello: Hello, peer: str, writer: asyncio.StreamWriter) -> SlaveLink:
+    def _admit(self, hello: Hello, writer: SlaveConnection) -> Callable[[int], None]:
+        """A slave said HELLO: its link, the WELCOME, its shipper; what takes its reports."""
         store = self.store
         mine, my_end = store.replica.epochs.entries(), store.max_phy_offset
         if hello.epochs and mine:
@@ -268,15 +244,16 @@ class HaMaster:
         old = self.links.pop(hello.broker_id, None)
         if old is not None and old.writer is not None:
             old.writer.close()  # a reconnect replaces the stale link
-        link = SlaveLink(hello.broker_id, hello.addr, peer, ack=start, writer=writer,
+        link = SlaveLink(hello.broker_id, hello.addr, writer.peer, ack=start, writer=writer,
                          target=my_end, caught_up_ms=self._clock(), shipped=start)
         self.links[hello.broker_id] = link
         writer.write(encode_welcome(Welcome(cut, mine, self._master_addr(), start)))
         log.info("slave %d (%s) connected from %s at %d (its end %d)", hello.broker_id, hello.addr,
-                 peer, start, hello.max_offset)
-        return link
+                 writer.peer, start, hello.max_offset)
+        self._spawn(self._ship(link, writer))
+        return functools.partial(self._report, link)
 
-    async def _ship(self, link: SlaveLink, writer: asyncio.StreamWriter) -> None:
+    async def _ship(self, link: SlaveLink, writer: SlaveConnection) -> None:
         """Catches a slave up, drains the socket, beats; appends ship on their own while the
         socket keeps up (_wake_all)."""
         interval = self.config.heartbeat_interval_ms / 1000

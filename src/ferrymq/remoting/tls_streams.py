@@ -1,4 +1,4 @@
-"""A stream server (asyncio.start_server's callback interface) whose port follows the TLS
+"""A server of protocols (asyncio's create_server interface) whose port follows the TLS
 settings of the remoting ports, permissive mode included: used by the replication port."""
 
 from __future__ import annotations
@@ -7,30 +7,26 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from .tls import TlsServerSettings
 from .tls_accept import TlsAcceptor
 
 log = logging.getLogger("ferrymq.remoting")
 
-StreamCallback = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+ProtocolFactory = Callable[[], asyncio.Protocol]
 
 
 class TlsStreamServer:
     """What callers use of asyncio.Server: `sockets`, `close()`, `wait_closed()`."""
 
-    def __init__(self, sock: socket.socket, acceptor: TlsAcceptor, callback: StreamCallback) -> None:
+    def __init__(self, sock: socket.socket, acceptor: TlsAcceptor, factory: ProtocolFactory) -> None:
         self.sockets = [sock]
         self._sock = sock
         self._acceptor = acceptor
-        self._callback = callback
+        self._factory = factory
         self._adopting: set[asyncio.Task[None]] = set()
         self._task = asyncio.get_running_loop().create_task(self._accept_loop(), name="ferrymq-tls-accept")
-
-    def _protocol(self) -> asyncio.Protocol:
-        loop = asyncio.get_running_loop()
-        return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._callback, loop=loop)
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -50,7 +46,7 @@ class TlsStreamServer:
 
     async def _adopt(self, loop: asyncio.AbstractEventLoop, client: socket.socket) -> None:
         try:
-            await self._acceptor.adopt(loop, client, self._protocol)
+            await self._acceptor.adopt(loop, client, self._factory)
         except OSError as exc:
             client.close()
             log.warning("could not set up an accepted connection: %s", exc)
@@ -67,11 +63,11 @@ class TlsStreamServer:
             await asyncio.gather(*self._adopting, return_exceptions=True)
 
 
-async def start_stream_server(callback: StreamCallback, host: str, port: int,
-                              tls: TlsServerSettings) -> asyncio.Server | TlsStreamServer:
+async def start_protocol_server(factory: ProtocolFactory, host: str, port: int,
+                                tls: TlsServerSettings) -> asyncio.Server | TlsStreamServer:
     if not tls.enabled:
-        return await asyncio.start_server(callback, host, port)
+        return await asyncio.get_running_loop().create_server(factory, host, port)
     acceptor = TlsAcceptor(tls)  # certificates loaded before the port opens
     sock = socket.create_server((host, port), reuse_port=False, backlog=128)
     sock.setblocking(False)
-    return TlsStreamServer(sock, acceptor, callback)
+    return TlsStreamServer(sock, acceptor, factory)
