@@ -48,7 +48,7 @@ async def master() -> AsyncIterator[Master]:
 
 
 async def test_hello_admits_and_reports_are_handed_on_in_order(master: Master) -> None:
-    reader, writer = await asyncio.open_connection(*master.addr)
+    _, writer = await asyncio.open_connection(*master.addr)
     writer.write(HELLO)
     await eventually(lambda: master.admitted, what="the HELLO")
     writer.write(encode_report(5) + encode_report(9))
