@@ -99,9 +99,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Any] | None:
-    """Transport tests run on both loops (the servers use uvloop, tools may not); the rest on
-    the default loop."""
-    if "remoting" not in item.path.parts:
+    """Transport tests (remoting, and the replication stream's test_ha_* files) run on both
+    loops (the servers use uvloop, tools may not); the rest on the default loop."""
+    if "remoting" not in item.path.parts and not item.path.name.startswith("test_ha_"):
         return {"asyncio": asyncio.new_event_loop}
     import uvloop
 

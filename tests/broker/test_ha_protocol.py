@@ -106,3 +106,15 @@ def test_a_frame_longer_than_the_readers_limit_is_refused_before_it_arrives() ->
     reader = FrameReader(max_frame=1000)
     with pytest.raises(HaProtocolError, match="limit 1000"):
         reader.feed(struct.pack(">IB", 1001, 17))
+
+
+def test_a_reader_that_refused_a_frame_takes_new_bytes_without_a_buffer_error() -> None:
+    # A frame cut by its read waits in the buffer; the bad frame decoded from it must not
+    # leave a view of the buffer behind (kept alive by the error's traceback).
+    reader = FrameReader()
+    bad = struct.pack(">IB", 9, 17) + bytes(8)
+    assert reader.feed(bad[:3]) == []
+    with pytest.raises(HaProtocolError) as refused:
+        reader.feed(bad[3:])
+    assert refused.value.__traceback__ is not None  # the error, traceback and all, is kept
+    assert reader.feed(encode_report(7)) == [7]

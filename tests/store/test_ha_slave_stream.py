@@ -5,13 +5,15 @@ reported once it is in the log, and a master gone silent is left for a new conne
 from __future__ import annotations
 
 import asyncio
+import errno
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from store_util import msg, open_store
 
-from ferrymq.ha.protocol import FrameReader, Hello, Welcome, encode_data_head, encode_welcome
+from ferrymq.ha.protocol import Beat, FrameReader, Hello, Welcome, encode_beat, encode_data_head, encode_welcome
 from ferrymq.ha.slave import HaSlave, HaSlaveConfig
 from ferrymq.store import MessageStore
 from waits import eventually
@@ -127,6 +129,125 @@ async def test_a_master_gone_silent_is_left_for_a_new_connection(
     try:
         await eventually(lambda: slave.connected, what="the slave welcomed")
         await eventually(lambda: master.connections >= 2, what="a new connection after the silence")
+    finally:
+        await slave.stop()
+        assert master.server is not None
+        master.server.close()
+
+
+async def test_a_span_the_slave_could_not_dispatch_is_never_reported(
+        stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report is what a SYNC_MASTER acknowledges sends on: a span whose queue write fails
+    (a full disk) leaves the slave's log end where it was, and no report may claim it."""
+    source, target = stores
+    for i in range(3):
+        source.put_messages([msg("T", 0, f"m{i}".encode())])
+    span, end = _data_frames(source, 0)
+
+    def full(*_a: object, **_k: object) -> object:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(target, "write_pending", full)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: Hello) -> None:
+        writer.write(encode_welcome(Welcome(0, [], "127.0.0.1:1", 0)))
+        await writer.drain()
+        await eventually(lambda: master.reports, what="the first report")
+        writer.write(span)
+        await writer.drain()
+
+    master = ScriptedMaster(script)
+    addr = await master.start()
+    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=60_000), lambda: addr)
+    slave.start()
+    try:
+        await eventually(lambda: not slave.connected and master.connections == 1,
+                         what="the link to end on the failed write")
+        assert target.max_phy_offset == 0
+        assert master.reports and max(master.reports) == 0 < end
+    finally:
+        await slave.stop()
+        assert master.server is not None
+        master.server.close()
+
+
+async def test_the_masters_silence_counts_from_the_end_of_a_long_cut(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    """Reading waits while a WELCOME's cut runs; a cut longer than the read timeout is not the
+    master's silence (the beats sent meanwhile are still unread)."""
+    _, target = stores
+    target.put_messages([msg("T", 0, b"never on the master")])
+    cut = target.replica.truncate_log
+
+    def slow_cut(pos: int) -> int:
+        time.sleep(0.8)  # in the cut's thread: a long cut of a large log
+        return cut(pos)
+
+    target.replica.truncate_log = slow_cut  # type: ignore[method-assign]
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: Hello) -> None:
+        writer.write(encode_welcome(Welcome(0, [], "127.0.0.1:1", 0)))
+        await writer.drain()
+        for _ in range(30):  # beats every 0.1 s, as a master sends them
+            writer.write(encode_beat(Beat(0, 0)))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+
+    master = ScriptedMaster(script)
+    addr = await master.start()
+    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=50, read_timeout_s=0.5),
+                    lambda: addr)
+    slave.start()
+    try:
+        await eventually(lambda: slave.connected, what="the slave welcomed")
+        assert target.max_phy_offset == 0  # cut
+        await eventually(lambda: slave.last_beat_ms > 0, what="the beats read after the cut")
+        assert master.connections == 1
+    finally:
+        await slave.stop()
+        assert master.server is not None
+        master.server.close()
+
+
+async def test_a_link_dropped_during_the_cut_reconnects_and_replicates(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    """The master changes (drop_connection) while the slave cuts its log after a WELCOME that
+    came with a span: the held span is not written or reported on the closed link (uvloop
+    refuses the write, which ended the replication task for good), and the next link copies it."""
+    source, target = stores
+    for i in range(3):
+        source.put_messages([msg("T", 0, f"m{i}".encode())])
+    target.put_messages([msg("T", 0, b"never on the master")])
+    span, end = _data_frames(source, 0)
+    loop = asyncio.get_running_loop()
+    cut = target.replica.truncate_log
+    dropped: list[int] = []
+
+    def cut_while_dropped(pos: int) -> int:
+        if not dropped:
+            dropped.append(pos)
+            loop.call_soon_threadsafe(slave.drop_connection)
+            time.sleep(0.2)  # the close lands while the cut runs
+        return cut(pos)
+
+    target.replica.truncate_log = cut_while_dropped  # type: ignore[method-assign]
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: Hello) -> None:
+        # The WELCOME (cut to 0) and the span in one write: the span waits for the cut.
+        writer.write(encode_welcome(Welcome(0, [], "127.0.0.1:1", 0)) + span)
+        await writer.drain()
+        if master.connections == 1:  # the first link: dropped during its cut
+            await asyncio.Event().wait()
+        await eventually(lambda: end in master.reports, what="the span reported")
+
+    master = ScriptedMaster(script)
+    addr = await master.start()
+    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=50), lambda: addr)
+    slave.start()
+    try:
+        await eventually(lambda: target.max_phy_offset == end, what="the span copied on the next link")
+        assert dropped and master.connections >= 2
+        assert slave._task is not None and not slave._task.done()
     finally:
         await slave.stop()
         assert master.server is not None

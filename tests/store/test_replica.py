@@ -485,30 +485,3 @@ def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
         slave.shutdown()
         master.shutdown()
 
-
-def test_a_span_is_reported_once_its_bytes_are_in_the_log_before_its_dispatch(tmp_path: Path) -> None:
-    """A slave tells its master it has a span as soon as the bytes are in its log, as
-    RocketMQ's does after its commit-log append: the queue entries are derived from the log
-    (recovery rebuilds them), and a SYNC_MASTER's send waited for the dispatch too."""
-    master = open_store(tmp_path / "m")
-    slave = open_store(tmp_path / "s")
-    try:
-        fill(master, 6)
-        span = master.replica.read_span(0, 1 << 20)
-        assert span is not None
-        seen: list[tuple[int, bytes, int]] = []
-
-        def written(end: int) -> None:
-            on_file = segment_files(tmp_path / "s")[0].read_bytes()[: len(span.data)]
-            seen.append((end, on_file, slave.reads.get_max_offset("T", 0)))
-
-        slave.replica.append_replicated(span, written)
-        assert len(seen) == 1
-        end, on_file, entries = seen[0]
-        assert end == span.next_pos == master.max_phy_offset
-        assert on_file == span.data
-        assert entries == 0  # not dispatched yet
-        assert slave.reads.get_max_offset("T", 0) == master.reads.get_max_offset("T", 0) == 2
-    finally:
-        master.shutdown()
-        slave.shutdown()

@@ -76,12 +76,16 @@ class SlaveConnection(asyncio.Protocol):
         self._ended(self, self._error or exc)
 
     # --- what the master writes through ----------------------------------------------------
+    # A write once the connection is closing is dropped, as asyncio's transports drop it
+    # (uvloop's raise RuntimeError).
     def write(self, data: bytes) -> None:
-        if self._transport is not None:
+        if not self.is_closing():
+            assert self._transport is not None
             self._transport.write(data)
 
     def writelines(self, parts: Iterable[bytes]) -> None:
-        if self._transport is not None:
+        if not self.is_closing():
+            assert self._transport is not None
             self._transport.writelines(parts)
 
     def buffered(self) -> int:

@@ -199,18 +199,23 @@ class FrameReader:
         out: list[Frame] = []
         o = 0
         n = len(src)
-        with memoryview(src) as view:
-            while n - o >= _HEAD.size:
-                length, kind = _HEAD.unpack_from(src, o)
-                if length < 1 or length > self._max:
-                    raise HaProtocolError(f"frame length {length} (limit {self._max})")
-                if kind not in _KINDS:
-                    raise HaProtocolError(f"unknown frame type {kind}")
-                end = o + 4 + length
-                if n < end:
-                    break
-                out.append(decode_payload(kind, view[o + 5 : end]))
-                o = end
+        try:
+            with memoryview(src) as view:
+                while n - o >= _HEAD.size:
+                    length, kind = _HEAD.unpack_from(src, o)
+                    if length < 1 or length > self._max:
+                        raise HaProtocolError(f"frame length {length} (limit {self._max})")
+                    if kind not in _KINDS:
+                        raise HaProtocolError(f"unknown frame type {kind}")
+                    end = o + 4 + length
+                    if n < end:
+                        break
+                    with view[o + 5 : end] as payload:  # released even when kept by a traceback
+                        out.append(decode_payload(kind, payload))
+                    o = end
+        except HaProtocolError:
+            self._buf = bytearray()  # the stream is broken; nothing of it is kept
+            raise
         if src is buf:
             del buf[:o]
         elif o < n:

@@ -130,6 +130,8 @@ class HaSlave:
         self._transport = transport
         store = self.store
         try:
+            if transport.is_closing():
+                raise ConnectionError("the connection to the master closed at once")
             transport.write(encode_hello(Hello(cfg.broker_name, cfg.broker_id, cfg.addr,
                                                store.max_phy_offset, store.replica.epochs.entries())))
             welcome = await asyncio.wait_for(asyncio.shield(stream.welcome), cfg.read_timeout_s)
@@ -204,7 +206,6 @@ class _Stream(asyncio.Protocol):
         self._loop = loop
         self._held: list[Frame] = []  # what came with the WELCOME, applied after it
         self._streaming = False
-        self._reported = -1
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's TLS one is not an asyncio.Transport subclass).
@@ -228,14 +229,18 @@ class _Stream(asyncio.Protocol):
     def streaming(self) -> None:
         """The session has applied the WELCOME: the stream flows from here."""
         self._streaming = True
+        # Reading was paused while the log was cut: the master's silence counts from now.
+        self.last_read = self._loop.time()
         held, self._held = self._held, []
         try:
             self._apply(held)
         except (HaProtocolError, ReplicaError, OSError) as exc:
             self._end(exc)
             return
-        assert self._transport is not None
-        self._transport.resume_reading()
+        if not held:  # the WELCOME is answered with where this log now ends
+            self._report(self._slave.store.max_phy_offset)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def _before_welcome(self, frames: list[Frame]) -> None:
         if self.welcome.done():
@@ -253,18 +258,19 @@ class _Stream(asyncio.Protocol):
 
     def _apply(self, frames: list[Frame]) -> None:
         slave, store = self._slave, self._slave.store
+        if self.ended.done():
+            return  # closed under this read: nothing more is written or reported
         assert self._transport is not None
         if self._transport.get_write_buffer_size() > self.MAX_UNSENT:
             raise ConnectionError("the master does not read this slave's reports")
-        last_data = max((i for i, f in enumerate(frames) if isinstance(f, Data)), default=-1)
-        for i, frame in enumerate(frames):
+        for frame in frames:
             if isinstance(frame, Data):
                 if slave._stopped:
                     raise ConnectionError("replication stopped")
-                # The last span of a read is reported as soon as it is in the log, before its
-                # records are dispatched: a SYNC_MASTER's sends wait on it.
-                store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos),
-                                                self._report if i == last_data else None)
+                # Reported once the whole span is applied, queues included: a report is what
+                # a SYNC_MASTER acknowledges sends on, so it never runs ahead of this log's
+                # end (a dispatch that fails leaves the end where it was).
+                store.replica.append_replicated(Span(frame.pos, frame.records, frame.next_pos))
             elif isinstance(frame, Meta):
                 if slave._on_metadata is not None:
                     slave._on_metadata()
@@ -276,15 +282,16 @@ class _Stream(asyncio.Protocol):
                 raise HaProtocolError("a second WELCOME")
             else:
                 raise HaProtocolError(f"a master sent {type(frame).__name__}")
-        if frames and (self._reported != store.max_phy_offset or last_data < 0):
+        if frames:
             # A beat or a meta frame is answered too: the master counts a slave that keeps
             # reporting as alive.
             self._report(store.max_phy_offset)
 
     def _report(self, end: int) -> None:
-        assert self._transport is not None
-        self._transport.write(encode_report(end))
-        self._reported = end
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return  # uvloop refuses a write to a closed transport; asyncio drops it
+        transport.write(encode_report(end))
 
     def _end(self, error: BaseException) -> None:
         if not self.welcome.done():

@@ -8,7 +8,6 @@ never had cuts them (`truncate_log`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, record_info
@@ -93,12 +92,9 @@ class ReplicaLog:
         return Span(pos, data[:o], pos + o)
 
     # --- slave side ------------------------------------------------------------------------
-    def append_replicated(self, span: Span, on_written: Callable[[int], None] | None = None) -> None:
+    def append_replicated(self, span: Span) -> None:
         """Write a master's span at its own offset and dispatch its records. Every record is
-        checked (size, magic, position, body CRC) before anything is written. `on_written(end)`
-        is called once the span's bytes are in the log file, before the dispatch: a slave
-        reports there, as RocketMQ's does after its commit-log append, since the queues are
-        derived from the log and rebuilt from it by recovery."""
+        checked (size, magic, position, body CRC) before anything is written."""
         pos, data = span.pos, span.data
         infos: list[RecordInfo] = []
         blank_at = -1
@@ -128,8 +124,6 @@ class ReplicaLog:
             if core.preallocator is not None:
                 core.preallocator.claim(pos + len(data))
             clog.write(pos, data)
-            if on_written is not None:
-                on_written(span.next_pos)
             pending: Pending = {}
             keys = bytearray()
             core.dispatch(infos, pending, keys)
