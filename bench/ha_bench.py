@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e_bench import percentile
+from bench.proc import process_cpu
 
 from ferrymq import AdminClient, Message, Producer
 from ferrymq.client.admin_results import BrokerStatus
@@ -86,13 +87,11 @@ def _ready(cluster: LocalCluster, slaves: int) -> None:
         _wait(caught_up, 30, "the slave to have the first message")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU a process has used (Linux /proc)."""
+def _pid(cluster: LocalCluster, broker_id: int) -> int:
+    pid = cluster.broker(broker_id).pid
     if pid is None:
-        raise RuntimeError("the process is not running")
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        raise RuntimeError(f"broker {broker_id} is not running")
+    return pid
 
 
 def batched(namesrv: str, seconds: float) -> tuple[float, float, int]:
@@ -219,13 +218,13 @@ def measure(quick: bool) -> dict[str, list[float]]:
                 ns = cluster.namesrv.addr
                 # CPU per message of each process over the batched run: on 2 cores the sum
                 # bounds the throughput, and the slave's apply is set against the master's put.
-                pids = {"master": cluster.broker(0).pid, "producer": os.getpid()}
+                pids = {"master": _pid(cluster, 0), "producer": os.getpid()}
                 if slaves:
-                    pids["slave"] = cluster.broker(1).pid
-                before = {who: cpu_seconds(pid) for who, pid in pids.items()}
+                    pids["slave"] = _pid(cluster, 1)
+                before = {who: process_cpu(pid) for who, pid in pids.items()}
                 tps, p99, sent = batched(ns, seconds)
                 for who, was in before.items():
-                    add(f"batch_cpu_{who}_{key}", (cpu_seconds(pids[who]) - was) / sent * 1e6)
+                    add(f"batch_cpu_{who}_{key}", (process_cpu(pids[who]) - was) / sent * 1e6)
                 add(f"batch_tps_{key}", tps)
                 add(f"batch_p99_{key}", p99)
                 tps, p99 = single(ns, singles)

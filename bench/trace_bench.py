@@ -15,7 +15,6 @@ gives how many trace records (stored messages) the traced server wrote per 1000 
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 from bench.broker_bench import _send as batch_send
 from bench.e2e_bench import ferrymq_consume, ferrymq_produce
+from bench.proc import process_cpu
 
 from ferrymq import AdminClient
 from ferrymq.broker.trace import TRACE_TOPIC
@@ -36,12 +36,6 @@ RUNS = 3
 CHUNK = 256  # pulls per trace flush in the CPU measurement
 TOPIC = "trace-bench"
 BATCH_TOPIC = "trace-bench-batch"
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds of CPU (user + system) the process has used: /proc/PID/stat's utime + stime."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _on_loop(coro_fn: Any) -> Any:
