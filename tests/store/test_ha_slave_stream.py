@@ -1,14 +1,17 @@
 """The slave's end of the replication stream against a scripted master on a real socket: the
 spans that come in the same read as the WELCOME are written after the welcome, every span is
-reported once it is in the log, and a master gone silent is left for a new connection."""
+reported once it is applied (never when its write failed), and a master gone silent, a long
+cut and a link dropped during the cut are each handled."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_util import msg, open_store
@@ -60,6 +63,21 @@ class ScriptedMaster:
             self.reports += [f for f in frames.feed(data) if isinstance(f, int)]
 
 
+@contextlib.asynccontextmanager
+async def replicating(master: ScriptedMaster, target: MessageStore, **config: Any) -> AsyncIterator[HaSlave]:
+    """A slave writing into `target` from the scripted master (HaSlaveConfig's `config`),
+    stopped, and the master's port closed, when the block ends."""
+    addr = await master.start()
+    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", **config), lambda: addr)
+    slave.start()
+    try:
+        yield slave
+    finally:
+        await slave.stop()
+        assert master.server is not None
+        master.server.close()
+
+
 @pytest.fixture
 async def stores(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore]]:
     source = open_store(tmp_path / "source")
@@ -96,20 +114,13 @@ async def test_spans_in_the_welcomes_read_are_written_after_it_and_reported(
         await eventually(lambda: end in master.reports, what="the second span reported")
 
     master = ScriptedMaster(script)
-    addr = await master.start()
-    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2"), lambda: addr)
-    slave.start()
-    try:
+    async with replicating(master, target):
         await eventually(lambda: target.max_phy_offset == end, what="the slave to have both spans")
         got = target.reads.get_messages("T", 0, 0, 100)
         assert got.count == 8
         assert master.reports == sorted(master.reports)  # never back
         assert master.connections == 1  # nothing failed on the way
         assert master.reports[-1] == end
-    finally:
-        await slave.stop()
-        assert master.server is not None
-        master.server.close()
 
 
 async def test_a_master_gone_silent_is_left_for_a_new_connection(
@@ -122,17 +133,9 @@ async def test_a_master_gone_silent_is_left_for_a_new_connection(
         await asyncio.Event().wait()  # then nothing, ever: no data, no beat
 
     master = ScriptedMaster(script)
-    addr = await master.start()
-    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=50, read_timeout_s=0.3),
-                    lambda: addr)
-    slave.start()
-    try:
+    async with replicating(master, target, retry_interval_ms=50, read_timeout_s=0.3) as slave:
         await eventually(lambda: slave.connected, what="the slave welcomed")
         await eventually(lambda: master.connections >= 2, what="a new connection after the silence")
-    finally:
-        await slave.stop()
-        assert master.server is not None
-        master.server.close()
 
 
 async def test_a_span_the_slave_could_not_dispatch_is_never_reported(
@@ -157,18 +160,11 @@ async def test_a_span_the_slave_could_not_dispatch_is_never_reported(
         await writer.drain()
 
     master = ScriptedMaster(script)
-    addr = await master.start()
-    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=60_000), lambda: addr)
-    slave.start()
-    try:
+    async with replicating(master, target, retry_interval_ms=60_000) as slave:
         await eventually(lambda: not slave.connected and master.connections == 1,
                          what="the link to end on the failed write")
         assert target.max_phy_offset == 0
         assert master.reports and max(master.reports) == 0 < end
-    finally:
-        await slave.stop()
-        assert master.server is not None
-        master.server.close()
 
 
 async def test_the_masters_silence_counts_from_the_end_of_a_long_cut(
@@ -194,19 +190,11 @@ async def test_the_masters_silence_counts_from_the_end_of_a_long_cut(
             await asyncio.sleep(0.1)
 
     master = ScriptedMaster(script)
-    addr = await master.start()
-    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=50, read_timeout_s=0.5),
-                    lambda: addr)
-    slave.start()
-    try:
+    async with replicating(master, target, retry_interval_ms=50, read_timeout_s=0.5) as slave:
         await eventually(lambda: slave.connected, what="the slave welcomed")
         assert target.max_phy_offset == 0  # cut
         await eventually(lambda: slave.last_beat_ms > 0, what="the beats read after the cut")
         assert master.connections == 1
-    finally:
-        await slave.stop()
-        assert master.server is not None
-        master.server.close()
 
 
 async def test_a_link_dropped_during_the_cut_reconnects_and_replicates(
@@ -241,14 +229,7 @@ async def test_a_link_dropped_during_the_cut_reconnects_and_replicates(
         await eventually(lambda: end in master.reports, what="the span reported")
 
     master = ScriptedMaster(script)
-    addr = await master.start()
-    slave = HaSlave(target, HaSlaveConfig("b", 1, "127.0.0.1:2", retry_interval_ms=50), lambda: addr)
-    slave.start()
-    try:
+    async with replicating(master, target, retry_interval_ms=50) as slave:
         await eventually(lambda: target.max_phy_offset == end, what="the span copied on the next link")
         assert dropped and master.connections >= 2
         assert slave._task is not None and not slave._task.done()
-    finally:
-        await slave.stop()
-        assert master.server is not None
-        master.server.close()

@@ -484,4 +484,3 @@ def test_a_scrub_paused_between_records_across_a_cut_reports_no_sound_record(
         go.set()
         slave.shutdown()
         master.shutdown()
-
