@@ -95,6 +95,11 @@ setup(
                 extra_compile_args=["-O2"],
             ),
             Extension(
+                "ferrymq.client.sendbatch._cbatch",
+                ["src/ferrymq/client/sendbatch/_cbatch.pyx"],
+                extra_compile_args=["-O2"],
+            ),
+            Extension(
                 "ferrymq.remoting._cheader",
                 ["src/ferrymq/remoting/_cheader.pyx"],
                 extra_compile_args=["-O2"],

@@ -13,9 +13,10 @@ from scenario_util import FAST_PRODUCER
 
 from ferrymq import AdminClient, Message, Producer, SendStatus
 from ferrymq.aio import Producer as AsyncProducer
-from ferrymq.client.accumulator import Accumulator, AutoBatchConfig, Pending
+from ferrymq.client.accumulator import Accumulator, AutoBatchConfig
 from ferrymq.client.errors import BrokerError, ClientStateError, broker_error
 from ferrymq.client.results import SendResult
+from ferrymq.client.sendbatch import EntryBatch
 from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.message import BatchEntry, MessageBatchItem, MessageQueue
 
@@ -152,39 +153,40 @@ async def test_async_sends_in_one_loop_turn_form_one_batch(standalone: Any) -> N
 
 # --- the accumulator's own rules, with a sender that records what it is given --------------
 
-def _pending(loop: asyncio.AbstractEventLoop, i: int, alone: list[int]) -> Pending:
+def _add(acc: Accumulator, loop: asyncio.AbstractEventLoop, i: int, alone: list[int],
+         size: int = 10) -> asyncio.Future[SendResult]:
     async def send_alone() -> SendResult:
         alone.append(i)
         if i == 3:
             raise broker_error("127.0.0.1:1", RequestCode.SEND_MESSAGE_V2, ResponseCode.MESSAGE_ILLEGAL, "bad")
         return SendResult(SendStatus.SEND_OK, f"u{i}", f"o{i}", 0, i, "b")
 
-    return Pending(MessageBatchItem(0, b"x" * 10), f"u{i}", loop.create_future(), send_alone)
+    future: asyncio.Future[SendResult] = loop.create_future()
+    acc.add("t", MessageBatchItem(0, b"x" * size), f"u{i}", future, send_alone)
+    return future
 
 
 async def test_a_refused_batch_is_retried_message_by_message_so_only_the_culprit_fails() -> None:
     loop = asyncio.get_running_loop()
     batches: list[list[str]] = []
 
-    async def refuse(topic: str, batch: list[Pending]) -> list[SendResult]:
-        batches.append([p.uniq_id for p in batch])
+    async def refuse(batch: EntryBatch) -> SendResult:
+        batches.append(list(batch.ids))
         raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.MESSAGE_ILLEGAL, "bad")
 
     acc = Accumulator(AutoBatchConfig(), refuse)
     alone: list[int] = []
-    items = [_pending(loop, i, alone) for i in range(5)]
-    for p in items:
-        acc.add("t", p)
+    futures = [_add(acc, loop, i, alone) for i in range(5)]
     await acc.drain()
     assert batches == [["u0", "u1", "u2", "u3", "u4"]]
     assert sorted(alone) == [0, 1, 2, 3, 4]
-    assert [p.future.exception() is None for p in items] == [True, True, True, False, True]
+    assert [f.exception() is None for f in futures] == [True, True, True, False, True]
 
 
 async def test_messages_without_a_path_of_their_own_take_the_accumulators_default() -> None:
     loop = asyncio.get_running_loop()
 
-    async def refuse(topic: str, batch: list[Pending]) -> list[SendResult]:
+    async def refuse(batch: EntryBatch) -> SendResult:
         raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.MESSAGE_ILLEGAL, "bad")
 
     alone: list[bytes] = []
@@ -194,32 +196,47 @@ async def test_messages_without_a_path_of_their_own_take_the_accumulators_defaul
         return SendResult(SendStatus.SEND_OK, "u", "o", 0, len(alone), "b")
 
     acc = Accumulator(AutoBatchConfig(), refuse, default)
-    items = [Pending(MessageBatchItem(0, b"m%d" % i), f"u{i}", loop.create_future(), None)
-             for i in range(3)]
-    for p in items:
-        acc.add("t", p)
+    futures = []
+    for i in range(3):
+        futures.append(loop.create_future())
+        acc.add("t", MessageBatchItem(0, b"m%d" % i), f"u{i}", futures[-1])
     await acc.drain()
     assert sorted(alone) == [b"m0", b"m1", b"m2"]
-    assert all(p.future.result().status is SendStatus.SEND_OK for p in items)
+    assert all(f.result().status is SendStatus.SEND_OK for f in futures)
 
 
 async def test_batches_close_at_max_bytes_and_a_retriable_failure_fails_the_batch() -> None:
     loop = asyncio.get_running_loop()
     sizes: list[int] = []
 
-    async def busy(topic: str, batch: list[Pending]) -> list[SendResult]:
+    async def busy(batch: EntryBatch) -> SendResult:
         sizes.append(len(batch))
         raise broker_error("127.0.0.1:1", RequestCode.SEND_BATCH_MESSAGE, ResponseCode.SYSTEM_BUSY, "busy")
 
     acc = Accumulator(AutoBatchConfig(max_bytes=40), busy)
     alone: list[int] = []
-    items = [_pending(loop, i, alone) for i in range(10)]
-    for p in items:
-        acc.add("t", p)
+    futures = [_add(acc, loop, i, alone) for i in range(10)]
     await acc.drain()
     assert sizes == [4, 4, 2]  # 4 x 10 bytes fill a batch; drain sends the rest
     assert alone == []  # SYSTEM_BUSY says nothing about the messages: no one-by-one retry
-    assert all(isinstance(p.future.exception(), BrokerError) for p in items)
+    assert all(isinstance(f.exception(), BrokerError) for f in futures)
+
+
+async def test_a_cancelled_message_is_left_out_of_its_batch() -> None:
+    loop = asyncio.get_running_loop()
+    sent: list[list[str]] = []
+
+    async def record(batch: EntryBatch) -> SendResult:
+        sent.append(list(batch.ids))
+        return SendResult(SendStatus.SEND_OK, ",".join(batch.ids), "a,b,c", 1, 7, "b")
+
+    acc = Accumulator(AutoBatchConfig(), record)
+    futures = [_add(acc, loop, i, []) for i in range(4)]
+    futures[1].cancel()
+    await acc.drain()
+    assert sent == [["u0", "u2", "u3"]]
+    assert [(r.msg_id, r.offset_msg_id, r.queue_offset) for r in (futures[0].result(), futures[2].result(),
+            futures[3].result())] == [("u0", "a", 7), ("u2", "b", 8), ("u3", "c", 9)]
 
 
 def test_config_is_checked() -> None:

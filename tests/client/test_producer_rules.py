@@ -6,12 +6,10 @@ import itertools
 
 import pytest
 
-from ferrymq.client.accumulator import split_batch_result
 from ferrymq.client.errors import MessageValidationError
 from ferrymq.client.fault import LatencyFaultTolerance
 from ferrymq.client.outgoing import validate_message
 from ferrymq.client.producer_async import AsyncProducer, hash_queue_index
-from ferrymq.client.results import SendResult, SendStatus
 from ferrymq.common.ids import UniqIdGenerator, decode_uniq_id
 from ferrymq.common.message import Message, MessageBatchItem
 from ferrymq.common.names import InvalidNameError
@@ -143,18 +141,6 @@ def test_unique_ids_taken_together_are_the_ids_taken_one_by_one() -> None:
     gen._counter = itertools.count(0xFFFF)
     assert [decode_uniq_id(i).counter for i in gen.next_ids(3)] == [0xFFFF, 0, 1]
     assert decode_uniq_id(gen.next_id()).counter == 2
-
-
-def test_split_batch_results_are_plain_send_results() -> None:
-    batch = SendResult(SendStatus.SEND_OK, "a,b,c", "o1,o2,o3", 2, 10, "b1")
-    results = split_batch_result(batch, ["a", "b", "c"])
-    assert results == [SendResult(SendStatus.SEND_OK, u, o, 2, 10 + i, "b1")
-                       for i, (u, o) in enumerate(zip("abc", ["o1", "o2", "o3"], strict=True))]
-    assert hash(results[0]) == hash(SendResult(SendStatus.SEND_OK, "a", "o1", 2, 10, "b1"))
-    with pytest.raises(AttributeError):
-        results[0].queue_offset = 1  # type: ignore[misc]
-    short = split_batch_result(SendResult(SendStatus.SEND_OK, "", "o1", 0, -1, "b"), ["x", "y"])
-    assert [(r.offset_msg_id, r.queue_offset) for r in short] == [("o1", -1), ("", -1)]
 
 
 def test_a_message_owns_an_immutable_body() -> None:

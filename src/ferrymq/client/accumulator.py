@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, fields
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..common.message import BatchEntry
-from .results import SendResult, SendStatus
+from ..common.record import properties_encode
+from .results import SendResult
+from .sendbatch import EntryBatch
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -56,34 +58,12 @@ class Waiter(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
-@dataclass(slots=True)
-class Pending:
-    """One message waiting in a batch: what it will be encoded as, and who waits for it."""
-
-    item: BatchEntry
-    uniq_id: str
-    future: Waiter
-    # The path a message takes on its own; None: the accumulator's default sender, given
-    # the item (no closure per message).
-    send_alone: Callable[[], Awaitable[SendResult]] | None
-    # False for a running concurrent future: nobody can settle it but us, so the check for a
-    # cancellation (a lock of its own per message) is skipped.
-    cancellable: bool = True
-
-
-# (topic, the messages of one batch) -> one result per message, in order
-BatchSender = Callable[[str, list[Pending]], Awaitable[list[SendResult]]]
-# One message on its own (a refused batch's messages, a lone one), for Pendings without a
-# send_alone of their own.
-AloneSender = Callable[[BatchEntry], Awaitable[SendResult]]
-
-
-class _Batch:
-    __slots__ = ("items", "size")
-
-    def __init__(self) -> None:
-        self.items: list[Pending] = []
-        self.size = 0
+# The path a message takes on its own (a refused batch's messages, a lone one); a message
+# added without one takes the accumulator's default sender, given the message itself.
+AlonePath = Callable[[], Awaitable[SendResult]]
+# One batch -> the broker's answer for all of it
+BatchSender = Callable[[EntryBatch], Awaitable[SendResult]]
+AloneSender = Callable[[Any], Awaitable[SendResult]]
 
 
 class Accumulator:
@@ -92,7 +72,7 @@ class Accumulator:
         self.config = config
         self._send_batch = send_batch
         self._send_alone = send_alone
-        self._open: dict[str, _Batch] = {}
+        self._open: dict[str, EntryBatch] = {}
         self._bytes = 0
         self._scheduled: asyncio.Handle | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -101,16 +81,16 @@ class Accumulator:
         self.batches_sent = 0
         self.messages_batched = 0
 
-    def add(self, topic: str, pending: Pending) -> None:
+    def add(self, topic: str, entry: BatchEntry, uniq_id: str, waiter: Waiter,
+            alone: AlonePath | None = None) -> None:
         batch = self._open.get(topic)
         if batch is None:
-            batch = self._open[topic] = _Batch()
-        batch.items.append(pending)
-        size = len(pending.item.body)
-        batch.size += size
-        self._bytes += size
+            batch = self._open[topic] = EntryBatch(topic)
+        body = entry.body
+        batch.add(body, entry.flag, properties_encode(entry.properties), uniq_id, waiter, entry, alone)
+        self._bytes += len(body)
         cfg = self.config
-        if batch.size >= cfg.max_bytes or len(batch.items) >= cfg.max_messages:
+        if batch.size >= cfg.max_bytes or len(batch) >= cfg.max_messages:
             self._flush_topic(topic)
         if self._bytes >= cfg.total_max_bytes:
             self.flush()
@@ -139,92 +119,61 @@ class Accumulator:
 
     def _flush_topic(self, topic: str) -> None:
         batch = self._open.pop(topic, None)
-        if batch is None:
-            return
-        self._bytes -= batch.size
-        task = asyncio.ensure_future(self._deliver(topic, batch.items))
+        if batch is not None:
+            self._bytes -= batch.size
+            self.deliver(batch, cancellable=True)
+
+    def deliver(self, batch: EntryBatch, *, cancellable: bool = False) -> None:
+        """Send `batch` now (one formed here, or by a producer's lane). `cancellable`: its
+        waiters may be cancelled before it goes (asyncio callers); a cancelled message is
+        left out rather than stored for a caller who gave up on it."""
+        task = asyncio.ensure_future(self._deliver(batch, cancellable))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _deliver(self, topic: str, items: list[Pending]) -> None:
-        # A caller may have cancelled meanwhile.
-        live = [p for p in items if not (p.cancellable and p.future.done())]
-        if not live:
-            return
-        if len(live) == 1:
-            await self._settle_alone(live[0])
+    async def _deliver(self, batch: EntryBatch, cancellable: bool) -> None:
+        if cancellable and any(w.done() for w in batch.waiters):
+            batch = _live(batch)
+        if len(batch) <= 1:
+            if len(batch):
+                await self._settle_alone(batch.waiters[0], batch.entries[0], batch.paths[0])
             return
         try:
-            results = await self._send_batch(topic, live)
+            result = await self._send_batch(batch)
         except Exception as exc:
             if getattr(exc, "retriable", True):
-                for p in live:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
+                for w in batch.waiters:
+                    if not w.done():
+                        w.set_exception(exc)
                 return
             # Refused for something in it (not the broker's state): each message on its own, so
             # only the culprit fails and the others are stored.
-            await asyncio.gather(*(self._settle_alone(p) for p in live))
+            await asyncio.gather(*(self._settle_alone(w, e, p) for w, e, p in zip(
+                batch.waiters, batch.entries, batch.paths, strict=True)))
             return
         self.batches_sent += 1
-        self.messages_batched += len(live)
-        for p, result in zip(live, results, strict=True):
-            if not (p.cancellable and p.future.done()):
-                p.future.set_result(result)
+        self.messages_batched += len(batch)
+        batch.settle(result)
 
-    async def _settle_alone(self, p: Pending) -> None:
+    async def _settle_alone(self, waiter: Waiter, entry: Any, alone: AlonePath | None) -> None:
         try:
-            if p.send_alone is not None:
-                result = await p.send_alone()
+            if alone is not None:
+                result = await alone()
             else:
-                assert self._send_alone is not None, "a Pending without send_alone needs a default"
-                result = await self._send_alone(p.item)
+                assert self._send_alone is not None, "a message without a path of its own needs a default"
+                result = await self._send_alone(entry)
         except Exception as exc:
-            if not p.future.done():
-                p.future.set_exception(exc)
+            if not waiter.done():
+                waiter.set_exception(exc)
             return
-        if not p.future.done():
-            p.future.set_result(result)
+        if not waiter.done():
+            waiter.set_result(result)
 
 
-
-
-def split_batch_result(batch: SendResult, uniq_ids: list[str]) -> list[SendResult]:
-    """The broker answers a batch with its first queue offset and the offset ids joined by
-    commas; message i was stored at first + i."""
-    base = batch.queue_offset
-    offset_ids = batch.offset_msg_id.split(",")
-    if len(offset_ids) < len(uniq_ids):
-        offset_ids += [""] * (len(uniq_ids) - len(offset_ids))
-    status, queue_id, broker = batch.status, batch.queue_id, batch.broker
-    return [
-        _send_result(status, uniq, offset_ids[i], queue_id, base + i if base >= 0 else -1, broker)
-        for i, uniq in enumerate(uniq_ids)
-    ]
-
-
-# SendResult is frozen: its __init__ sets each field through object.__setattr__. One result
-# per message of every batch is made here, through the slots' own setters (half the cost).
-_SLOTS = SendResult.__dict__
-if [f.name for f in fields(SendResult)] != [
-        "status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "broker"]:
-    raise ImportError("SendResult's fields changed: update _send_result")
-_set_status = _SLOTS["status"].__set__
-_set_msg_id = _SLOTS["msg_id"].__set__
-_set_offset_msg_id = _SLOTS["offset_msg_id"].__set__
-_set_queue_id = _SLOTS["queue_id"].__set__
-_set_queue_offset = _SLOTS["queue_offset"].__set__
-_set_broker = _SLOTS["broker"].__set__
-_new = object.__new__
-
-
-def _send_result(status: SendStatus, msg_id: str, offset_msg_id: str, queue_id: int,
-                 queue_offset: int, broker: str) -> SendResult:
-    r: SendResult = _new(SendResult)
-    _set_status(r, status)
-    _set_msg_id(r, msg_id)
-    _set_offset_msg_id(r, offset_msg_id)
-    _set_queue_id(r, queue_id)
-    _set_queue_offset(r, queue_offset)
-    _set_broker(r, broker)
-    return r
+def _live(batch: EntryBatch) -> EntryBatch:
+    """`batch` without the messages whose waiters are done (cancelled)."""
+    live = EntryBatch(batch.topic)
+    for uniq, w, e, p in zip(batch.ids, batch.waiters, batch.entries, batch.paths, strict=True):
+        if not w.done():
+            live.add(e.body, e.flag, properties_encode(e.properties), uniq, w, e, p)
+    return live

@@ -196,3 +196,14 @@ class LightFuture(concurrent.futures.Future[T]):
             return f"<{name} at {id(self):#x} state=finished returned {type(self._result).__name__}>"
         shown = {PENDING: "pending", RUNNING: "running"}.get(state, "cancelled")
         return f"<{name} at {id(self):#x} state={shown}>"
+
+
+class SendFuture(LightFuture[T]):
+    """A send's future, running from the start: the message is encoded into its batch as it
+    is handed over, and a message in a batch cannot be taken out again, so `cancel()` is
+    False (as a Kafka producer's send future). Its waiters and callbacks work as any
+    future's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = RUNNING

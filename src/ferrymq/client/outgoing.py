@@ -132,6 +132,14 @@ class Preparer:
         self._checked_topics[topic] = limit
         return limit
 
+    def plain_limit(self, topic: str) -> int:
+        """The longest body a message to `topic` may have and still be common: no properties,
+        no check beyond its length and no compression (-1: none is; see _valid_topic)."""
+        limit = self._valid_topic(topic)
+        if self.compress_over > 0:
+            limit = min(limit, self.compress_over)
+        return limit
+
     def _check_delay_level(self, msg: Message) -> None:
         if P.PROPERTY_DELAY_TIME_LEVEL in msg.properties and not 0 <= msg.delay_level <= self.delay_levels:
             raise MessageValidationError(
@@ -259,3 +267,11 @@ class Preparer:
                 "batch", f"encodes to {len(body)} bytes; the limit is {self.max_message_size}"
             )
         return Outgoing(topic, body, 0, 0, "", uniq_ids, True)
+
+
+def plain_outgoing(msg: Message) -> Outgoing:
+    """The Outgoing of a common message (a body, and the unique id it was given) taken by a
+    producer's lane, for when it must be sent on its own."""
+    uniq = msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+    return Outgoing(msg.topic, msg.body, 0, msg.flag, _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR,
+                    uniq, False, None, None, {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})

@@ -4,19 +4,21 @@ methods are generated from the async core's (see blocking.py); only what differs
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..common.message import Message
+from ..common.record import properties_encode
 from ..remoting.tls import TlsClientSettings
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
 from .errors import ClientClosedError
 from .intake import Intake
 from .loop import LoopThread
 from .outgoing import Outgoing
-from .producer_async import AsyncProducer
+from .producer_async import AsyncProducer, batchable
 from .producer_options import PRODUCER_DEFAULTS as _D
 from .results import SendResult
+from .sendbatch import Lane
 
 T = TypeVar("T")
 
@@ -67,6 +69,7 @@ class Producer(Facade[AsyncProducer]):
         self._impl = impl
         self._loop: LoopThread | None = None
         self._intake: Intake[Outgoing, SendResult] | None = None
+        self._lane: Lane | None = None
 
     @property
     def group(self) -> str:
@@ -84,7 +87,16 @@ class Producer(Facade[AsyncProducer]):
     def start(self) -> Producer:
         self._loop = start_blocking(self._impl, "P")
         self._intake = Intake(self._loop.loop, self._impl.start_prepared)
+        self._lane = self._impl.open_lane(self._call_soon)
         return self
+
+    def _call_soon(self, f: Callable[[], None]) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.loop.call_soon_threadsafe(f)
+        except RuntimeError:
+            # The loop closed after the lane was: the shutdown took what this call handed over.
+            pass
 
     def shutdown(self) -> None:
         try:
@@ -111,7 +123,20 @@ class Producer(Facade[AsyncProducer]):
     message_queues = blocking(AsyncProducer.message_queues)
 
     def send_async(self, msg: Message) -> concurrent.futures.Future[SendResult]:
-        """Validation errors raise here; send errors arrive through the future."""
-        self._impl.require_running("send")
+        """Validation errors raise here; send errors arrive through the future. The future is
+        running from the start: a message handed over cannot be cancelled."""
+        lane = self._lane
+        if lane is not None:
+            # The common message, on this thread, straight into its batch.
+            future = lane.submit(msg)
+            if future is not None:
+                return future
+        impl = self._impl
+        impl.require_running("send")
+        out = impl._prepare(msg)
+        if lane is not None and batchable(out):
+            lane.learn(out.topic, impl.plain_limit(out.topic))
+            return lane.submit_entry(out.topic, out.body, out.flag, properties_encode(out.properties),
+                                     out.uniq_id, out)
         assert self._intake is not None
-        return self._intake.submit(self._impl._prepare(msg))
+        return self._intake.submit(out)

@@ -16,12 +16,11 @@ from ..acl.signing import credentials_from
 from ..common import props as P
 from ..common.codes import RequestCode, ResponseCode
 from ..common.ids import uniq_id_generator
-from ..common.message import BatchEntry, Message, MessageQueue
+from ..common.message import Message, MessageQueue
 from ..common.names import java_string_hash, validate_group
-from ..common.record import encode_batch
 from ..remoting import RemotingCommand, RemotingError
 from ..remoting.tls import TlsClientSettings, resolve_client_tls
-from .accumulator import Accumulator, AutoBatchConfig, Pending, split_batch_result
+from .accumulator import Accumulator, AutoBatchConfig
 from .errors import (
     BrokerError,
     ClientClosedError,
@@ -36,11 +35,12 @@ from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .intake import copy_to
 from .lifecycle import Lifecycle, State
-from .outgoing import Outgoing, Preparer
+from .outgoing import Outgoing, Preparer, plain_outgoing
 from .producer_options import PRODUCER_DEFAULTS as _D
 from .producer_options import ProducerOptions
 from .results import SendResult, SendStatus
 from .route import TopicRoute
+from .sendbatch import EntryBatch, Lane
 
 log = logging.getLogger("ferrymq.client.producer")
 
@@ -132,6 +132,7 @@ class AsyncProducer(Lifecycle, Preparer):
             o.auto_batch, o.batch_max_delay_ms, o.batch_max_bytes, o.total_batch_max_bytes
         )
         self._accumulator = Accumulator(self.auto_batch, self._send_accumulated, self._send_entry_async)
+        self._lane: Lane | None = None  # the blocking producer's, once it opened one
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -170,6 +171,10 @@ class AsyncProducer(Lifecycle, Preparer):
             return False
         # What callers already handed over is sent before the producer stops; nothing new is.
         self._closing = True
+        if self._lane is not None:
+            # Once closed, a lane refuses every hand-over: what it holds now is all it will.
+            self._lane.close(lambda: ClientClosedError(self.kind, "send"))
+            self._take_lane()
         await self._accumulator.drain()
         self.state = State.SHUTDOWN
         inst = self._inst
@@ -391,21 +396,17 @@ class AsyncProducer(Lifecycle, Preparer):
         self, out: Outgoing, alone: Callable[[], Awaitable[SendResult]]
     ) -> asyncio.Future[SendResult]:
         """A future for `out`'s result: through a batch when it may join one, else `alone`."""
-        if not (self.auto_batch.enabled and _batchable(out)):
+        if not (self.auto_batch.enabled and batchable(out)):
             return asyncio.ensure_future(alone())
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
-        self._accumulator.add(out.topic, Pending(out, out.uniq_id, future, alone))
+        self._accumulator.add(out.topic, out, out.uniq_id, future, alone)
         return future
 
-    async def _send_accumulated(self, topic: str, batch: list[Pending]) -> list[SendResult]:
-        topic_out = Outgoing(
-            topic, encode_batch([p.item for p in batch]), 0, 0, "",
-            ",".join(p.uniq_id for p in batch), True,
+    async def _send_accumulated(self, batch: EntryBatch) -> SendResult:
+        out = Outgoing(batch.topic, batch.body(), 0, 0, "", ",".join(batch.ids), True)
+        return await self._send_with_retries(
+            out, 1 + self.retry_times_when_send_failed, same_broker=False
         )
-        result = await self._send_with_retries(
-            topic_out, 1 + self.retry_times_when_send_failed, same_broker=False
-        )
-        return split_batch_result(result, [p.uniq_id for p in batch])
 
     async def send_to_queue(self, msg: Message, mq: MessageQueue) -> SendResult:
         self.require_running("send")
@@ -460,16 +461,35 @@ class AsyncProducer(Lifecycle, Preparer):
             # Handed over just before shutdown began, but reached the loop after the drain.
             result.set_exception(ClientClosedError(self.kind, "send"))
             return
-        if self.auto_batch.enabled and _batchable(out):
+        if self.auto_batch.enabled and batchable(out):
             # No closure for the path alone: the accumulator's default sender (_send_async)
             # takes the entry itself; fewer objects per message for the collector to visit.
-            self._accumulator.add(out.topic, Pending(out, out.uniq_id, result, None, False))
+            self._accumulator.add(out.topic, out, out.uniq_id, result)
         else:
             asyncio.ensure_future(self._send_async(out)).add_done_callback(copy_to(result))
 
-    def _send_entry_async(self, entry: BatchEntry) -> Awaitable[SendResult]:
-        assert isinstance(entry, Outgoing)
-        return self._send_async(entry)
+    def _send_entry_async(self, entry: Outgoing | Message) -> Awaitable[SendResult]:
+        # A Message is one a lane took as it was: a body and its unique id.
+        return self._send_async(entry if isinstance(entry, Outgoing) else plain_outgoing(entry))
+
+    def open_lane(self, wake: Callable[[Callable[[], None]], object]) -> Lane | None:
+        """A lane for the blocking producer's send_async (see sendbatch), or None where its
+        sends must take the loop's accumulator (auto-batching off, or a linger to wait out).
+        `wake(f)` has the loop call f soon; the lane asks for that once per burst."""
+        cfg = self.auto_batch
+        if not cfg.enabled or cfg.max_delay_ms > 0:
+            return None
+        take = self._take_lane
+        self._lane = Lane(lambda: wake(take), uniq_id_generator(), max_bytes=cfg.max_bytes,
+                          max_messages=cfg.max_messages)
+        return self._lane
+
+    def _take_lane(self) -> None:
+        lane = self._lane
+        if lane is not None:
+            deliver = self._accumulator.deliver
+            for batch in lane.take():
+                deliver(batch)
 
     async def _send_async(self, out: Outgoing) -> SendResult:
         queues = await self.message_queues(out.topic)
@@ -498,7 +518,7 @@ def _queue_gone(exc: BrokerError) -> bool:
     return exc.code == ResponseCode.SYSTEM_ERROR and "is illegal" in (exc.remark or "")
 
 
-def _batchable(out: Outgoing) -> bool:
+def batchable(out: Outgoing) -> bool:
     """What a SEND_BATCH_MESSAGE may carry: no compression flag (it is per request), no delay,
     no retry-topic counters (they travel in the request header)."""
     return (

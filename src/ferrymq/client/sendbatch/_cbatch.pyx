@@ -1,0 +1,321 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The send-batch core, compiled: the same classes and function as _py.py, whose docstrings
+say what they do. What differs is how: a batch's body grows in one C buffer, the common
+message is checked, given its id and encoded in one call, and a batch's results are made and
+handed to the waiting futures in one loop."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_Size
+from cpython.object cimport PyObject
+from libc.stdint cimport int64_t, uint32_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+from ...common._endian cimport wr16, wr32
+
+import _thread
+from concurrent.futures._base import FINISHED, RUNNING
+
+from ...common import props as P
+from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY
+from ..futures import SendFuture
+from ..results import SendResult
+
+cdef extern from "Python.h":
+    ctypedef void* PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock()
+    void PyThread_free_lock(PyThread_type_lock)
+    int PyThread_acquire_lock(PyThread_type_lock, int) nogil
+    void PyThread_release_lock(PyThread_type_lock) nogil
+    int PyObject_GenericSetAttr(object o, object name, object value) except -1
+    object PyUnicode_New(Py_ssize_t size, unsigned int maxchar)
+    void* PyUnicode_DATA(object o)
+    bint PyUnicode_IS_COMPACT_ASCII(object o)
+    Py_ssize_t PyUnicode_GET_LENGTH(object o)
+    object PyIter_Next(object o)
+    dict PyDict_Copy(object d)
+    int PyObject_GenericSetDict(object o, object value, void* context) except -1
+
+IMPLEMENTATION = "cython"
+
+cdef Py_ssize_t HEAD = BATCH_HEAD.size
+cdef Py_ssize_t MIN_ENTRY = BATCH_MIN_ENTRY
+cdef str UNIQ = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+cdef bytes UNIQ_PREFIX = (UNIQ + P.NAME_VALUE_SEPARATOR).encode()
+cdef bytes UNIQ_END = P.PROPERTY_SEPARATOR.encode()
+cdef object _RUNNING = RUNNING
+cdef object _FINISHED = FINISHED
+cdef object _SendFuture = SendFuture
+cdef object _SendResult = SendResult
+cdef object _new = object.__new__
+cdef str _F_STATUS = "status", _F_MSG_ID = "msg_id", _F_OFFSET_ID = "offset_msg_id"
+cdef str _F_QUEUE_ID = "queue_id", _F_QUEUE_OFFSET = "queue_offset", _F_BROKER = "broker"
+cdef str _K_COND = "_cond", _K_WAITERS = "_waiter_list", _K_CALLBACKS = "_done_callbacks"
+cdef str _K_STATE = "_state", _K_LOCK = "_lock", _K_RESULT = "_result"
+cdef const char* HEX = b"0123456789ABCDEF"
+
+# A SendFuture made without its __init__ (two Python calls): its fields as that sets them, and
+# a lock of its own. Checked against a real one so a change to LightFuture's fields fails here.
+cdef dict _FUTURE_FIELDS = dict(SendFuture().__dict__)
+del _FUTURE_FIELDS["_lock"]
+cdef object _allocate_lock = _thread.allocate_lock
+if sorted(_FUTURE_FIELDS) != ["_cond", "_done_callbacks", "_exception", "_result", "_state",
+                             "_waiter_list"] or _FUTURE_FIELDS["_state"] is not RUNNING:
+    raise ImportError("LightFuture's fields changed: update _cbatch")
+
+
+cdef object _send_future():
+    f = _new(_SendFuture)
+    cdef dict d = PyDict_Copy(_FUTURE_FIELDS)
+    PyDict_SetItem(d, _K_LOCK, _allocate_lock())
+    PyObject_GenericSetDict(f, d, NULL)
+    return f
+
+
+if [f for f in SendResult.__dataclass_fields__] != [
+        _F_STATUS, _F_MSG_ID, _F_OFFSET_ID, _F_QUEUE_ID, _F_QUEUE_OFFSET, _F_BROKER]:
+    raise ImportError("SendResult's fields changed: update _cbatch")
+
+
+cdef class EntryBatch:
+    cdef readonly str topic
+    cdef readonly list ids, waiters, entries, paths
+    cdef readonly Py_ssize_t size
+    cdef unsigned char* _buf
+    cdef Py_ssize_t _used, _cap
+
+    def __cinit__(self, str topic):
+        self.topic = topic
+        self.ids = []
+        self.waiters = []
+        self.entries = []
+        self.paths = []
+
+    def __dealloc__(self):
+        free(self._buf)
+
+    cdef unsigned char* _room(self, Py_ssize_t n) except NULL:
+        cdef Py_ssize_t want = self._used + n, cap = self._cap
+        cdef unsigned char* grown
+        if want > cap:
+            cap = max(want, cap * 2, 4096)
+            grown = <unsigned char*>realloc(self._buf, cap)
+            if grown == NULL:
+                raise MemoryError()
+            self._buf = grown
+            self._cap = cap
+        grown = self._buf + self._used
+        self._used = want
+        return grown
+
+    cdef int _entry(self, const unsigned char* body, Py_ssize_t blen, int64_t flag,
+                    const unsigned char* props, Py_ssize_t plen, object uniq, object waiter,
+                    object entry, object path) except -1:
+        if plen > 0x7FFF:
+            raise ValueError(f"the properties encode to {plen} bytes; at most 32767 fit")
+        cdef unsigned char* p = self._room(MIN_ENTRY + blen + plen)
+        wr32(p, MIN_ENTRY + blen + plen)
+        wr32(p + 4, 0)
+        wr32(p + 8, 0)
+        wr32(p + 12, flag)
+        wr32(p + 16, blen)
+        memcpy(p + HEAD, body, blen)
+        p += HEAD + blen
+        wr16(p, plen)
+        if plen:
+            memcpy(p + 2, props, plen)
+        self.ids.append(uniq)
+        self.waiters.append(waiter)
+        self.entries.append(entry)
+        self.paths.append(path)
+        self.size += blen
+        return 0
+
+    def add(self, bytes body, int flag, bytes props, str uniq, waiter, entry, path=None):
+        self._entry(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), flag,
+                    <const unsigned char*>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props),
+                    uniq, waiter, entry, path)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def body(self):
+        return PyBytes_FromStringAndSize(<char*>self._buf, self._used)
+
+    def settle(self, result):
+        cdef list offset_ids = result.offset_msg_id.split(",")
+        cdef Py_ssize_t i, n = len(self.ids)
+        cdef int64_t base = result.queue_offset
+        status, queue_id, broker = result.status, result.queue_id, result.broker
+        for i in range(n):
+            r = _new(_SendResult)
+            PyObject_GenericSetAttr(r, _F_STATUS, status)
+            PyObject_GenericSetAttr(r, _F_MSG_ID, self.ids[i])
+            PyObject_GenericSetAttr(r, _F_OFFSET_ID, offset_ids[i] if i < len(offset_ids) else "")
+            PyObject_GenericSetAttr(r, _F_QUEUE_ID, queue_id)
+            PyObject_GenericSetAttr(r, _F_QUEUE_OFFSET, base + i if base >= 0 else -1)
+            PyObject_GenericSetAttr(r, _F_BROKER, broker)
+            waiter = self.waiters[i]
+            if type(waiter) is _SendFuture and _finish_quietly(waiter, r):
+                continue
+            if not waiter.done():
+                waiter.set_result(r)
+
+
+cdef bint _finish_quietly(object future, object result) except -1:
+    """Settles a SendFuture nobody is waiting on, without its lock: what set_result does when
+    no thread holds the future's lock and it has no condition, waiter or callback to tell,
+    done in one step the interpreter lock makes atomic (no Python code runs in it). A waiter
+    that comes later looks at the state under the lock and finds it finished."""
+    cdef dict d = future.__dict__
+    cdef PyObject* v = PyDict_GetItem(d, _K_STATE)
+    if v == NULL or <object>v is not _RUNNING:
+        return False
+    v = PyDict_GetItem(d, _K_COND)
+    if v != NULL and <object>v is not None:
+        return False
+    v = PyDict_GetItem(d, _K_WAITERS)
+    if v != NULL and <object>v:
+        return False
+    v = PyDict_GetItem(d, _K_CALLBACKS)
+    if v != NULL and <object>v:
+        return False
+    v = PyDict_GetItem(d, _K_LOCK)
+    if v == NULL or (<object>v).locked():
+        return False
+    PyDict_SetItem(d, _K_RESULT, result)
+    PyDict_SetItem(d, _K_STATE, _FINISHED)
+    return True
+
+
+cdef class Lane:
+    cdef object _wake, _ids, _counter, _closed
+    cdef Py_ssize_t _max_bytes, _max_messages
+    cdef PyThread_type_lock _lock
+    cdef dict _open, _limits
+    cdef list _full
+    cdef bint _woken
+
+    def __cinit__(self, wake, ids, *, Py_ssize_t max_bytes, Py_ssize_t max_messages):
+        self._lock = PyThread_allocate_lock()
+        if self._lock == NULL:
+            raise MemoryError()
+        self._wake = wake
+        self._ids = ids
+        self._counter = ids._counter
+        self._max_bytes = max_bytes
+        self._max_messages = max_messages
+        self._open = {}
+        self._limits = {}
+        self._full = []
+        self._closed = None
+
+    def __dealloc__(self):
+        if self._lock != NULL:
+            PyThread_free_lock(self._lock)
+
+    def learn(self, str topic, Py_ssize_t limit):
+        self._limits[topic] = limit
+
+    cdef str _next_id(self):
+        """UniqIdGenerator.next_id: its head for this millisecond, its counter."""
+        cdef timespec ts
+        clock_gettime(CLOCK_REALTIME, &ts)
+        cdef int64_t now_ms = <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+        head_ms, head = self._ids._head
+        if head_ms != now_ms:
+            head = self._ids._head_for(now_ms)
+        cdef long count = PyIter_Next(self._counter)
+        if not PyUnicode_IS_COMPACT_ASCII(head):
+            return self._ids.next_id()
+        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(head)
+        cdef str out = PyUnicode_New(n + 4, 127)
+        cdef unsigned char* o = <unsigned char*>PyUnicode_DATA(out)
+        memcpy(o, PyUnicode_DATA(head), n)
+        o[n] = HEX[(count >> 12) & 15]
+        o[n + 1] = HEX[(count >> 8) & 15]
+        o[n + 2] = HEX[(count >> 4) & 15]
+        o[n + 3] = HEX[count & 15]
+        return out
+
+    def submit(self, msg):
+        props = msg.properties
+        if type(props) is not dict or PyDict_Size(props) != 0:
+            return None
+        body = msg.body
+        if type(body) is not bytes or PyBytes_GET_SIZE(body) == 0:
+            return None
+        topic = msg.topic
+        cdef PyObject* limit = PyDict_GetItem(self._limits, topic) if type(topic) is str else NULL
+        if limit == NULL or PyBytes_GET_SIZE(body) > <Py_ssize_t><object>limit:
+            return None
+        flag = msg.flag
+        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+            return None
+        uniq = self._next_id()
+        PyDict_SetItem(props, UNIQ, uniq)
+        cdef bytes text = UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
+        return self._put(topic, body, flag, text, uniq, msg)
+
+    def submit_entry(self, str topic, bytes body, int flag, bytes props, str uniq, entry):
+        return self._put(topic, body, flag, props, uniq, entry)
+
+    cdef object _put(self, str topic, bytes body, int64_t flag, bytes props, str uniq, entry):
+        future = _send_future()
+        cdef bint wake = False
+        cdef EntryBatch batch
+        cdef object closed
+        _acquire(self._lock)
+        try:
+            closed = self._closed
+            if closed is None:
+                v = PyDict_GetItem(self._open, topic)
+                if v == NULL:
+                    batch = EntryBatch(topic)
+                    self._open[topic] = batch
+                else:
+                    batch = <EntryBatch>v
+                batch._entry(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
+                             flag, <const unsigned char*>PyBytes_AS_STRING(props),
+                             PyBytes_GET_SIZE(props), uniq, future, entry, None)
+                if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
+                    del self._open[topic]
+                    self._full.append(batch)
+                wake = not self._woken
+                self._woken = True
+        finally:
+            PyThread_release_lock(self._lock)
+        if closed is not None:
+            raise closed()
+        if wake:
+            self._wake()
+        return future
+
+    def take(self):
+        cdef list batches
+        _acquire(self._lock)
+        try:
+            batches = self._full
+            batches.extend(self._open.values())
+            self._full = []
+            self._open = {}
+            self._woken = False
+        finally:
+            PyThread_release_lock(self._lock)
+        return batches
+
+    def close(self, error):
+        _acquire(self._lock)
+        try:
+            self._closed = error
+        finally:
+            PyThread_release_lock(self._lock)
+
+
+cdef inline void _acquire(PyThread_type_lock lock):
+    # Never wait for the lane's lock holding the interpreter lock: its holder may need that
+    # to finish (an allocation under the lock can run the collector, and with it Python code).
+    if not PyThread_acquire_lock(lock, 0):
+        with nogil:
+            PyThread_acquire_lock(lock, 1)

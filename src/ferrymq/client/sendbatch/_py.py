@@ -1,0 +1,158 @@
+"""The send-batch core in pure Python (the compiled `_cbatch` is its twin): what one
+SEND_BATCH_MESSAGE carries, encoded as its messages join it, and the lane through which a
+blocking producer's callers hand messages to the I/O loop without a hop per message."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...common import props as P
+from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY, I16
+from ..futures import SendFuture
+from ..results import SendResult
+
+IMPLEMENTATION = "python"
+INTERFACE = ("IMPLEMENTATION", "EntryBatch", "Lane")
+
+_UNIQ = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_UNIQ_PREFIX = _UNIQ + P.NAME_VALUE_SEPARATOR
+
+
+class EntryBatch:
+    """The messages of one batch request to `topic`: the request's body (RocketMQ's batch
+    layout, encoded entry by entry as they are added), and per message its unique id, who
+    waits for its result (a concurrent or an asyncio future), the message itself (to send it
+    on its own when the batch cannot go) and, if it has one, its own way to be sent alone."""
+
+    __slots__ = ("_body", "entries", "ids", "paths", "size", "topic", "waiters")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._body = bytearray()
+        self.ids: list[str] = []
+        self.waiters: list[Any] = []
+        self.entries: list[Any] = []
+        self.paths: list[Any] = []
+        self.size = 0  # the bodies' bytes (what a batch's limits count)
+
+    def add(self, body: bytes, flag: int, props: bytes, uniq: str, waiter: Any, entry: Any,
+            path: Any = None) -> None:
+        out = self._body
+        out += BATCH_HEAD.pack(BATCH_MIN_ENTRY + len(body) + len(props), 0, 0, flag, len(body))
+        out += body
+        out += I16.pack(len(props))
+        out += props
+        self.ids.append(uniq)
+        self.waiters.append(waiter)
+        self.entries.append(entry)
+        self.paths.append(path)
+        self.size += len(body)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def body(self) -> bytes:
+        return bytes(self._body)
+
+    def settle(self, result: SendResult) -> None:
+        """Every waiter not already done gets its message's own result."""
+        for waiter, one in zip(self.waiters, split_batch_result(result, self.ids), strict=True):
+            if not waiter.done():
+                waiter.set_result(one)
+
+
+def split_batch_result(batch: SendResult, uniq_ids: list[str]) -> list[SendResult]:
+    """The broker answers a batch with its first queue offset and the offset ids joined by
+    commas; message i was stored at first + i."""
+    base = batch.queue_offset
+    offset_ids = batch.offset_msg_id.split(",")
+    if len(offset_ids) < len(uniq_ids):
+        offset_ids += [""] * (len(uniq_ids) - len(offset_ids))
+    status, queue_id, broker = batch.status, batch.queue_id, batch.broker
+    return [
+        SendResult(status, uniq, offset_ids[i], queue_id, base + i if base >= 0 else -1, broker)
+        for i, uniq in enumerate(uniq_ids)
+    ]
+
+
+class Lane:
+    """A blocking producer's `send_async`, taken on the caller's thread: the message is
+    checked, given its unique id and encoded into its topic's open batch here, and the I/O
+    loop is woken once for everything handed over until it takes the batches (`take`).
+
+    `submit` takes the common message (a body and no properties, to a topic it was told of
+    with `learn`) and returns None for any other; the producer prepares those the long way
+    and hands them over with `submit_entry`. A batch is closed once its bodies reach
+    `max_bytes` or it holds `max_messages`; after `close`, every hand-over raises."""
+
+    def __init__(self, wake: Callable[[], object], ids: Any, *, max_bytes: int,
+                 max_messages: int) -> None:
+        self._wake = wake
+        self._ids = ids  # a UniqIdGenerator
+        self._max_bytes = max_bytes
+        self._max_messages = max_messages
+        self._lock = threading.Lock()
+        self._open: dict[str, EntryBatch] = {}
+        self._full: list[EntryBatch] = []
+        self._woken = False
+        self._closed: Callable[[], BaseException] | None = None
+        self._limits: dict[str, int] = {}
+
+    def learn(self, topic: str, limit: int) -> None:
+        """`topic` is valid, and a body of at most `limit` bytes with no properties needs no
+        other check (nor compression) to be sent to it; -1: no message to it is common."""
+        self._limits[topic] = limit
+
+    def submit(self, msg: Any) -> SendFuture[SendResult] | None:
+        body = msg.body
+        if msg.properties or not body or type(body) is not bytes:
+            return None
+        limit = self._limits.get(msg.topic)
+        if limit is None or len(body) > limit:
+            return None
+        flag = msg.flag
+        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+            return None
+        uniq = self._ids.next_id()
+        msg.properties[_UNIQ] = uniq
+        props = (_UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR).encode()
+        return self._put(msg.topic, body, flag, props, uniq, msg)
+
+    def submit_entry(self, topic: str, body: bytes, flag: int, props: bytes, uniq: str,
+                     entry: Any) -> SendFuture[SendResult]:
+        return self._put(topic, body, flag, props, uniq, entry)
+
+    def _put(self, topic: str, body: bytes, flag: int, props: bytes, uniq: str,
+             entry: Any) -> SendFuture[SendResult]:
+        future: SendFuture[SendResult] = SendFuture()
+        with self._lock:
+            if self._closed is not None:
+                raise self._closed()
+            batch = self._open.get(topic)
+            if batch is None:
+                batch = self._open[topic] = EntryBatch(topic)
+            batch.add(body, flag, props, uniq, future, entry)
+            if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
+                self._full.append(self._open.pop(topic))
+            wake = not self._woken
+            self._woken = True
+        if wake:
+            self._wake()
+        return future
+
+    def take(self) -> list[EntryBatch]:
+        """Every batch handed over since the last take, full ones first (oldest first)."""
+        with self._lock:
+            batches = self._full
+            batches.extend(self._open.values())
+            self._full = []
+            self._open = {}
+            self._woken = False
+        return batches
+
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """From now on a hand-over raises `error()`; what was handed over stays to be taken."""
+        with self._lock:
+            self._closed = error
