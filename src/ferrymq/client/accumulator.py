@@ -8,7 +8,9 @@ goes out in the same loop turn it was made in and an idle producer adds no laten
 burst (many callers, or one caller issuing many `send_async`) coalesces naturally. A positive
 delay trades latency for larger batches, as Kafka's `linger.ms` does.
 
-Everything here runs on the producer's event loop; it holds no lock."""
+A batch is an `EntryBatch` (client/sendbatch): its request body is encoded as messages
+join it. The blocking producer's lane forms batches on its callers' threads and hands them
+to `deliver`. Everything here runs on the producer's event loop; it holds no lock."""
 
 from __future__ import annotations
 
