@@ -53,7 +53,9 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
 
 
 def log_in(page: Page, access_key: str, secret_key: str) -> None:
-    page.wait_for("location.pathname === '/login' && !!document.querySelector('#login')", what="the login page")
+    # The form is in the page before its script has bound the submit: wait for the script.
+    page.wait_for("location.pathname === '/login' && document.querySelector('#login')?.dataset.ready === 'true'",
+                  what="the login page, its script running")
     page.fill("#login-access-key", access_key)
     page.fill("#login-secret-key", secret_key)
     page.click("#login button[type=submit]")

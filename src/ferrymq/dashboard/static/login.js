@@ -33,3 +33,6 @@ form.addEventListener("submit", async (e) => {
   box.textContent = err.message || (resp ? resp.statusText : "no answer");
   out.replaceChildren(box);
 });
+// Until this script has run, a submit would be the browser's own (a reload that drops what
+// was typed): the form says when it is handled here.
+form.dataset.ready = "true";
