@@ -16,9 +16,11 @@ from ferrymq.aio import Producer as AsyncProducer
 from ferrymq.client.accumulator import Accumulator, AutoBatchConfig
 from ferrymq.client.errors import BrokerError, ClientStateError, broker_error
 from ferrymq.client.results import SendResult
-from ferrymq.client.sendbatch import EntryBatch
+from ferrymq.client.sendbatch import EntryBatch, Lane
 from ferrymq.common.codes import RequestCode, ResponseCode
-from ferrymq.common.message import BatchEntry, MessageBatchItem, MessageQueue
+from ferrymq.common.ids import UniqIdGenerator
+from ferrymq.common.message import MessageBatchItem, MessageQueue
+from ferrymq.common.record import properties_encode
 
 # The tests here each use their own topics and groups: one server serves the module.
 pytestmark = pytest.mark.shared_standalone
@@ -191,9 +193,10 @@ async def test_messages_without_a_path_of_their_own_take_the_accumulators_defaul
 
     alone: list[bytes] = []
 
-    async def default(entry: BatchEntry) -> SendResult:
-        alone.append(entry.body)
-        return SendResult(SendStatus.SEND_OK, "u", "o", 0, len(alone), "b")
+    async def default(topic: str, flag: int, body: bytes, props: bytes, uniq: str) -> SendResult:
+        assert (topic, flag, props) == ("t", 0, b"")
+        alone.append(body)
+        return SendResult(SendStatus.SEND_OK, uniq, "o", 0, len(alone), "b")
 
     acc = Accumulator(AutoBatchConfig(), refuse, default)
     futures = []
@@ -220,6 +223,33 @@ async def test_batches_close_at_max_bytes_and_a_retriable_failure_fails_the_batc
     assert sizes == [4, 4, 2]  # 4 x 10 bytes fill a batch; drain sends the rest
     assert alone == []  # SYSTEM_BUSY says nothing about the messages: no one-by-one retry
     assert all(isinstance(f.exception(), BrokerError) for f in futures)
+
+
+async def test_a_message_sent_alone_is_what_was_handed_over_not_what_its_message_became() -> None:
+    """A lane's batch of one goes on its own: from the batch's encoded entry, so a caller
+    that reuses its Message after send_async cannot change (or break) what is sent."""
+    sent: list[tuple[str, int, bytes, bytes, str]] = []
+
+    async def never(batch: EntryBatch) -> SendResult:
+        raise AssertionError("a batch of one is sent on its own")
+
+    async def alone(topic: str, flag: int, body: bytes, props: bytes, uniq: str) -> SendResult:
+        sent.append((topic, flag, body, props, uniq))
+        return SendResult(SendStatus.SEND_OK, uniq, "o", 0, 0, "b")
+
+    acc = Accumulator(AutoBatchConfig(), never, alone)
+    lane = Lane(lambda: None, UniqIdGenerator(), max_bytes=1000, max_messages=8)
+    lane.learn("t", 100)
+    msg = Message("t", b"original", flag=3)
+    future = lane.submit(msg)
+    uniq = msg.properties["UNIQ_KEY"]
+    msg.body = b"changed"
+    msg.properties.clear()
+    for batch in lane.take():
+        acc.deliver(batch)
+    await acc.drain()
+    assert future.result(0).msg_id == uniq
+    assert sent == [("t", 3, b"original", properties_encode({"UNIQ_KEY": uniq}), uniq)]
 
 
 async def test_a_cancelled_message_is_left_out_of_its_batch() -> None:

@@ -23,6 +23,22 @@ def test_empty_body_is_refused_before_sending() -> None:
     assert info.value.field == "body"
 
 
+def test_a_flag_or_properties_the_wire_cannot_carry_are_refused_before_sending() -> None:
+    with pytest.raises(MessageValidationError) as info:
+        validate_message(Message("t", b"x", flag=2**31))
+    assert info.value.field == "flag"
+    with pytest.raises(MessageValidationError, match="at most 32767") as info:
+        validate_message(Message("t", b"x", properties={"big": "v" * 33_000}))
+    assert info.value.field == "properties"
+    validate_message(Message("t", b"x", flag=-(2**31), properties={"fits": "v" * 32_000}))
+    producer = AsyncProducer("rules-flag")
+    for msg in (Message("t", b"x", flag=-(2**31) - 1), Message("t", b"x", tags="a", flag=2**40)):
+        with pytest.raises(MessageValidationError, match="32-bit"):
+            producer._prepare(msg)
+    with pytest.raises(MessageValidationError, match="32-bit"):
+        producer._prepare_batch([Message("t", b"x"), Message("t", b"y", flag=2**31)])
+
+
 def test_body_over_the_limit_is_refused() -> None:
     with pytest.raises(MessageValidationError, match="limit is 4194304"):
         validate_message(Message("t", b"x" * (4 * 1024 * 1024 + 1)))

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..common.message import BatchEntry
-from ..common.record import properties_encode
+from ..common.record import properties_encode, split_batch
 from .results import SendResult
 from .sendbatch import EntryBatch
 
@@ -61,11 +61,12 @@ class Waiter(Protocol):
 
 
 # The path a message takes on its own (a refused batch's messages, a lone one); a message
-# added without one takes the accumulator's default sender, given the message itself.
+# added without one takes the accumulator's default sender, given the message as its batch
+# entry encodes it: (topic, flag, body, encoded properties, unique id).
 AlonePath = Callable[[], Awaitable[SendResult]]
 # One batch -> the broker's answer for all of it
 BatchSender = Callable[[EntryBatch], Awaitable[SendResult]]
-AloneSender = Callable[[Any], Awaitable[SendResult]]
+AloneSender = Callable[[str, int, bytes, bytes, str], Awaitable[SendResult]]
 
 
 class Accumulator:
@@ -89,7 +90,7 @@ class Accumulator:
         if batch is None:
             batch = self._open[topic] = EntryBatch(topic)
         body = entry.body
-        batch.add(body, entry.flag, properties_encode(entry.properties), uniq_id, waiter, entry, alone)
+        batch.add(body, entry.flag, properties_encode(entry.properties), uniq_id, waiter, alone)
         self._bytes += len(body)
         cfg = self.config
         if batch.size >= cfg.max_bytes or len(batch) >= cfg.max_messages:
@@ -138,7 +139,7 @@ class Accumulator:
             batch = _live(batch)
         if len(batch) <= 1:
             if len(batch):
-                await self._settle_alone(batch.waiters[0], batch.entries[0], batch.paths[0])
+                await self._settle_alone(batch, 0, split_batch(batch.body())[0])
             return
         try:
             result = await self._send_batch(batch)
@@ -150,20 +151,24 @@ class Accumulator:
                 return
             # Refused for something in it (not the broker's state): each message on its own, so
             # only the culprit fails and the others are stored.
-            await asyncio.gather(*(self._settle_alone(w, e, p) for w, e, p in zip(
-                batch.waiters, batch.entries, batch.paths, strict=True)))
+            await asyncio.gather(*(self._settle_alone(batch, i, entry)
+                                   for i, entry in enumerate(split_batch(batch.body()))))
             return
         self.batches_sent += 1
         self.messages_batched += len(batch)
         batch.settle(result)
 
-    async def _settle_alone(self, waiter: Waiter, entry: Any, alone: AlonePath | None) -> None:
+    async def _settle_alone(self, batch: EntryBatch, i: int, entry: tuple[int, bytes, bytes]) -> None:
+        """Message `i` of `batch` on its own; `entry`: its (flag, body, properties) as encoded."""
+        waiter: Waiter = batch.waiters[i]
+        alone: AlonePath | None = batch.paths[i]
         try:
             if alone is not None:
                 result = await alone()
             else:
                 assert self._send_alone is not None, "a message without a path of its own needs a default"
-                result = await self._send_alone(entry)
+                flag, body, props = entry
+                result = await self._send_alone(batch.topic, flag, body, props, batch.ids[i])
         except Exception as exc:
             if not waiter.done():
                 waiter.set_exception(exc)
@@ -175,7 +180,8 @@ class Accumulator:
 def _live(batch: EntryBatch) -> EntryBatch:
     """`batch` without the messages whose waiters are done (cancelled)."""
     live = EntryBatch(batch.topic)
-    for uniq, w, e, p in zip(batch.ids, batch.waiters, batch.entries, batch.paths, strict=True):
+    for (flag, body, props), uniq, w, p in zip(split_batch(batch.body()), batch.ids, batch.waiters,
+                                               batch.paths, strict=True):
         if not w.done():
-            live.add(e.body, e.flag, properties_encode(e.properties), uniq, w, e, p)
+            live.add(body, flag, props, uniq, w, p)
     return live

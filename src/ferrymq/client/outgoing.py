@@ -14,7 +14,7 @@ from ..common.delay import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from ..common.ids import new_uniq_id, new_uniq_ids
 from ..common.message import Message
 from ..common.names import SYSTEM_TOPICS, is_retry_topic, validate_topic
-from ..common.record import SYSFLAG_COMPRESSED, encode_batch, record_size
+from ..common.record import MAX_PROPERTIES_BYTES, SYSFLAG_COMPRESSED, encode_batch, record_size
 from .errors import ClientClosedError, MessageValidationError
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -59,6 +59,11 @@ def _check_topic(topic: str) -> None:
         raise MessageValidationError("topic", f"{topic} is reserved for the system")
 
 
+def _check_flag(flag: int) -> None:
+    if not -0x80000000 <= flag <= 0x7FFFFFFF:
+        raise MessageValidationError("flag", f"is {flag}; the wire carries a 32-bit signed int")
+
+
 def _check_content(msg: Message, max_size: int) -> str:
     """The body and property rules of validate_message; returns the properties as encoded
     (what the send carries before its unique id is added), computed once here."""
@@ -66,6 +71,7 @@ def _check_content(msg: Message, max_size: int) -> str:
         raise MessageValidationError("body", "is empty")
     if len(msg.body) > max_size:
         raise MessageValidationError("body", f"is {len(msg.body)} bytes; the limit is {max_size}")
+    _check_flag(msg.flag)
     props = msg.properties
     if not props:
         return ""
@@ -73,6 +79,12 @@ def _check_content(msg: Message, max_size: int) -> str:
         text = P.properties_to_string(props)
     except P.PropertyError as exc:
         raise MessageValidationError("properties", str(exc)) from exc
+    size = len(text.encode()) + len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1
+    if size > MAX_PROPERTIES_BYTES:
+        # A record stores its properties' length in 16 bits (RocketMQ's limit too).
+        raise MessageValidationError(
+            "properties", f"encode to about {size} bytes with the unique id; at most "
+            f"{MAX_PROPERTIES_BYTES} fit")
     timer = [n for n in _TIMER_REQUESTS if n in props]
     if timer:
         if msg.delay_level:
@@ -152,6 +164,7 @@ class Preparer:
         topic = msg.topic
         if not msg.properties and msg.body and len(msg.body) <= self._valid_topic(topic):
             # The common message: a body and nothing else. Its one property is its id.
+            _check_flag(msg.flag)
             uniq = self._new_id()
             msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             body, sys_flag = self._compressed(msg.body)
@@ -211,7 +224,8 @@ class Preparer:
         for m in msgs:
             body = m.body
             props = m.properties
-            if m.topic == topic and not props and body and len(body) <= plain_limit:
+            if (m.topic == topic and not props and body and len(body) <= plain_limit
+                    and -0x80000000 <= m.flag <= 0x7FFFFFFF):
                 texts.append(None)
                 missing += 1
                 continue
@@ -269,9 +283,8 @@ class Preparer:
         return Outgoing(topic, body, 0, 0, "", uniq_ids, True)
 
 
-def plain_outgoing(msg: Message) -> Outgoing:
-    """The Outgoing of a common message (a body, and the unique id it was given) taken by a
-    producer's lane, for when it must be sent on its own."""
-    uniq = msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-    return Outgoing(msg.topic, msg.body, 0, msg.flag, _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR,
-                    uniq, False, None, None, {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
+def entry_outgoing(topic: str, flag: int, body: bytes, props: bytes, uniq: str) -> Outgoing:
+    """The Outgoing of one message of a batch, from its entry as the batch encoded it (for
+    when it must be sent on its own)."""
+    text = props.decode()
+    return Outgoing(topic, body, 0, flag, text, uniq, False, None, None, P.string_to_properties(text))

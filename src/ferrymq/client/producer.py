@@ -137,6 +137,6 @@ class Producer(Facade[AsyncProducer]):
         if lane is not None and batchable(out):
             lane.learn(out.topic, impl.plain_limit(out.topic))
             return lane.submit_entry(out.topic, out.body, out.flag, properties_encode(out.properties),
-                                     out.uniq_id, out)
+                                     out.uniq_id)
         assert self._intake is not None
         return self._intake.submit(out)

@@ -35,7 +35,7 @@ from .fault import LatencyFaultTolerance
 from .instance import ClientInstance, InstanceConfig, abandon, acquire_async, release
 from .intake import copy_to
 from .lifecycle import Lifecycle, State
-from .outgoing import Outgoing, Preparer, plain_outgoing
+from .outgoing import Outgoing, Preparer, entry_outgoing
 from .producer_options import PRODUCER_DEFAULTS as _D
 from .producer_options import ProducerOptions
 from .results import SendResult, SendStatus
@@ -468,9 +468,9 @@ class AsyncProducer(Lifecycle, Preparer):
         else:
             asyncio.ensure_future(self._send_async(out)).add_done_callback(copy_to(result))
 
-    def _send_entry_async(self, entry: Outgoing | Message) -> Awaitable[SendResult]:
-        # A Message is one a lane took as it was: a body and its unique id.
-        return self._send_async(entry if isinstance(entry, Outgoing) else plain_outgoing(entry))
+    def _send_entry_async(self, topic: str, flag: int, body: bytes, props: bytes,
+                          uniq: str) -> Awaitable[SendResult]:
+        return self._send_async(entry_outgoing(topic, flag, body, props, uniq))
 
     def open_lane(self, wake: Callable[[Callable[[], None]], object]) -> Lane | None:
         """A lane for the blocking producer's send_async (see sendbatch), or None where its

@@ -20,6 +20,7 @@ from concurrent.futures._base import FINISHED, RUNNING
 from ...common import props as P
 from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY
 from ..futures import SendFuture
+from . import _py
 from ..results import SendResult
 
 cdef extern from "Python.h":
@@ -38,6 +39,7 @@ cdef extern from "Python.h":
     int PyObject_GenericSetDict(object o, object value, void* context) except -1
 
 IMPLEMENTATION = "cython"
+MAX_TOPICS = _py.MAX_TOPICS
 
 cdef Py_ssize_t HEAD = BATCH_HEAD.size
 cdef Py_ssize_t MIN_ENTRY = BATCH_MIN_ENTRY
@@ -79,17 +81,16 @@ if [f for f in SendResult.__dataclass_fields__] != [
 
 
 cdef class EntryBatch:
-    cdef readonly str topic
-    cdef readonly list ids, waiters, entries, paths
+    cdef readonly object topic
+    cdef readonly list ids, waiters, paths
     cdef readonly Py_ssize_t size
     cdef unsigned char* _buf
     cdef Py_ssize_t _used, _cap
 
-    def __cinit__(self, str topic):
+    def __cinit__(self, topic):
         self.topic = topic
         self.ids = []
         self.waiters = []
-        self.entries = []
         self.paths = []
 
     def __dealloc__(self):
@@ -111,7 +112,9 @@ cdef class EntryBatch:
 
     cdef int _entry(self, const unsigned char* body, Py_ssize_t blen, int64_t flag,
                     const unsigned char* props, Py_ssize_t plen, object uniq, object waiter,
-                    object entry, object path) except -1:
+                    object path) except -1:
+        if not -0x80000000 <= flag <= 0x7FFFFFFF:
+            raise ValueError(f"flag {flag} does not fit the wire's 32 bits")
         if plen > 0x7FFF:
             raise ValueError(f"the properties encode to {plen} bytes; at most 32767 fit")
         cdef unsigned char* p = self._room(MIN_ENTRY + blen + plen)
@@ -127,15 +130,15 @@ cdef class EntryBatch:
             memcpy(p + 2, props, plen)
         self.ids.append(uniq)
         self.waiters.append(waiter)
-        self.entries.append(entry)
         self.paths.append(path)
         self.size += blen
         return 0
 
-    def add(self, bytes body, int flag, bytes props, str uniq, waiter, entry, path=None):
-        self._entry(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body), flag,
-                    <const unsigned char*>PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props),
-                    uniq, waiter, entry, path)
+    def add(self, body, int64_t flag, props, uniq, waiter, path=None):
+        cdef bytes b = _exact_bytes(body), p = _exact_bytes(props)
+        self._entry(<const unsigned char*>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), flag,
+                    <const unsigned char*>PyBytes_AS_STRING(p), PyBytes_GET_SIZE(p),
+                    uniq, waiter, path)
 
     def __len__(self):
         return len(self.ids)
@@ -215,7 +218,9 @@ cdef class Lane:
         if self._lock != NULL:
             PyThread_free_lock(self._lock)
 
-    def learn(self, str topic, Py_ssize_t limit):
+    def learn(self, topic, Py_ssize_t limit):
+        if len(self._limits) >= MAX_TOPICS:
+            self._limits.clear()
         self._limits[topic] = limit
 
     cdef str _next_id(self):
@@ -256,12 +261,12 @@ cdef class Lane:
         uniq = self._next_id()
         PyDict_SetItem(props, UNIQ, uniq)
         cdef bytes text = UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
-        return self._put(topic, body, flag, text, uniq, msg)
+        return self._put(topic, body, flag, text, uniq)
 
-    def submit_entry(self, str topic, bytes body, int flag, bytes props, str uniq, entry):
-        return self._put(topic, body, flag, props, uniq, entry)
+    def submit_entry(self, topic, body, int64_t flag, props, uniq):
+        return self._put(topic, _exact_bytes(body), flag, _exact_bytes(props), uniq)
 
-    cdef object _put(self, str topic, bytes body, int64_t flag, bytes props, str uniq, entry):
+    cdef object _put(self, object topic, bytes body, int64_t flag, bytes props, object uniq):
         future = _send_future()
         cdef bint wake = False
         cdef EntryBatch batch
@@ -278,7 +283,7 @@ cdef class Lane:
                     batch = <EntryBatch>v
                 batch._entry(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
                              flag, <const unsigned char*>PyBytes_AS_STRING(props),
-                             PyBytes_GET_SIZE(props), uniq, future, entry, None)
+                             PyBytes_GET_SIZE(props), uniq, future, None)
                 if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
                     del self._open[topic]
                     self._full.append(batch)
@@ -311,6 +316,10 @@ cdef class Lane:
             self._closed = error
         finally:
             PyThread_release_lock(self._lock)
+
+
+cdef inline bytes _exact_bytes(object data):
+    return data if type(data) is bytes else bytes(data)
 
 
 cdef inline void _acquire(PyThread_type_lock lock):

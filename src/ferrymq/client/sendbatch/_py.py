@@ -17,36 +17,44 @@ IMPLEMENTATION = "python"
 INTERFACE = ("IMPLEMENTATION", "EntryBatch", "Lane")
 
 _UNIQ = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+# Topics a lane remembers (a bound for producers sending to endless topics).
+MAX_TOPICS = 1024
 _UNIQ_PREFIX = _UNIQ + P.NAME_VALUE_SEPARATOR
 
 
 class EntryBatch:
     """The messages of one batch request to `topic`: the request's body (RocketMQ's batch
     layout, encoded entry by entry as they are added), and per message its unique id, who
-    waits for its result (a concurrent or an asyncio future), the message itself (to send it
-    on its own when the batch cannot go) and, if it has one, its own way to be sent alone."""
+    waits for its result (a concurrent or an asyncio future) and, if it has one, its own way
+    to be sent alone. The body is the messages' only copy: a message sent on its own (alone
+    in its batch, or its batch refused) is decoded from it, so what goes is what was handed
+    over, whatever its caller did to the `Message` since."""
 
-    __slots__ = ("_body", "entries", "ids", "paths", "size", "topic", "waiters")
+    __slots__ = ("_body", "ids", "paths", "size", "topic", "waiters")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self._body = bytearray()
         self.ids: list[str] = []
         self.waiters: list[Any] = []
-        self.entries: list[Any] = []
         self.paths: list[Any] = []
         self.size = 0  # the bodies' bytes (what a batch's limits count)
 
-    def add(self, body: bytes, flag: int, props: bytes, uniq: str, waiter: Any, entry: Any,
+    def add(self, body: bytes, flag: int, props: bytes, uniq: str, waiter: Any,
             path: Any = None) -> None:
+        if not -0x80000000 <= flag <= 0x7FFFFFFF:
+            raise ValueError(f"flag {flag} does not fit the wire's 32 bits")
+        if len(props) > 0x7FFF:
+            raise ValueError(f"the properties encode to {len(props)} bytes; at most 32767 fit")
+        # Packed before anything is written: a refused entry leaves the batch as it was.
+        head = BATCH_HEAD.pack(BATCH_MIN_ENTRY + len(body) + len(props), 0, 0, flag, len(body))
         out = self._body
-        out += BATCH_HEAD.pack(BATCH_MIN_ENTRY + len(body) + len(props), 0, 0, flag, len(body))
+        out += head
         out += body
         out += I16.pack(len(props))
         out += props
         self.ids.append(uniq)
         self.waiters.append(waiter)
-        self.entries.append(entry)
         self.paths.append(path)
         self.size += len(body)
 
@@ -103,6 +111,8 @@ class Lane:
     def learn(self, topic: str, limit: int) -> None:
         """`topic` is valid, and a body of at most `limit` bytes with no properties needs no
         other check (nor compression) to be sent to it; -1: no message to it is common."""
+        if len(self._limits) >= MAX_TOPICS:
+            self._limits.clear()  # a producer sending to endless topics: relearned on use
         self._limits[topic] = limit
 
     def submit(self, msg: Any) -> SendFuture[SendResult] | None:
@@ -118,14 +128,14 @@ class Lane:
         uniq = self._ids.next_id()
         msg.properties[_UNIQ] = uniq
         props = (_UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR).encode()
-        return self._put(msg.topic, body, flag, props, uniq, msg)
+        return self._put(msg.topic, body, flag, props, uniq)
 
-    def submit_entry(self, topic: str, body: bytes, flag: int, props: bytes, uniq: str,
-                     entry: Any) -> SendFuture[SendResult]:
-        return self._put(topic, body, flag, props, uniq, entry)
+    def submit_entry(self, topic: str, body: bytes, flag: int, props: bytes,
+                     uniq: str) -> SendFuture[SendResult]:
+        return self._put(topic, body, flag, props, uniq)
 
-    def _put(self, topic: str, body: bytes, flag: int, props: bytes, uniq: str,
-             entry: Any) -> SendFuture[SendResult]:
+    def _put(self, topic: str, body: bytes, flag: int, props: bytes,
+             uniq: str) -> SendFuture[SendResult]:
         future: SendFuture[SendResult] = SendFuture()
         with self._lock:
             if self._closed is not None:
@@ -133,7 +143,7 @@ class Lane:
             batch = self._open.get(topic)
             if batch is None:
                 batch = self._open[topic] = EntryBatch(topic)
-            batch.add(body, flag, props, uniq, future, entry)
+            batch.add(body, flag, props, uniq, future)
             if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
                 self._full.append(self._open.pop(topic))
             wake = not self._woken
