@@ -74,17 +74,19 @@ async def pop(api: MQClientAPI, addr: str, broker_name: str, *, group: str, topi
     return PopAnswer(out, rest)
 
 
-async def ack(api: MQClientAPI, addr: str, *, group: str, topic: str, handle: ExtraInfo) -> None:
+async def ack(api: MQClientAPI, addr: str, *, group: str, topic: str, handle: ExtraInfo,
+              timeout: float | None = None) -> None:
+    """timeout, here and below: the request's (None: the client's request timeout)."""
     await api.invoke_ok(addr, RequestCode.ACK_MESSAGE, fields(
         consumerGroup=group, topic=topic, queueId=handle.queue_id, extraInfo=handle.encode(),
-        offset=handle.queue_offset))
+        offset=handle.queue_offset), timeout=timeout)
 
 
 async def change_invisible(api: MQClientAPI, addr: str, *, group: str, topic: str,
-                           handle: ExtraInfo, invisible_ms: int) -> ExtraInfo:
+                           handle: ExtraInfo, invisible_ms: int, timeout: float | None = None) -> ExtraInfo:
     """The new receipt handle."""
     resp = await api.invoke_ok(addr, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields(
         consumerGroup=group, topic=topic, queueId=handle.queue_id, extraInfo=handle.encode(),
-        offset=handle.queue_offset, invisibleTime=invisible_ms))
+        offset=handle.queue_offset, invisibleTime=invisible_ms), timeout=timeout)
     e = resp.ext_fields
     return handle.renewed(int(e["popTime"]), int(e["invisibleTime"]))

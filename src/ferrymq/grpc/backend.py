@@ -106,16 +106,19 @@ class Backend(Protocol):
         of its queues), waiting up to poll_ms for one."""
         ...
 
-    async def ack(self, group: str, topic: str, handle: str) -> None:
-        """Raises GrpcStatusError (INVALID_RECEIPT_HANDLE) for a handle it cannot use."""
+    async def ack(self, group: str, topic: str, handle: str, *, timeout_s: float | None = None) -> None:
+        """Raises GrpcStatusError (INVALID_RECEIPT_HANDLE) for a handle it cannot use.
+        timeout_s, here and below: what is left of the client's deadline for the call (None: no
+        deadline); a backend that forwards it answers PROXY_TIMEOUT once that has passed."""
         ...
 
-    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int, *,
+                               timeout_s: float | None = None) -> str:
         """The delivery's new receipt handle."""
         ...
 
     async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
-                             message_id: str) -> None:
+                             message_id: str, *, timeout_s: float | None = None) -> None:
         """A copy into %DLQ%<group>, and the delivery acknowledged."""
         ...
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from ..broker.clients import Subscription, SubscriptionParseError, UnsupportedFilterError
 from ..common.headers import PERM_READ
 from .backend import Backend, Delivery, TopicGroup
+from .budget import Deadline
 from .convert import check_group, check_topic, duration_ms, outgoing, timestamp
 from .pb import service_pb2 as spb
 from .sessions import subscription_of
@@ -118,15 +119,16 @@ class Consumer:
             raise failure
         return await pop(alive[0], poll_ms=poll) if poll > 0 else []
 
-    async def ack(self, req: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    async def ack(self, req: spb.AckMessageRequest, time_remaining: float | None = None) -> spb.AckMessageResponse:
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
+        deadline = Deadline(time_remaining)
         await self._readable(topic)
         entries: list[spb.AckMessageResultEntry] = []
         for entry in req.entries:
             try:
-                await self._backend.ack(group, topic, entry.receipt_handle)
+                await self._backend.ack(group, topic, entry.receipt_handle, timeout_s=deadline.left())
                 entry_status = ok()
             except GrpcStatusError as exc:
                 entry_status = status(exc.code, exc.message)
@@ -142,27 +144,33 @@ class Consumer:
             top = status(Code.BAD_REQUEST, "no entry to acknowledge")
         return spb.AckMessageResponse(status=top, entries=entries)
 
-    async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest) -> spb.ChangeInvisibleDurationResponse:
+    async def change_invisible(self, req: spb.ChangeInvisibleDurationRequest,
+                               time_remaining: float | None = None) -> spb.ChangeInvisibleDurationResponse:
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
+        deadline = Deadline(time_remaining)
         await self._readable(topic)
         # 0 is allowed here: "deliver it again now" (a push consumer's failed message).
         invisible = duration_ms(req.invisible_duration)
         if invisible < 0 or invisible > MAX_INVISIBLE_MS:
             raise GrpcStatusError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime must be 0..{MAX_INVISIBLE_MS}")
-        renewed = await self._backend.change_invisible(group, topic, req.receipt_handle, invisible)
+        renewed = await self._backend.change_invisible(group, topic, req.receipt_handle, invisible,
+                                                       timeout_s=deadline.left())
         return spb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=renewed)
 
-    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest
+    async def forward_to_dlq(self, req: spb.ForwardMessageToDeadLetterQueueRequest,
+                             time_remaining: float | None = None
                              ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         """A push consumer gave up on a message after its max delivery attempts: a copy goes to
         %DLQ%<group>, and the message is acknowledged."""
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
+        deadline = Deadline(time_remaining)
         await self._readable(topic)
-        await self._backend.forward_to_dlq(group, topic, req.receipt_handle, req.delivery_attempt, req.message_id)
+        await self._backend.forward_to_dlq(group, topic, req.receipt_handle, req.delivery_attempt, req.message_id,
+                                           timeout_s=deadline.left())
         return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 

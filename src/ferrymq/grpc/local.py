@@ -107,11 +107,14 @@ class LocalBackend(LocalQueues):
             broker.stats.count_got(topic.topic, group, len(out), sum(len(m.record) for m in result.messages))
         return out
 
-    async def ack(self, group: str, topic: str, handle: str) -> None:
+    # The broker's own endpoint answers from its own store: there is no hop for a deadline
+    # to bound, so timeout_s is not used.
+    async def ack(self, group: str, topic: str, handle: str, *, timeout_s: float | None = None) -> None:
         h = _handle(handle, topic)
         await pop_service(self._broker).ack(group, topic, h.queue_id, [h.offset])
 
-    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int, *,
+                               timeout_s: float | None = None) -> str:
         h = _handle(handle, topic)
         result = await pop_service(self._broker).change_invisible(
             group, topic, h.queue_id, h.offset, h.pop_time, invisible_ms)
@@ -124,7 +127,7 @@ class LocalBackend(LocalQueues):
         return ReceiptHandle(topic, h.queue_id, h.offset, result.pop_time, invisible_ms).encode()
 
     async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
-                             message_id: str) -> None:
+                             message_id: str, *, timeout_s: float | None = None) -> None:
         broker = self._broker
         h = _handle(handle, topic)
         store = broker.store

@@ -13,6 +13,7 @@ from ..common.headers import PERM_WRITE
 from ..common.recall_handle import RecallHandle
 from ..common.record import properties_map
 from .backend import Backend, TopicGroup
+from .budget import forward_budget
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
@@ -24,15 +25,6 @@ NO_TRANSACTIONS = "this broker refuses transactional messages (reject_transactio
 def group_queue(group: str, queue_nums: int) -> int:
     """The queue a message group always goes to: stable across restarts and processes."""
     return zlib.crc32(group.encode()) % queue_nums
-
-
-def put_budget(time_remaining: float | None) -> float | None:
-    """The part of the client's remaining deadline a put may take: the rest carries a timeout
-    answer back while the client still waits, so that it retries (its next attempt goes to
-    another broker group) instead of failing with DEADLINE_EXCEEDED."""
-    if time_remaining is None:
-        return None
-    return time_remaining - max(0.2, time_remaining * 0.1)
 
 
 def _recall_handle(m: Incoming, group: TopicGroup, now_ms: int) -> str:
@@ -92,7 +84,7 @@ class Sender:
                 raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(exc)) from None
         half = msgs[0].message_type == pb.TRANSACTION
         result = await backend.put(group, queue_id, [m.message for m in msgs], half=half,
-                                   timeout_s=put_budget(time_remaining))
+                                   timeout_s=forward_budget(time_remaining))
         code = result.code
         if code == Code.BAD_REQUEST and any(m.delivery_ms is not None for m in msgs):
             code = Code.ILLEGAL_DELIVERY_TIME  # the timer refused the delivery time

@@ -196,18 +196,19 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(self._backend.now_ms()))
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
-        return await _answer(lambda s: spb.AckMessageResponse(status=s), self._consumer.ack(request))
+        return await _answer(lambda s: spb.AckMessageResponse(status=s),
+                             self._consumer.ack(request, context.time_remaining()))
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
                                       context: Context) -> spb.ChangeInvisibleDurationResponse:
         return await _answer(lambda s: spb.ChangeInvisibleDurationResponse(status=s),
-                             self._consumer.change_invisible(request))
+                             self._consumer.change_invisible(request, context.time_remaining()))
 
     async def ForwardMessageToDeadLetterQueue(
             self, request: spb.ForwardMessageToDeadLetterQueueRequest,
             context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         return await _answer(lambda s: spb.ForwardMessageToDeadLetterQueueResponse(status=s),
-                             self._consumer.forward_to_dlq(request))
+                             self._consumer.forward_to_dlq(request, context.time_remaining()))
 
     # --- pull-style consumers (queues and offsets the client keeps) ---------------------------
     async def PullMessage(self, request: spb.PullMessageRequest,

@@ -315,32 +315,49 @@ class ClusterBackend(ClusterQueues):
             raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return await self._master(handle.broker_name, topic), commit_log_offset, handle
 
-    async def ack(self, group: str, topic: str, handle: str) -> None:
+    def _timeout(self, timeout_s: float | None, what: str) -> float:
+        """The remoting timeout of a call forwarded with `timeout_s` of the client's deadline
+        left: the proxy's own request timeout, cut to that deadline."""
+        api_timeout = self._inst.api.timeout
+        timeout = api_timeout if timeout_s is None else min(api_timeout, timeout_s)
+        if timeout <= 0:
+            raise GrpcStatusError(Code.PROXY_TIMEOUT, f"the client's deadline passed before the {what} was forwarded")
+        return timeout
+
+    async def ack(self, group: str, topic: str, handle: str, *, timeout_s: float | None = None) -> None:
         addr, _, h = await self._handle(topic, handle)
         try:
-            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h)
+            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h,
+                              timeout=self._timeout(timeout_s, "ack"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
         self.counts["acked"] += 1
 
-    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int, *,
+                               timeout_s: float | None = None) -> str:
         addr, commit_log_offset, h = await self._handle(topic, handle)
         try:
             renewed = await pop_api.change_invisible(self._inst.api, addr, group=group, topic=topic, handle=h,
-                                                     invisible_ms=invisible_ms)
+                                                     invisible_ms=invisible_ms,
+                                                     timeout=self._timeout(timeout_s, "invisible time's change"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
         return encode_handle(commit_log_offset, renewed.encode())
 
     async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
-                             message_id: str) -> None:
+                             message_id: str, *, timeout_s: float | None = None) -> None:
         addr, commit_log_offset, h = await self._handle(topic, handle)
+        # Two calls share the deadline: each gets what is left of it.
+        until = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             # Delay level -1: straight to %DLQ%<group> (RocketMQ's proxy forwards the same way).
             await self._inst.api.consumer_send_back(
                 addr, commit_log_offset=commit_log_offset, group=group, delay_level=-1, origin_msg_id=message_id,
-                origin_topic=topic, max_reconsume_times=max(delivery_attempt - 1, 0))
-            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h)
+                origin_topic=topic, max_reconsume_times=max(delivery_attempt - 1, 0),
+                timeout=self._timeout(timeout_s, "dead-letter copy"))
+            left = None if until is None else until - time.monotonic()
+            await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h,
+                              timeout=self._timeout(left, "ack"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
 
