@@ -252,6 +252,33 @@ async def test_a_message_sent_alone_is_what_was_handed_over_not_what_its_message
     assert sent == [("t", 3, b"original", properties_encode({"UNIQ_KEY": uniq}), uniq)]
 
 
+async def test_a_batch_cancelled_in_flight_fails_its_callers_futures() -> None:
+    """A producer whose shutdown ran out of time cancels its batches in flight; their callers'
+    futures (concurrent ones, from a lane) must settle, not wait forever."""
+    entered = asyncio.Event()
+
+    async def hang(batch: EntryBatch) -> SendResult:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    acc = Accumulator(AutoBatchConfig(), hang)
+    lane = Lane(lambda: None, UniqIdGenerator(), max_bytes=1000, max_messages=8)
+    lane.learn("t", 100)
+    futures = [lane.submit(Message("t", b"m%d" % i)) for i in range(3)]
+    for batch in lane.take():
+        acc.deliver(batch)
+    await entered.wait()
+    drain = asyncio.ensure_future(acc.drain())
+    await asyncio.sleep(0)
+    drain.cancel()  # what a timed-out shutdown does to the drain, and with it the batch
+    with pytest.raises(asyncio.CancelledError):
+        await drain
+    for f in futures:
+        assert f is not None
+        assert isinstance(f.exception(5), ClientStateError), f
+
+
 async def test_a_cancelled_message_is_left_out_of_its_batch() -> None:
     loop = asyncio.get_running_loop()
     sent: list[list[str]] = []

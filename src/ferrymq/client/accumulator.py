@@ -21,6 +21,7 @@ from typing import Protocol
 
 from ..common.message import BatchEntry
 from ..common.record import properties_encode, split_batch
+from .errors import ClientClosedError
 from .results import SendResult
 from .sendbatch import EntryBatch
 
@@ -135,6 +136,19 @@ class Accumulator:
         task.add_done_callback(self._in_flight.discard)
 
     async def _deliver(self, batch: EntryBatch, cancellable: bool) -> None:
+        try:
+            await self._deliver_now(batch, cancellable)
+        except asyncio.CancelledError:
+            # A shutdown that ran out of time cancels what is in flight: the callers learn
+            # that, rather than wait forever on futures nobody will settle. Whether the broker
+            # stored such a message is not known.
+            for w in batch.waiters:
+                if not w.done():
+                    w.set_exception(ClientClosedError("Producer", "send (it was in flight when the "
+                                                      "shutdown gave up waiting for its answer)"))
+            raise
+
+    async def _deliver_now(self, batch: EntryBatch, cancellable: bool) -> None:
         if cancellable and any(w.done() for w in batch.waiters):
             batch = _live(batch)
         if len(batch) <= 1:
