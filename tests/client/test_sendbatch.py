@@ -122,7 +122,8 @@ class _Wakes:
 def _lane(impl: ModuleType, **limits: int) -> tuple[Any, _Wakes, UniqIdGenerator]:
     wakes, ids = _Wakes(), UniqIdGenerator()
     lane = impl.Lane(wakes, ids, max_bytes=limits.get("max_bytes", 1000),
-                     max_messages=limits.get("max_messages", 4))
+                     max_messages=limits.get("max_messages", 4),
+                     compress_over=limits.get("compress_over", 0))
     lane.learn("t", 100)
     return lane, wakes, ids
 
@@ -132,8 +133,20 @@ def test_a_lane_takes_only_the_common_message(impl: ModuleType) -> None:
     lane, wakes, _ = _lane(impl)
     assert lane.submit(Message("other", b"x")) is None  # a topic it was not told of
     assert lane.submit(Message("t", b"x" * 101)) is None  # over the topic's limit
-    assert lane.submit(Message("t", b"x", tags="a")) is None  # properties: the long way
+    assert lane.submit(Message("t", b"x" * 90, keys="0123456789")) is None  # body + properties over it
     assert lane.submit(Message("t", b"x", flag=2**40)) is None  # a flag the wire cannot carry
+    for long_way in (Message("t", b"x", delay_level=2), Message("t", b"x", deliver_time_ms=5),
+                     Message("t", b"x", properties={"UNIQ_KEY": "given"}),
+                     Message("t", b"x", properties={"TIMER_DELAY_SEC": "3"}),
+                     Message("t", b"x", properties={"a\x01b": "v"}),
+                     Message("t", b"x", properties={"a": "v\x02"}),
+                     Message("t", b"x", properties={"a": "\udc80"}),
+                     Message("t", b"x", properties={"big": "v" * 32_700})):
+        assert lane.submit(long_way) is None, long_way.properties
+        assert "UNIQ_KEY" not in long_way.properties or long_way.properties["UNIQ_KEY"] == "given"
+    squeezed = _lane(impl, compress_over=50)[0]
+    assert squeezed.submit(Message("t", b"x" * 51)) is None  # to be compressed: the long way
+    assert squeezed.submit(Message("t", b"x" * 50)) is not None
     assert wakes.count == 0 and lane.take() == []
     msg = Message("t", b"x" * 100, flag=7)
     f = lane.submit(msg)
@@ -146,6 +159,20 @@ def test_a_lane_takes_only_the_common_message(impl: ModuleType) -> None:
     # What was handed over is what the batch holds, whatever the caller does to the message.
     msg.body = b"changed"
     assert split_batch(batch.body())[0][1] == b"x" * 100
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_lane_encodes_tags_keys_and_user_properties_with_the_id_last(impl: ModuleType) -> None:
+    lane, _, _ = _lane(impl)
+    msg = Message("t", b"body", tags="TagA", keys=["k1", "k2"], properties={"mine": "é ünïcode"})
+    before = dict(msg.properties)
+    f = lane.submit(msg)
+    assert f is not None
+    uniq = msg.properties["UNIQ_KEY"]
+    assert list(msg.properties) == [*before, "UNIQ_KEY"]  # the caller's map gets its id, as the long way
+    [batch] = lane.take()
+    assert batch.ids == [uniq]
+    assert split_batch(batch.body()) == [(0, b"body", properties_encode({**before, "UNIQ_KEY": uniq}))]
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -144,14 +144,6 @@ class Preparer:
         self._checked_topics[topic] = limit
         return limit
 
-    def plain_limit(self, topic: str) -> int:
-        """The longest body a message to `topic` may have and still be common: no properties,
-        no check beyond its length and no compression (-1: none is; see _valid_topic)."""
-        limit = self._valid_topic(topic)
-        if self.compress_over > 0:
-            limit = min(limit, self.compress_over)
-        return limit
-
     def _check_delay_level(self, msg: Message) -> None:
         if P.PROPERTY_DELAY_TIME_LEVEL in msg.properties and not 0 <= msg.delay_level <= self.delay_levels:
             raise MessageValidationError(

@@ -135,7 +135,7 @@ class Producer(Facade[AsyncProducer]):
         impl.require_running("send")
         out = impl._prepare(msg)
         if lane is not None and batchable(out):
-            lane.learn(out.topic, impl.plain_limit(out.topic))
+            lane.learn(out.topic, impl._valid_topic(out.topic))
             return lane.submit_entry(out.topic, out.body, out.flag, properties_encode(out.properties),
                                      out.uniq_id)
         assert self._intake is not None

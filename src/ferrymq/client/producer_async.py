@@ -481,7 +481,7 @@ class AsyncProducer(Lifecycle, Preparer):
             return None
         take = self._take_lane
         self._lane = Lane(lambda: wake(take), uniq_id_generator(), max_bytes=cfg.max_bytes,
-                          max_messages=cfg.max_messages)
+                          max_messages=cfg.max_messages, compress_over=self.compress_over)
         return self._lane
 
     def _take_lane(self) -> None:

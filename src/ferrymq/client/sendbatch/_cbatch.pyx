@@ -9,7 +9,7 @@ from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_Size
 from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint32_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from ...common._endian cimport wr16, wr32
@@ -35,11 +35,19 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_COMPACT_ASCII(object o)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
     object PyIter_Next(object o)
+    const char* PyUnicode_AsUTF8AndSize(object o, Py_ssize_t* size)
+    void PyErr_Clear()
+    bint PyDict_Next(object d, Py_ssize_t* pos, PyObject** key, PyObject** value)
     dict PyDict_Copy(object d)
     int PyObject_GenericSetDict(object o, object value, void* context) except -1
 
 IMPLEMENTATION = "cython"
 MAX_TOPICS = _py.MAX_TOPICS
+cdef frozenset RESERVED = _py.RESERVED
+cdef Py_ssize_t UNIQ_BYTES = _py.UNIQ_BYTES
+cdef Py_ssize_t MAX_PROPERTIES_BYTES = _py.MAX_PROPERTIES_BYTES
+cdef unsigned char NV = ord(P.NAME_VALUE_SEPARATOR)
+cdef unsigned char PS = ord(P.PROPERTY_SEPARATOR)
 
 cdef Py_ssize_t HEAD = BATCH_HEAD.size
 cdef Py_ssize_t MIN_ENTRY = BATCH_MIN_ENTRY
@@ -194,13 +202,15 @@ cdef bint _finish_quietly(object future, object result) except -1:
 
 cdef class Lane:
     cdef object _wake, _ids, _counter, _closed
-    cdef Py_ssize_t _max_bytes, _max_messages
+    cdef Py_ssize_t _max_bytes, _max_messages, _compress_over
     cdef PyThread_type_lock _lock
     cdef dict _open, _limits
     cdef list _full
     cdef bint _woken
 
-    def __cinit__(self, wake, ids, *, Py_ssize_t max_bytes, Py_ssize_t max_messages):
+    def __cinit__(self, wake, ids, *, Py_ssize_t max_bytes, Py_ssize_t max_messages,
+                  Py_ssize_t compress_over=0):
+        self._compress_over = compress_over
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
             raise MemoryError()
@@ -246,21 +256,28 @@ cdef class Lane:
 
     def submit(self, msg):
         props = msg.properties
-        if type(props) is not dict or PyDict_Size(props) != 0:
+        if type(props) is not dict:
             return None
         body = msg.body
         if type(body) is not bytes or PyBytes_GET_SIZE(body) == 0:
             return None
+        if 0 < self._compress_over < PyBytes_GET_SIZE(body):
+            return None
         topic = msg.topic
         cdef PyObject* limit = PyDict_GetItem(self._limits, topic) if type(topic) is str else NULL
-        if limit == NULL or PyBytes_GET_SIZE(body) > <Py_ssize_t><object>limit:
+        if limit == NULL:
+            return None
+        cdef Py_ssize_t extra_len = 0 if PyDict_Size(props) == 0 else _plain_length(props)
+        if extra_len < 0 or PyBytes_GET_SIZE(body) + extra_len > <Py_ssize_t><object>limit:
             return None
         flag = msg.flag
         if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
             return None
+        # Encoded before the id joins the caller's map (a map the check above has passed).
+        cdef bytes text = _encode_plain(props, extra_len)
         uniq = self._next_id()
         PyDict_SetItem(props, UNIQ, uniq)
-        cdef bytes text = UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
+        text += UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
         return self._put(topic, body, flag, text, uniq)
 
     def submit_entry(self, topic, body, int64_t flag, props, uniq):
@@ -316,6 +333,53 @@ cdef class Lane:
             self._closed = error
         finally:
             PyThread_release_lock(self._lock)
+
+
+cdef Py_ssize_t _plain_length(dict props) except -2:
+    """_py._plain_properties's check: the length `props` encode to, or -1 when a lane must
+    leave the message to the long way."""
+    cdef Py_ssize_t i = 0, total = 0, kn, vn
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    while PyDict_Next(props, &i, &k, &v):
+        if type(<object>k) is not str or type(<object>v) is not str or <object>k in RESERVED:
+            return -1
+        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
+        if kp == NULL:
+            PyErr_Clear()  # not encodable (a lone surrogate): the long way says why
+            return -1
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        if vp == NULL:
+            PyErr_Clear()
+            return -1
+        if memchr(kp, NV, kn) or memchr(kp, PS, kn) or memchr(vp, NV, vn) or memchr(vp, PS, vn):
+            return -1
+        total += kn + vn + 2
+    if total + UNIQ_BYTES > MAX_PROPERTIES_BYTES:
+        return -1
+    return total
+
+
+cdef bytes _encode_plain(dict props, Py_ssize_t total):
+    """`props` as _plain_length measured them: name NV value PS, in the map's order."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    cdef Py_ssize_t i = 0, kn, vn
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef const char* kp
+    cdef const char* vp
+    while PyDict_Next(props, &i, &k, &v):
+        kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        memcpy(o, kp, kn)
+        o[kn] = NV
+        memcpy(o + kn + 1, vp, vn)
+        o[kn + 1 + vn] = PS
+        o += kn + vn + 2
+    return out
 
 
 cdef inline bytes _exact_bytes(object data):

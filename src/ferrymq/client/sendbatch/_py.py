@@ -19,6 +19,13 @@ INTERFACE = ("IMPLEMENTATION", "EntryBatch", "Lane")
 _UNIQ = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 # Topics a lane remembers (a bound for producers sending to endless topics).
 MAX_TOPICS = 1024
+# Properties a lane leaves to the producer's long way: they ask for a delay or a delivery
+# time (checked there, and kept out of batches), or give the message its own id.
+RESERVED = frozenset({P.PROPERTY_DELAY_TIME_LEVEL, _UNIQ, P.PROPERTY_TIMER_DELIVER_MS,
+                      P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC})
+# What the unique id adds to a message's encoded properties.
+UNIQ_BYTES = len(_UNIQ) + 1 + 32 + 1
+MAX_PROPERTIES_BYTES = 0x7FFF
 _UNIQ_PREFIX = _UNIQ + P.NAME_VALUE_SEPARATOR
 
 
@@ -85,20 +92,39 @@ def split_batch_result(batch: SendResult, uniq_ids: list[str]) -> list[SendResul
     ]
 
 
+def _plain_properties(props: dict[Any, Any]) -> bytes | None:
+    """`props` encoded, when a lane may take a message with them: str names and values
+    without separators, none reserved, room left for the id; None otherwise."""
+    if not props:
+        return b""
+    if not RESERVED.isdisjoint(props):
+        return None
+    try:
+        out = P.properties_to_string(props).encode()
+    except (P.PropertyError, TypeError, UnicodeEncodeError):
+        return None
+    if len(out) + UNIQ_BYTES > MAX_PROPERTIES_BYTES:
+        return None
+    return out
+
+
 class Lane:
     """A blocking producer's `send_async`, taken on the caller's thread: the message is
     checked, given its unique id and encoded into its topic's open batch here, and the I/O
     loop is woken once for everything handed over until it takes the batches (`take`).
 
-    `submit` takes the common message (a body and no properties, to a topic it was told of
-    with `learn`) and returns None for any other; the producer prepares those the long way
-    and hands them over with `submit_entry`. A batch is closed once its bodies reach
-    `max_bytes` or it holds `max_messages`; after `close`, every hand-over raises."""
+    `submit` takes the common message: to a topic it was told of with `learn`, a body that
+    needs no compression (at most `compress_over` bytes, when that is above 0), properties
+    (tags, keys, the user's own) that ask for no delay and bring no id of their own. It
+    returns None for any other; the producer prepares those the long way and hands them over
+    with `submit_entry`. A batch is closed once its bodies reach `max_bytes` or it holds
+    `max_messages`; after `close`, every hand-over raises."""
 
     def __init__(self, wake: Callable[[], object], ids: Any, *, max_bytes: int,
-                 max_messages: int) -> None:
+                 max_messages: int, compress_over: int = 0) -> None:
         self._wake = wake
         self._ids = ids  # a UniqIdGenerator
+        self._compress_over = compress_over
         self._max_bytes = max_bytes
         self._max_messages = max_messages
         self._lock = threading.Lock()
@@ -109,25 +135,29 @@ class Lane:
         self._limits: dict[str, int] = {}
 
     def learn(self, topic: str, limit: int) -> None:
-        """`topic` is valid, and a body of at most `limit` bytes with no properties needs no
-        other check (nor compression) to be sent to it; -1: no message to it is common."""
+        """`topic` is valid, and a message to it whose body and encoded properties (its id
+        aside) come to at most `limit` bytes is within the broker's limit; -1: no message to
+        it is common (a retry topic's)."""
         if len(self._limits) >= MAX_TOPICS:
             self._limits.clear()  # a producer sending to endless topics: relearned on use
         self._limits[topic] = limit
 
     def submit(self, msg: Any) -> SendFuture[SendResult] | None:
         body = msg.body
-        if msg.properties or not body or type(body) is not bytes:
+        given = msg.properties
+        if not body or type(body) is not bytes or type(given) is not dict:
             return None
+        extra = _plain_properties(given)
         limit = self._limits.get(msg.topic)
-        if limit is None or len(body) > limit:
+        if (extra is None or limit is None or len(body) + len(extra) > limit
+                or 0 < self._compress_over < len(body)):
             return None
         flag = msg.flag
         if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
             return None
         uniq = self._ids.next_id()
-        msg.properties[_UNIQ] = uniq
-        props = (_UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR).encode()
+        given[_UNIQ] = uniq
+        props = extra + (_UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR).encode()
         return self._put(msg.topic, body, flag, props, uniq)
 
     def submit_entry(self, topic: str, body: bytes, flag: int, props: bytes,
