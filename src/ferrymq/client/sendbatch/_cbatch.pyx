@@ -267,17 +267,19 @@ cdef class Lane:
         cdef PyObject* limit = PyDict_GetItem(self._limits, topic) if type(topic) is str else NULL
         if limit == NULL:
             return None
-        cdef Py_ssize_t extra_len = 0 if PyDict_Size(props) == 0 else _plain_length(props)
-        if extra_len < 0 or PyBytes_GET_SIZE(body) + extra_len > <Py_ssize_t><object>limit:
-            return None
         flag = msg.flag
         if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
             return None
+        cdef Py_ssize_t extra_len = 0 if PyDict_Size(props) == 0 else _plain_length(props)
+        if extra_len < 0 or PyBytes_GET_SIZE(body) + extra_len > <Py_ssize_t><object>limit:
+            return None
         # Encoded before the id joins the caller's map (a map the check above has passed).
-        cdef bytes text = _encode_plain(props, extra_len)
+        text = _encode_plain(props, extra_len)
+        if text is None:
+            return None
         uniq = self._next_id()
         PyDict_SetItem(props, UNIQ, uniq)
-        text += UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
+        text = <bytes>text + UNIQ_PREFIX + (<str>uniq).encode("ascii") + UNIQ_END
         return self._put(topic, body, flag, text, uniq)
 
     def submit_entry(self, topic, body, int64_t flag, props, uniq):
@@ -362,24 +364,33 @@ cdef Py_ssize_t _plain_length(dict props) except -2:
     return total
 
 
-cdef bytes _encode_plain(dict props, Py_ssize_t total):
-    """`props` as _plain_length measured them: name NV value PS, in the map's order."""
+cdef object _encode_plain(dict props, Py_ssize_t total):
+    """`props` as _plain_length measured them: name NV value PS, in the map's order. None if
+    the map no longer fits that measure (another thread changed it in between)."""
     cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
     cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    cdef unsigned char* end = o + total
     cdef Py_ssize_t i = 0, kn, vn
     cdef PyObject* k
     cdef PyObject* v
     cdef const char* kp
     cdef const char* vp
     while PyDict_Next(props, &i, &k, &v):
+        if type(<object>k) is not str or type(<object>v) is not str:
+            return None
         kp = PyUnicode_AsUTF8AndSize(<object>k, &kn)
-        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn)
+        vp = PyUnicode_AsUTF8AndSize(<object>v, &vn) if kp != NULL else NULL
+        if vp == NULL:
+            PyErr_Clear()
+            return None
+        if end - o < kn + vn + 2:
+            return None
         memcpy(o, kp, kn)
         o[kn] = NV
         memcpy(o + kn + 1, vp, vn)
         o[kn + 1 + vn] = PS
         o += kn + vn + 2
-    return out
+    return out if o == end else None
 
 
 cdef inline bytes _exact_bytes(object data):
