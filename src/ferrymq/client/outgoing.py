@@ -27,6 +27,12 @@ BROKER_PROPERTY_HEADROOM = 128
 MAX_CHECKED_TOPICS = 1024
 _UNIQ_PREFIX = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + P.NAME_VALUE_SEPARATOR
 UNIQ_ID_LENGTH = 32  # the hex of RocketMQ's 16-byte IPv4 unique id
+# What a unique id adds to a message's encoded properties.
+UNIQ_PROPERTY_BYTES = len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1
+# A message's flag travels as a 32-bit signed int.
+FLAG_MIN, FLAG_MAX = -(2**31), 2**31 - 1
+# Properties that ask for delivery at a time.
+TIMER_REQUESTS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC)
 
 
 @dataclass(slots=True)
@@ -60,7 +66,7 @@ def _check_topic(topic: str) -> None:
 
 
 def _check_flag(flag: int) -> None:
-    if not -0x80000000 <= flag <= 0x7FFFFFFF:
+    if not FLAG_MIN <= flag <= FLAG_MAX:
         raise MessageValidationError("flag", f"is {flag}; the wire carries a 32-bit signed int")
 
 
@@ -79,13 +85,13 @@ def _check_content(msg: Message, max_size: int) -> str:
         text = P.properties_to_string(props)
     except P.PropertyError as exc:
         raise MessageValidationError("properties", str(exc)) from exc
-    size = len(text.encode()) + len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1
+    size = len(text.encode()) + UNIQ_PROPERTY_BYTES
     if size > MAX_PROPERTIES_BYTES:
         # A record stores its properties' length in 16 bits (RocketMQ's limit too).
         raise MessageValidationError(
             "properties", f"encode to about {size} bytes with the unique id; at most "
             f"{MAX_PROPERTIES_BYTES} fit")
-    timer = [n for n in _TIMER_REQUESTS if n in props]
+    timer = [n for n in TIMER_REQUESTS if n in props]
     if timer:
         if msg.delay_level:
             raise MessageValidationError(
@@ -96,8 +102,6 @@ def _check_content(msg: Message, max_size: int) -> str:
                                              "whole number >= 0")
     return text
 
-
-_TIMER_REQUESTS = (P.PROPERTY_TIMER_DELIVER_MS, P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC)
 
 
 def _with_uniq(props: dict[str, str], text: str, uniq: str) -> str:
@@ -140,7 +144,7 @@ class Preparer:
         if len(self._checked_topics) >= MAX_CHECKED_TOPICS:
             self._checked_topics.clear()
         limit = -1 if is_retry_topic(topic) else self.max_message_size - BROKER_PROPERTY_HEADROOM - record_size(
-            0, 4 * len(topic), len(_UNIQ_PREFIX) + UNIQ_ID_LENGTH + 1)
+            0, 4 * len(topic), UNIQ_PROPERTY_BYTES)
         self._checked_topics[topic] = limit
         return limit
 
@@ -217,7 +221,7 @@ class Preparer:
             body = m.body
             props = m.properties
             if (m.topic == topic and not props and body and len(body) <= plain_limit
-                    and -0x80000000 <= m.flag <= 0x7FFFFFFF):
+                    and FLAG_MIN <= m.flag <= FLAG_MAX):
                 texts.append(None)
                 missing += 1
                 continue

@@ -8,7 +8,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..common.message import Message
-from ..common.record import properties_encode
 from ..remoting.tls import TlsClientSettings
 from .blocking import Facade, blocking, run_coro, shutdown_blocking, start_blocking
 from .errors import ClientClosedError
@@ -136,7 +135,7 @@ class Producer(Facade[AsyncProducer]):
         out = impl._prepare(msg)
         if lane is not None and batchable(out):
             lane.learn(out.topic, impl._valid_topic(out.topic))
-            return lane.submit_entry(out.topic, out.body, out.flag, properties_encode(out.properties),
-                                     out.uniq_id)
+            # out.text is its properties as prepared: encoded once, as a batch entry wants them.
+            return lane.submit_entry(out.topic, out.body, out.flag, out.text.encode(), out.uniq_id)
         assert self._intake is not None
         return self._intake.submit(out)

@@ -18,8 +18,9 @@ import _thread
 from concurrent.futures._base import FINISHED, RUNNING
 
 from ...common import props as P
-from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY
+from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY, MAX_PROPERTIES_BYTES
 from ..futures import SendFuture
+from ..outgoing import FLAG_MAX, FLAG_MIN, UNIQ_PROPERTY_BYTES
 from . import _py
 from ..results import SendResult
 
@@ -44,8 +45,9 @@ cdef extern from "Python.h":
 IMPLEMENTATION = "cython"
 MAX_TOPICS = _py.MAX_TOPICS
 cdef frozenset RESERVED = _py.RESERVED
-cdef Py_ssize_t UNIQ_BYTES = _py.UNIQ_BYTES
-cdef Py_ssize_t MAX_PROPERTIES_BYTES = _py.MAX_PROPERTIES_BYTES
+cdef Py_ssize_t UNIQ_BYTES = UNIQ_PROPERTY_BYTES
+cdef Py_ssize_t MAX_PROPS = MAX_PROPERTIES_BYTES
+cdef int64_t MIN_FLAG = FLAG_MIN, MAX_FLAG = FLAG_MAX
 cdef unsigned char NV = ord(P.NAME_VALUE_SEPARATOR)
 cdef unsigned char PS = ord(P.PROPERTY_SEPARATOR)
 
@@ -121,9 +123,9 @@ cdef class EntryBatch:
     cdef int _entry(self, const unsigned char* body, Py_ssize_t blen, int64_t flag,
                     const unsigned char* props, Py_ssize_t plen, object uniq, object waiter,
                     object path) except -1:
-        if not -0x80000000 <= flag <= 0x7FFFFFFF:
+        if not MIN_FLAG <= flag <= MAX_FLAG:
             raise ValueError(f"flag {flag} does not fit the wire's 32 bits")
-        if plen > 0x7FFF:
+        if plen > MAX_PROPS:
             raise ValueError(f"the properties encode to {plen} bytes; at most 32767 fit")
         cdef unsigned char* p = self._room(MIN_ENTRY + blen + plen)
         wr32(p, MIN_ENTRY + blen + plen)
@@ -268,7 +270,7 @@ cdef class Lane:
         if limit == NULL:
             return None
         flag = msg.flag
-        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+        if type(flag) is not int or not MIN_FLAG <= flag <= MAX_FLAG:
             return None
         cdef Py_ssize_t extra_len = 0 if PyDict_Size(props) == 0 else _plain_length(props)
         if extra_len < 0 or PyBytes_GET_SIZE(body) + extra_len > <Py_ssize_t><object>limit:
@@ -359,7 +361,7 @@ cdef Py_ssize_t _plain_length(dict props) except -2:
         if memchr(kp, NV, kn) or memchr(kp, PS, kn) or memchr(vp, NV, vn) or memchr(vp, PS, vn):
             return -1
         total += kn + vn + 2
-    if total + UNIQ_BYTES > MAX_PROPERTIES_BYTES:
+    if total + UNIQ_BYTES > MAX_PROPS:
         return -1
     return total
 

@@ -9,23 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 from ...common import props as P
-from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY, I16
+from ...common.record.layout import BATCH_HEAD, BATCH_MIN_ENTRY, I16, MAX_PROPERTIES_BYTES
 from ..futures import SendFuture
+from ..outgoing import FLAG_MAX, FLAG_MIN, MAX_CHECKED_TOPICS, TIMER_REQUESTS, UNIQ_PROPERTY_BYTES
 from ..results import SendResult
 
 IMPLEMENTATION = "python"
 INTERFACE = ("IMPLEMENTATION", "EntryBatch", "Lane")
 
 _UNIQ = P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-# Topics a lane remembers (a bound for producers sending to endless topics).
-MAX_TOPICS = 1024
+# Topics a lane remembers, as many as the producer does.
+MAX_TOPICS = MAX_CHECKED_TOPICS
 # Properties a lane leaves to the producer's long way: they ask for a delay or a delivery
 # time (checked there, and kept out of batches), or give the message its own id.
-RESERVED = frozenset({P.PROPERTY_DELAY_TIME_LEVEL, _UNIQ, P.PROPERTY_TIMER_DELIVER_MS,
-                      P.PROPERTY_TIMER_DELAY_MS, P.PROPERTY_TIMER_DELAY_SEC})
-# What the unique id adds to a message's encoded properties.
-UNIQ_BYTES = len(_UNIQ) + 1 + 32 + 1
-MAX_PROPERTIES_BYTES = 0x7FFF
+RESERVED = frozenset({P.PROPERTY_DELAY_TIME_LEVEL, _UNIQ, *TIMER_REQUESTS})
 _UNIQ_PREFIX = _UNIQ + P.NAME_VALUE_SEPARATOR
 
 
@@ -49,9 +46,9 @@ class EntryBatch:
 
     def add(self, body: bytes, flag: int, props: bytes, uniq: str, waiter: Any,
             path: Any = None) -> None:
-        if not -0x80000000 <= flag <= 0x7FFFFFFF:
+        if not FLAG_MIN <= flag <= FLAG_MAX:
             raise ValueError(f"flag {flag} does not fit the wire's 32 bits")
-        if len(props) > 0x7FFF:
+        if len(props) > MAX_PROPERTIES_BYTES:
             raise ValueError(f"the properties encode to {len(props)} bytes; at most 32767 fit")
         # Packed before anything is written: a refused entry leaves the batch as it was.
         head = BATCH_HEAD.pack(BATCH_MIN_ENTRY + len(body) + len(props), 0, 0, flag, len(body))
@@ -103,7 +100,7 @@ def _plain_properties(props: dict[Any, Any]) -> bytes | None:
         out = P.properties_to_string(props).encode()
     except (P.PropertyError, TypeError, UnicodeEncodeError):
         return None
-    if len(out) + UNIQ_BYTES > MAX_PROPERTIES_BYTES:
+    if len(out) + UNIQ_PROPERTY_BYTES > MAX_PROPERTIES_BYTES:
         return None
     return out
 
@@ -153,7 +150,7 @@ class Lane:
                 or 0 < self._compress_over < len(body)):
             return None
         flag = msg.flag
-        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+        if type(flag) is not int or not FLAG_MIN <= flag <= FLAG_MAX:
             return None
         uniq = self._ids.next_id()
         given[_UNIQ] = uniq
