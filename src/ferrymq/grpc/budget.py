@@ -16,13 +16,17 @@ def forward_budget(time_remaining: float | None) -> float | None:
 
 
 class Deadline:
-    """forward_budget from now on, for a request whose entries are forwarded one by one."""
+    """`budget` seconds from now (None: none), for calls forwarded one after another."""
 
     __slots__ = ("_until",)
 
-    def __init__(self, time_remaining: float | None) -> None:
-        budget = forward_budget(time_remaining)
+    def __init__(self, budget: float | None) -> None:
         self._until = None if budget is None else time.monotonic() + budget
+
+    @classmethod
+    def for_client(cls, time_remaining: float | None) -> Deadline:
+        """The forward_budget of a client's remaining deadline, from now on."""
+        return cls(forward_budget(time_remaining))
 
     def left(self) -> float | None:
         return None if self._until is None else self._until - time.monotonic()

@@ -123,7 +123,7 @@ class Consumer:
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
-        deadline = Deadline(time_remaining)
+        deadline = Deadline.for_client(time_remaining)
         await self._readable(topic)
         entries: list[spb.AckMessageResultEntry] = []
         for entry in req.entries:
@@ -149,7 +149,7 @@ class Consumer:
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
-        deadline = Deadline(time_remaining)
+        deadline = Deadline.for_client(time_remaining)
         await self._readable(topic)
         # 0 is allowed here: "deliver it again now" (a push consumer's failed message).
         invisible = duration_ms(req.invisible_duration)
@@ -167,7 +167,7 @@ class Consumer:
         group, topic = req.group.name, req.topic.name
         check_group(group)
         check_topic(topic)
-        deadline = Deadline(time_remaining)
+        deadline = Deadline.for_client(time_remaining)
         await self._readable(topic)
         await self._backend.forward_to_dlq(group, topic, req.receipt_handle, req.delivery_attempt, req.message_id,
                                            timeout_s=deadline.left())

@@ -31,6 +31,7 @@ from ..common.message import MessageExt
 from ..common.popinfo import PROPERTY_FIRST_POP_TIME, PROPERTY_POP_CK, ExtraInfo, ExtraInfoError, parse_extra_info
 from ..common.record import encode_batch
 from ..grpc.backend import Delivery, Limits, PutAnswer, TopicGroup
+from ..grpc.budget import Deadline
 from ..grpc.convert import outgoing
 from ..grpc.pb import definition_pb2 as pb
 from ..grpc.pb import service_pb2 as spb
@@ -243,9 +244,10 @@ class ClusterBackend(ClusterQueues):
     async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool,
                   timeout_s: float | None = None) -> PutAnswer:
         api = self._inst.api
-        timeout = api.timeout if timeout_s is None else min(api.timeout, timeout_s)
-        if timeout <= 0:
-            return PutAnswer(Code.PROXY_TIMEOUT, "the client's deadline passed before the send was forwarded")
+        try:
+            timeout = self._timeout(timeout_s, "send")
+        except GrpcStatusError as exc:
+            return PutAnswer(exc.code, exc.message)
         addr = await self._master(topic.broker_name, topic.topic)
         batch = len(msgs) > 1
         first = msgs[0]
@@ -347,17 +349,15 @@ class ClusterBackend(ClusterQueues):
     async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
                              message_id: str, *, timeout_s: float | None = None) -> None:
         addr, commit_log_offset, h = await self._handle(topic, handle)
-        # Two calls share the deadline: each gets what is left of it.
-        until = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = Deadline(timeout_s)  # two calls share it: each gets what is left
         try:
             # Delay level -1: straight to %DLQ%<group> (RocketMQ's proxy forwards the same way).
             await self._inst.api.consumer_send_back(
                 addr, commit_log_offset=commit_log_offset, group=group, delay_level=-1, origin_msg_id=message_id,
                 origin_topic=topic, max_reconsume_times=max(delivery_attempt - 1, 0),
-                timeout=self._timeout(timeout_s, "dead-letter copy"))
-            left = None if until is None else until - time.monotonic()
+                timeout=self._timeout(deadline.left(), "dead-letter copy"))
             await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h,
-                              timeout=self._timeout(left, "ack"))
+                              timeout=self._timeout(deadline.left(), "ack"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
 
