@@ -19,6 +19,7 @@ from ferrymq.client.sendbatch import _py as PY
 from ferrymq.common.ids import UniqIdGenerator, decode_uniq_id
 from ferrymq.common.message import Message, MessageBatchItem
 from ferrymq.common.record import encode_batch, properties_encode, split_batch
+from waits import wait_until
 
 try:
     from ferrymq.client.sendbatch import _cbatch as C  # type: ignore[attr-defined]
@@ -97,8 +98,8 @@ def test_a_thread_already_waiting_on_a_future_is_woken_by_the_settle(impl: Modul
     got: list[SendResult] = []
     waiting = threading.Thread(target=lambda: got.append(f.result(30)))
     waiting.start()
-    while f._cond is None:  # the waiter built its condition: it waits (or is about to)
-        threading.Event().wait(0.001)
+    # Once the waiter has built its condition it waits (or is about to).
+    wait_until(lambda: f._cond is not None, 30, what="the waiting thread's condition", interval=0.001)
     batch.settle(SendResult(SendStatus.SEND_OK, "u", "o", 0, 1, "b"))
     waiting.join(30)
     assert got == [SendResult(SendStatus.SEND_OK, "u", "o", 0, 1, "b")]
