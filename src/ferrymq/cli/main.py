@@ -11,7 +11,7 @@ from typing import NoReturn, cast
 
 from .. import __version__
 from ..broker.config import BrokerConfig, ConfigError, load_config
-from ..proxy.defaults import SEND_ISOLATION_S
+from ..proxy.defaults import ROUTE_REFRESH_S, SEND_ISOLATION_S
 from .failures import EXIT_USAGE, Failure, report
 from .tls_flags import add_tls_server_flags, tls_server_overrides
 
@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--send-isolation", type=_seconds, default=SEND_ISOLATION_S, metavar="SECONDS",
                    help="how long sends pass over a broker group whose master did not answer one, while "
                    f"another group has a writable queue; 0 never passes over (default {SEND_ISOLATION_S:g})")
+    p.add_argument("--route-refresh", type=_seconds, default=ROUTE_REFRESH_S, metavar="SECONDS",
+                   help="how long a topic's route is used before the name server is asked again, in the "
+                   f"background while the route in hand serves (default {ROUTE_REFRESH_S:g})")
     add_tls_server_flags(p)
     p.add_argument("--tls", action="store_true", default=None,
                    help="connect to the name server and brokers over TLS, checking certificates against --tls-ca")
@@ -284,7 +287,8 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     return run_proxy(ProxyConfig(
         namesrv=args.namesrv, host=args.host, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
         acl_file=args.acl_file, access_key=args.access_key, secret_key=args.secret_key,
-        tls_server=cfg.tls_server(), tls_client=cfg.tls_client(), send_isolation_s=args.send_isolation))
+        tls_server=cfg.tls_server(), tls_client=cfg.tls_client(), send_isolation_s=args.send_isolation,
+        route_refresh_s=args.route_refresh))
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:

@@ -85,8 +85,10 @@ class Backend(Protocol):
 
     def now_ms(self) -> int: ...
 
-    async def topic(self, name: str) -> list[TopicGroup]:
-        """The topic's broker groups, by broker name; empty when no broker has it."""
+    async def topic(self, name: str, *, timeout_s: float | None = None) -> list[TopicGroup]:
+        """The topic's broker groups, by broker name; empty when no broker has it. timeout_s:
+        what is left of the client's deadline (None: none); a backend that must ask another
+        process answers PROXY_TIMEOUT once that has passed."""
         ...
 
     def send_isolated(self, broker_name: str) -> bool:

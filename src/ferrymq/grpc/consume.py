@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from ..broker.clients import Subscription, SubscriptionParseError, UnsupportedFilterError
 from ..common.headers import PERM_READ
 from .backend import Backend, Delivery, TopicGroup
-from .budget import Deadline
+from .budget import Deadline, forward_budget
 from .convert import check_group, check_topic, duration_ms, outgoing, timestamp
 from .pb import service_pb2 as spb
 from .sessions import subscription_of
@@ -41,9 +41,9 @@ class Consumer:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
 
-    async def _readable(self, topic: str) -> list[TopicGroup]:
+    async def _readable(self, topic: str, timeout_s: float | None) -> list[TopicGroup]:
         """The topic's broker groups a consumer may receive from."""
-        groups = await self._backend.topic(topic)
+        groups = await self._backend.topic(topic, timeout_s=timeout_s)
         if not groups:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} not found")
         readable = [g for g in groups if g.perm & PERM_READ]
@@ -58,7 +58,7 @@ class Consumer:
         group, topic = req.group.name, req.message_queue.topic.name
         check_group(group)
         check_topic(topic)
-        groups = await self._readable(topic)
+        groups = await self._readable(topic, forward_budget(time_remaining_s))
         order = any(g.order for g in groups)
         if req.batch_size <= 0:
             raise GrpcStatusError(Code.BAD_REQUEST, "batch size must be > 0")
@@ -124,7 +124,7 @@ class Consumer:
         check_group(group)
         check_topic(topic)
         deadline = Deadline.for_client(time_remaining)
-        await self._readable(topic)
+        await self._readable(topic, deadline.left())
         entries: list[spb.AckMessageResultEntry] = []
         for entry in req.entries:
             try:
@@ -150,7 +150,7 @@ class Consumer:
         check_group(group)
         check_topic(topic)
         deadline = Deadline.for_client(time_remaining)
-        await self._readable(topic)
+        await self._readable(topic, deadline.left())
         # 0 is allowed here: "deliver it again now" (a push consumer's failed message).
         invisible = duration_ms(req.invisible_duration)
         if invisible < 0 or invisible > MAX_INVISIBLE_MS:
@@ -168,7 +168,7 @@ class Consumer:
         check_group(group)
         check_topic(topic)
         deadline = Deadline.for_client(time_remaining)
-        await self._readable(topic)
+        await self._readable(topic, deadline.left())
         await self._backend.forward_to_dlq(group, topic, req.receipt_handle, req.delivery_attempt, req.message_id,
                                            timeout_s=deadline.left())
         return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())

@@ -57,7 +57,7 @@ class LocalBackend(LocalQueues):
         cfg = self._broker.groups.find(group)
         return None if cfg is None else cfg.retry_max_times
 
-    async def topic(self, name: str) -> list[TopicGroup]:
+    async def topic(self, name: str, *, timeout_s: float | None = None) -> list[TopicGroup]:
         cfg = self._broker.topics.get(name)
         if cfg is None:
             return []

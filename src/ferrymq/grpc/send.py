@@ -13,7 +13,7 @@ from ..common.headers import PERM_WRITE
 from ..common.recall_handle import RecallHandle
 from ..common.record import properties_map
 from .backend import Backend, TopicGroup
-from .budget import forward_budget
+from .budget import Deadline
 from .convert import Incoming, check_topic, incoming
 from .pb import definition_pb2 as pb
 from .pb import service_pb2 as spb
@@ -46,7 +46,9 @@ class Sender:
         backend = self._backend
         topic = req.messages[0].topic.name
         check_topic(topic)
-        groups = await backend.topic(topic)
+        # The route's lookup (a topic's first) and the put share the client's deadline.
+        deadline = Deadline.for_client(time_remaining)
+        groups = await backend.topic(topic, timeout_s=deadline.left())
         if not groups:
             raise GrpcStatusError(Code.TOPIC_NOT_FOUND, f"topic {topic} not found")
         # Every writable queue of every broker group, in route order: as RocketMQ's proxy
@@ -84,7 +86,7 @@ class Sender:
                 raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, str(exc)) from None
         half = msgs[0].message_type == pb.TRANSACTION
         result = await backend.put(group, queue_id, [m.message for m in msgs], half=half,
-                                   timeout_s=forward_budget(time_remaining))
+                                   timeout_s=deadline.left())
         code = result.code
         if code == Code.BAD_REQUEST and any(m.delivery_ms is not None for m in msgs):
             code = Code.ILLEGAL_DELIVERY_TIME  # the timer refused the delivery time

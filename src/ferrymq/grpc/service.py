@@ -15,6 +15,7 @@ import grpc
 from ..broker.clients import SubscriptionParseError, UnsupportedFilterError
 from ..common.errors import FerryMQError
 from .backend import Backend
+from .budget import forward_budget
 from .consume import Consumer
 from .convert import check_group, check_topic, timestamp
 from .pb import definition_pb2 as pb
@@ -79,13 +80,15 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     # --- route -----------------------------------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
-            return query_route(request, await self._backend.topic(request.topic.name), self._endpoint())
+            groups = await self._backend.topic(request.topic.name, timeout_s=forward_budget(context.time_remaining()))
+            return query_route(request, groups, self._endpoint())
         return await _answer(lambda s: spb.QueryRouteResponse(status=s), work())
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
                               context: Context) -> spb.QueryAssignmentResponse:
         async def work() -> spb.QueryAssignmentResponse:
-            return query_assignment(request, await self._backend.topic(request.topic.name), self._endpoint())
+            groups = await self._backend.topic(request.topic.name, timeout_s=forward_budget(context.time_remaining()))
+            return query_assignment(request, groups, self._endpoint())
         return await _answer(lambda s: spb.QueryAssignmentResponse(status=s), work())
 
     # --- producers -------------------------------------------------------------------------

@@ -10,10 +10,11 @@ the half message's position."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 from ..broker.clients import ClientRegistry, Subscription
 from ..client import pop_api
@@ -40,10 +41,11 @@ from ..grpc.status import Code, GrpcStatusError, response_code
 from ..remoting import RemotingError
 from ..store import StoreMessage
 from .brokers import BrokerSettings
-from .defaults import SEND_ISOLATION_S
+from .defaults import ROUTE_REFRESH_S, SEND_ISOLATION_S
 from .queues import ClusterQueues
 
 log = logging.getLogger("ferrymq.proxy")
+T = TypeVar("T")
 
 _HANDLE_VERSION = "p1"
 _TXID_VERSION = "pt1"
@@ -52,9 +54,6 @@ _INIT_MAX = 1
 # MessageSysFlag: a half message, and END_TRANSACTION's commit / rollback types.
 _TRANSACTION_PREPARED = 0x4
 _COMMIT, _ROLLBACK = 0x8, 0xC
-# A route is asked of the name server again after this long, so new groups and queues show.
-ROUTE_TTL_S = 5.0
-
 
 def encode_handle(commit_log_offset: int, extra_info: str) -> str:
     return f"{_HANDLE_VERSION} {commit_log_offset} {extra_info}"
@@ -122,14 +121,16 @@ class _Registry(ClientRegistry):
 
 class ClusterBackend(ClusterQueues):
     def __init__(self, instance: ClientInstance, *, channel_expired_ms: int = 120_000,
-                 send_isolation_s: float = SEND_ISOLATION_S) -> None:
+                 send_isolation_s: float = SEND_ISOLATION_S, route_ttl_s: float = ROUTE_REFRESH_S) -> None:
         self._inst = instance
         self._faults = LatencyFaultTolerance(isolation_seconds=send_isolation_s)
+        self._ttl_s = route_ttl_s
         # The brokers' own settings, learned from their masters (brokers.py).
-        self.brokers = BrokerSettings(instance, ROUTE_TTL_S)
+        self.brokers = BrokerSettings(instance, route_ttl_s)
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
-        self._groups: dict[str, tuple[float, TopicRoute, list[TopicGroup]]] = {}
+        self._route_refresh: dict[str, asyncio.Task[TopicRoute | None]] = {}
+        self._groups: dict[str, tuple[TopicRoute, list[TopicGroup]]] = {}
         self._joins: set[asyncio.Task[bool]] = set()
         self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
         self._kind_refresh: dict[str, asyncio.Task[dict[str, tuple[bool, str | None]]]] = {}
@@ -158,23 +159,49 @@ class ClusterBackend(ClusterQueues):
         return int(time.time() * 1000)
 
     # --- routes ----------------------------------------------------------------------------
-    async def _route(self, topic: str) -> TopicRoute | None:
+    def _refresh_if_stale(self, topic: str) -> None:
+        """The route fetched again in the background once its time-to-live has passed: the one
+        kept serves meanwhile, as RocketMQ's proxy refreshes its route cache, so no request
+        waits on the name server but a topic's first (a slow or frozen name server would hold
+        every send and ack up to the proxy's request timeout, past the client's deadline)."""
         now = time.monotonic()
-        route = self._inst.routes.get(topic)
-        if route is None or now - self._fetched.get(topic, 0.0) >= ROUTE_TTL_S:
-            self._fetched[topic] = now
-            route = await self._inst.update_route(topic)
-        return route
+        if now - self._fetched.get(topic, -1e9) < self._ttl_s or topic in self._route_refresh:
+            return
+        self._fetched[topic] = now
+        task = asyncio.get_running_loop().create_task(self._inst.update_route(topic))
+        self._route_refresh[topic] = task
+        task.add_done_callback(lambda _t: self._route_refresh.pop(topic, None))
 
-    async def topic(self, name: str) -> list[TopicGroup]:
-        # Every send, receive and ack asks: the answer is kept for the route's time-to-live
-        # while the client instance holds the same route (a failure's refetch replaces it).
-        now = time.monotonic()
+    async def _within(self, work: Coroutine[Any, Any, T], timeout_s: float | None, what: str) -> T:
+        """A lookup of the name server's or a master's that a request waits on (a topic's first
+        route, its groups' configs, a new master), held to the client's deadline. What it
+        waits on is shared with other requests and is not abandoned (asyncio.shield): it
+        serves the next request."""
+        if timeout_s is None:
+            return await work
+        try:
+            timeout = self._timeout(timeout_s, what)
+        except GrpcStatusError:
+            work.close()
+            raise
+        try:
+            return await asyncio.wait_for(asyncio.shield(work), timeout)
+        except TimeoutError:
+            raise GrpcStatusError(Code.PROXY_TIMEOUT, f"the client's deadline passed waiting for {what}") from None
+
+    async def topic(self, name: str, *, timeout_s: float | None = None) -> list[TopicGroup]:
+        # Every send, receive and ack asks: the groups are kept while the client instance holds
+        # the same route (a refresh or a failure's refetch replaces it).
         cached = self._groups.get(name)
-        if cached is not None and now - cached[0] < ROUTE_TTL_S and self._inst.routes.get(name) is cached[1]:
-            return cached[2]
+        route = self._inst.routes.get(name)
+        if route is not None:
+            self._refresh_if_stale(name)
+            if cached is not None and route is cached[0]:
+                return cached[1]
         self.brokers.refresh()
-        route = await self._route(name)
+        if route is None:
+            self._fetched[name] = time.monotonic()
+            route = await self._within(self._inst.update_route(name), timeout_s, f"the route of {name}")
         if route is None:
             self._groups.pop(name, None)
             failure = self._inst.namesrv_failure
@@ -185,11 +212,11 @@ class ClusterBackend(ClusterQueues):
                                       str(NameServerUnreachableError(name, self._inst.config.namesrv, failure)))
             return []
         masters = route.brokers
-        kinds = await self._kinds(name, masters)
+        kinds = await self._within(self._kinds(name, masters), timeout_s, f"the configs of {name}")
         groups = [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
                              *kinds.get(q.broker_name, (False, None)))
                   for q in route.queue_datas if q.broker_name in masters]
-        self._groups[name] = (now, route, groups)
+        self._groups[name] = (route, groups)
         return groups
 
     async def _kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
@@ -199,7 +226,7 @@ class ClusterBackend(ClusterQueues):
         holds up no request."""
         cached = self._kind_cache.get(topic)
         if cached is not None and cached[1].keys() == masters.keys():
-            if time.monotonic() - cached[0] >= ROUTE_TTL_S and topic not in self._kind_refresh:
+            if time.monotonic() - cached[0] >= self._ttl_s and topic not in self._kind_refresh:
                 task = asyncio.get_running_loop().create_task(self._fetch_kinds(topic, dict(masters)))
                 self._kind_refresh[topic] = task
                 task.add_done_callback(lambda _t: self._kind_refresh.pop(topic, None))
@@ -223,19 +250,22 @@ class ClusterBackend(ClusterQueues):
         self._kind_cache[topic] = (now, kinds)
         return kinds
 
-    async def _master(self, broker_name: str, topic: str) -> str:
+    async def _master(self, broker_name: str, topic: str, timeout_s: float | None = None) -> str:
         addr = self._inst.master_addr(broker_name)
         if addr is None:
-            await self._inst.update_route(topic)
+            await self._within(self._inst.update_route(topic), timeout_s, f"the route of {topic}")
             addr = self._inst.master_addr(broker_name)
         if addr is None:
             raise GrpcStatusError(Code.PROXY_TIMEOUT,
                                   f"broker group {broker_name} has no master in the route of {topic}")
         return addr
 
-    async def _failed(self, topic: str, exc: BaseException) -> None:
-        # A broker gone under a request: the next requests see the name server's new route.
-        await self._inst.after_failure(topic, exc)
+    async def _failed(self, topic: str, exc: BaseException, timeout_s: float | None = None) -> None:
+        # A broker gone under a request: the name server's new route is fetched, and the failed
+        # request's answer waits for it while the client's deadline allows, so that its retry
+        # goes where the route now says (a fetch not done in time serves the next request).
+        with contextlib.suppress(GrpcStatusError):
+            await self._within(self._inst.after_failure(topic, exc), timeout_s, f"the route of {topic}")
 
     # --- send ------------------------------------------------------------------------------
     def send_isolated(self, broker_name: str) -> bool:
@@ -244,11 +274,12 @@ class ClusterBackend(ClusterQueues):
     async def put(self, topic: TopicGroup, queue_id: int, msgs: list[StoreMessage], *, half: bool,
                   timeout_s: float | None = None) -> PutAnswer:
         api = self._inst.api
+        deadline = Deadline(timeout_s)  # the lookup of a new master, then the put, share it
         try:
-            timeout = self._timeout(timeout_s, "send")
+            addr = await self._master(topic.broker_name, topic.topic, deadline.left())
+            timeout = self._timeout(deadline.left(), "send")
         except GrpcStatusError as exc:
             return PutAnswer(exc.code, exc.message)
-        addr = await self._master(topic.broker_name, topic.topic)
         batch = len(msgs) > 1
         first = msgs[0]
         props = first.properties if isinstance(first.properties, dict) else {}
@@ -266,7 +297,7 @@ class ClusterBackend(ClusterQueues):
             # A stopped or frozen broker answers nothing: the next sends go to other groups.
             self._faults.update(topic.broker_name, 0, isolation=True)
             self.send_failures[topic.broker_name] = self.send_failures.get(topic.broker_name, 0) + 1
-            await self._failed(topic.topic, exc)
+            await self._failed(topic.topic, exc, deadline.left())
             return PutAnswer(Code.PROXY_TIMEOUT, f"send to broker group {topic.broker_name} ({addr}) failed: {exc}")
         if resp.code != ResponseCode.SUCCESS:
             return PutAnswer(response_code(resp.code), resp.remark or f"send failed: code {resp.code}")
@@ -309,13 +340,13 @@ class ClusterBackend(ClusterQueues):
             out.append(Delivery(p.message, encode_handle(p.message.commit_log_offset, p.handle.encode())))
         return out
 
-    async def _handle(self, topic: str, text: str) -> tuple[str, int, ExtraInfo]:
+    async def _handle(self, topic: str, text: str, timeout_s: float | None) -> tuple[str, int, ExtraInfo]:
         commit_log_offset, extra = _decode_handle(text)
         try:
             handle = parse_extra_info(extra)
         except ExtraInfoError as exc:
             raise GrpcStatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
-        return await self._master(handle.broker_name, topic), commit_log_offset, handle
+        return await self._master(handle.broker_name, topic, timeout_s), commit_log_offset, handle
 
     def _timeout(self, timeout_s: float | None, what: str) -> float:
         """The remoting timeout of a call forwarded with `timeout_s` of the client's deadline
@@ -327,29 +358,32 @@ class ClusterBackend(ClusterQueues):
         return timeout
 
     async def ack(self, group: str, topic: str, handle: str, *, timeout_s: float | None = None) -> None:
-        addr, _, h = await self._handle(topic, handle)
+        deadline = Deadline(timeout_s)
+        addr, _, h = await self._handle(topic, handle, deadline.left())
         try:
             await pop_api.ack(self._inst.api, addr, group=group, topic=topic, handle=h,
-                              timeout=self._timeout(timeout_s, "ack"))
+                              timeout=self._timeout(deadline.left(), "ack"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
         self.counts["acked"] += 1
 
     async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int, *,
                                timeout_s: float | None = None) -> str:
-        addr, commit_log_offset, h = await self._handle(topic, handle)
+        deadline = Deadline(timeout_s)
+        addr, commit_log_offset, h = await self._handle(topic, handle, deadline.left())
         try:
             renewed = await pop_api.change_invisible(self._inst.api, addr, group=group, topic=topic, handle=h,
                                                      invisible_ms=invisible_ms,
-                                                     timeout=self._timeout(timeout_s, "invisible time's change"))
+                                                     timeout=self._timeout(deadline.left(),
+                                                                           "invisible time's change"))
         except (RemotingError, FerryMQError) as exc:
             raise _refused(exc) from None
         return encode_handle(commit_log_offset, renewed.encode())
 
     async def forward_to_dlq(self, group: str, topic: str, handle: str, delivery_attempt: int,
                              message_id: str, *, timeout_s: float | None = None) -> None:
-        addr, commit_log_offset, h = await self._handle(topic, handle)
-        deadline = Deadline(timeout_s)  # two calls share it: each gets what is left
+        deadline = Deadline(timeout_s)  # the calls share it: each gets what is left
+        addr, commit_log_offset, h = await self._handle(topic, handle, deadline.left())
         try:
             # Delay level -1: straight to %DLQ%<group> (RocketMQ's proxy forwards the same way).
             await self._inst.api.consumer_send_back(

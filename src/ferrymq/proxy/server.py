@@ -19,7 +19,7 @@ from ..grpc.server import FrontConfig, GrpcServer
 from ..metrics import MetricsServer, metrics_server
 from ..remoting.tls import TlsClientSettings, TlsMode, TlsServerSettings, server_context
 from .backend import ClusterBackend
-from .defaults import SEND_ISOLATION_S
+from .defaults import ROUTE_REFRESH_S, SEND_ISOLATION_S
 
 log = logging.getLogger("ferrymq.proxy")
 
@@ -39,6 +39,7 @@ class ProxyConfig:
     tls_client: TlsClientSettings = field(default_factory=TlsClientSettings)
     request_timeout_s: float = 3.0
     send_isolation_s: float = SEND_ISOLATION_S
+    route_refresh_s: float = ROUTE_REFRESH_S
     channel_expired_timeout_ms: int = 120_000
 
 
@@ -68,7 +69,8 @@ class Proxy:
         self.instance = ClientInstance(self._instance_config, 1)
         self.instance.ensure_started()
         backend = self.backend = ClusterBackend(self.instance, channel_expired_ms=cfg.channel_expired_timeout_ms,
-                                                send_isolation_s=cfg.send_isolation_s)
+                                                send_isolation_s=cfg.send_isolation_s,
+                                                route_ttl_s=cfg.route_refresh_s)
         # The brokers' settings before the first client (a broker not up yet: the defaults
         # until a later request learns them).
         try:
