@@ -443,7 +443,8 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
     broker-a, not failed. Sends succeed: the first one forwarded to broker-b is answered
     PROXY_TIMEOUT within the SDK's deadline (the SDK retries it) and isolates broker-b, and the
     sends after it pass over broker-b (RocketMQ's fault strategy), where turn by turn every other
-    one would wait for broker-b until the SDK's deadline."""
+    one would wait for broker-b until the SDK's deadline. With both groups isolated, sends go to
+    both again."""
     topic, group, n = "px-dead", "px-dead-g", 10
     _create(admin, topic, 1)
     sent = run_producer(clients.sdk5("produce", topic=topic, count=n), n, 60)
@@ -483,3 +484,31 @@ def test_a_frozen_broker_group_leaves_the_other_one_served(server: ProxyCluster,
     assert failures and failures[0].startswith('ferrymq_proxy_send_failures_total{broker="broker-b"}'), failures
     # One: the failed send isolated broker-b for the 600 s the second proxy was started with.
     assert float(failures[0].rsplit(" ", 1)[1]) == 1, failures
+
+    # Every group out of reach: broker-a frozen too, and the send to it isolates it. With
+    # every group isolated the sends go to all of them again (RocketMQ's fallback), so once
+    # the brokers answer a send is stored, where it would be refused for the 600 s isolation.
+    server.brokers[0].pause()
+    try:
+        with grpc.insecure_channel(server.other_proxy.ready["grpc"]) as channel:
+            stub = sgrpc.MessagingServiceStub(channel)
+            meta = [("x-mq-client-id", "px-isolated"), ("x-mq-language", "PYTHON")]
+            ids = iter(range(1000))
+
+            def raw_send(timeout: float) -> pb.Code:
+                return stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
+                    topic=pb.Resource(name=topic), body=b"after",
+                    system_properties=pb.SystemProperties(message_id=f"01PXISOL{next(ids):04d}",
+                                                          message_type=pb.NORMAL))]),
+                    metadata=meta, timeout=timeout).status.code
+
+            assert raw_send(2.5) == pb.PROXY_TIMEOUT
+            server.brokers[0].resume()
+            server.brokers[1].resume()
+            before = sum(admin.max_offset(MessageQueue(topic, b, 0)) for b in BROKERS)
+            wait_until(lambda: raw_send(10) == pb.OK, 60, what="a send with every broker group isolated")
+            assert sum(admin.max_offset(MessageQueue(topic, b, 0)) for b in BROKERS) > before
+    finally:
+        for broker in server.brokers:
+            if broker.paused:
+                broker.resume()
