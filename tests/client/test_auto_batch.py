@@ -21,6 +21,7 @@ from ferrymq.common.codes import RequestCode, ResponseCode
 from ferrymq.common.ids import UniqIdGenerator
 from ferrymq.common.message import MessageBatchItem, MessageQueue
 from ferrymq.common.record import properties_encode
+from waits import wait_until
 
 # The tests here each use their own topics and groups: one server serves the module.
 pytestmark = pytest.mark.shared_standalone
@@ -47,6 +48,29 @@ def test_a_burst_of_sends_shares_requests_and_each_result_is_its_own(standalone:
             assert got.body == b"m%d" % i
             assert got.keys == f"k{i}"
             assert got.msg_id == r.msg_id
+
+
+def test_a_linger_gathers_sends_on_the_lane_and_a_full_batch_does_not_wait_for_it(standalone: Any) -> None:
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("ab-linger", 1)
+    # Sends made within the linger leave as one batch when it ends.
+    with Producer("ab-linger-p", standalone.namesrv, batch_max_delay_ms=2000, **FAST_PRODUCER) as producer:
+        assert producer._lane is not None, "a linger keeps the compiled lane"
+        futures = [producer.send_async(Message("ab-linger", b"a%d" % i)) for i in range(5)]
+        assert all(f.result(30).status is SendStatus.SEND_OK for f in futures)
+        acc = producer._impl._accumulator
+        assert (acc.batches_sent, acc.messages_batched) == (1, 5)
+    # A batch that fills goes at once, not after the linger (a minute here); what is still
+    # lingering goes at shutdown.
+    with Producer("ab-linger-p2", standalone.namesrv, batch_max_delay_ms=60_000, batch_max_bytes=4096,
+                  **FAST_PRODUCER) as producer:
+        futures = [producer.send_async(Message("ab-linger", b"x" * 1024))]
+        # The loop has taken the burst's first wake (its linger runs) before the batch fills.
+        wait_until(lambda: producer._impl._linger is not None, 10, what="the linger to start")
+        futures += [producer.send_async(Message("ab-linger", b"x" * 1024)) for _ in range(5)]
+        assert futures[3].result(20).status is SendStatus.SEND_OK
+        assert not futures[5].done()
+    assert all(f.result(10).status is SendStatus.SEND_OK for f in futures)
 
 
 def test_shutdown_sends_what_callers_handed_over(standalone: Any) -> None:

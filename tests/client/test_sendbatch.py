@@ -124,7 +124,8 @@ def _lane(impl: ModuleType, **limits: int) -> tuple[Any, _Wakes, UniqIdGenerator
     wakes, ids = _Wakes(), UniqIdGenerator()
     lane = impl.Lane(wakes, ids, max_bytes=limits.get("max_bytes", 1000),
                      max_messages=limits.get("max_messages", 4),
-                     compress_over=limits.get("compress_over", 0))
+                     compress_over=limits.get("compress_over", 0),
+                     wake_when_full=bool(limits.get("wake_when_full", 0)))
     lane.learn("t", 100)
     return lane, wakes, ids
 
@@ -211,6 +212,27 @@ def test_a_lane_wakes_the_loop_once_a_burst_and_closes_full_batches(impl: Module
     for _ in range(4):
         lane.submit(Message("t", b"y"))
     assert [len(b) for b in lane.take()] == [4, 1]  # max_messages closes a batch too
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_lingering_lane_wakes_again_when_a_batch_closes_and_keeps_open_ones_open(impl: ModuleType) -> None:
+    lane, wakes, _ = _lane(impl, max_bytes=30, max_messages=4, wake_when_full=1)
+    lane.submit(Message("t", b"a" * 10))
+    assert wakes.count == 1  # the burst's first hand-over
+    assert lane.take(full_only=True) == []
+    for i in range(6):
+        lane.submit(Message("t", b"%02d" % i * 5))
+    assert wakes.count == 2  # two batches closed before the loop took them: one wake
+    full = lane.take(full_only=True)
+    assert [len(b) for b in full] == [3, 3]
+    lane.submit(Message("t", b"b" * 10))
+    assert wakes.count == 2  # the open batch (now 2) is not full, and the burst's wake is still due
+    for _ in range(2):
+        lane.submit(Message("t", b"c" * 10))
+    assert wakes.count == 3
+    assert [len(b) for b in lane.take()] == [3, 1]  # the linger's end: everything
+    lane.submit(Message("t", b"d"))
+    assert wakes.count == 4
 
 
 @pytest.mark.parametrize("impl", IMPLS)

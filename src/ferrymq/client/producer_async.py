@@ -133,6 +133,7 @@ class AsyncProducer(Lifecycle, Preparer):
         )
         self._accumulator = Accumulator(self.auto_batch, self._send_accumulated, self._send_entry_async)
         self._lane: Lane | None = None  # the blocking producer's, once it opened one
+        self._linger: asyncio.TimerHandle | None = None  # when the lane's open batches go
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -174,7 +175,7 @@ class AsyncProducer(Lifecycle, Preparer):
         if self._lane is not None:
             # Once closed, a lane refuses every hand-over: what it holds now is all it will.
             self._lane.close(lambda: ClientClosedError(self.kind, "send"))
-            self._take_lane()
+            self._take_lane_all()
         await self._accumulator.drain()
         self.state = State.SHUTDOWN
         inst = self._inst
@@ -474,22 +475,43 @@ class AsyncProducer(Lifecycle, Preparer):
 
     def open_lane(self, wake: Callable[[Callable[[], None]], object]) -> Lane | None:
         """A lane for the blocking producer's send_async (see sendbatch), or None where its
-        sends must take the loop's accumulator (auto-batching off, or a linger to wait out).
-        `wake(f)` has the loop call f soon; the lane asks for that once per burst."""
+        sends must take the loop's accumulator (auto-batching off: each message on its own).
+        `wake(f)` has the loop call f soon; the lane asks for that once per burst and, with a
+        linger, again when a batch fills."""
         cfg = self.auto_batch
-        if not cfg.enabled or cfg.max_delay_ms > 0:
+        if not cfg.enabled:
             return None
         take = self._take_lane
         self._lane = Lane(lambda: wake(take), uniq_id_generator(), max_bytes=cfg.max_bytes,
-                          max_messages=cfg.max_messages, compress_over=self.compress_over)
+                          max_messages=cfg.max_messages, compress_over=self.compress_over,
+                          wake_when_full=cfg.max_delay_ms > 0)
         return self._lane
 
     def _take_lane(self) -> None:
+        """The lane's batches: all of them, or with a linger the full ones now and the open
+        ones once the first of them has waited the linger out (Kafka's linger.ms)."""
         lane = self._lane
-        if lane is not None:
-            deliver = self._accumulator.deliver
-            for batch in lane.take():
-                deliver(batch)
+        if lane is None:
+            return
+        linger_ms = self.auto_batch.max_delay_ms
+        if linger_ms <= 0 or self._closing:
+            self._take_lane_all()
+            return
+        if self._linger is None:
+            self._linger = asyncio.get_running_loop().call_later(linger_ms / 1000, self._take_lane_all)
+        self._deliver(lane.take(full_only=True))
+
+    def _take_lane_all(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._lane is not None:
+            self._deliver(self._lane.take())
+
+    def _deliver(self, batches: list[EntryBatch]) -> None:
+        deliver = self._accumulator.deliver
+        for batch in batches:
+            deliver(batch)
 
     async def _send_async(self, out: Outgoing) -> SendResult:
         queues = await self.message_queues(out.topic)

@@ -208,11 +208,12 @@ cdef class Lane:
     cdef PyThread_type_lock _lock
     cdef dict _open, _limits
     cdef list _full
-    cdef bint _woken
+    cdef bint _woken, _wake_when_full, _woken_full
 
     def __cinit__(self, wake, ids, *, Py_ssize_t max_bytes, Py_ssize_t max_messages,
-                  Py_ssize_t compress_over=0):
+                  Py_ssize_t compress_over=0, bint wake_when_full=False):
         self._compress_over = compress_over
+        self._wake_when_full = wake_when_full
         self._lock = PyThread_allocate_lock()
         if self._lock == NULL:
             raise MemoryError()
@@ -305,11 +306,14 @@ cdef class Lane:
                 batch._entry(<const unsigned char*>PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
                              flag, <const unsigned char*>PyBytes_AS_STRING(props),
                              PyBytes_GET_SIZE(props), uniq, future, None)
+                wake = not self._woken
+                self._woken = True
                 if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
                     del self._open[topic]
                     self._full.append(batch)
-                wake = not self._woken
-                self._woken = True
+                    if self._wake_when_full and not self._woken_full:
+                        self._woken_full = True
+                        wake = True
         finally:
             PyThread_release_lock(self._lock)
         if closed is not None:
@@ -318,15 +322,17 @@ cdef class Lane:
             self._wake()
         return future
 
-    def take(self):
+    def take(self, bint full_only=False):
         cdef list batches
         _acquire(self._lock)
         try:
             batches = self._full
-            batches.extend(self._open.values())
             self._full = []
-            self._open = {}
-            self._woken = False
+            self._woken_full = False
+            if not full_only:
+                batches.extend(self._open.values())
+                self._open = {}
+                self._woken = False
         finally:
             PyThread_release_lock(self._lock)
         return batches

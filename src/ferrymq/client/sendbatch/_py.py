@@ -115,10 +115,14 @@ class Lane:
     (tags, keys, the user's own) that ask for no delay and bring no id of their own. It
     returns None for any other; the producer prepares those the long way and hands them over
     with `submit_entry`. A batch is closed once its bodies reach `max_bytes` or it holds
-    `max_messages`; after `close`, every hand-over raises."""
+    `max_messages`; after `close`, every hand-over raises.
+
+    With `wake_when_full` (a producer with a linger), the loop is woken again when a batch
+    closes: it takes the closed batches at once (`take(full_only=True)`) and the open ones
+    when the linger ends."""
 
     def __init__(self, wake: Callable[[], object], ids: Any, *, max_bytes: int,
-                 max_messages: int, compress_over: int = 0) -> None:
+                 max_messages: int, compress_over: int = 0, wake_when_full: bool = False) -> None:
         self._wake = wake
         self._ids = ids  # a UniqIdGenerator
         self._compress_over = compress_over
@@ -128,6 +132,8 @@ class Lane:
         self._open: dict[str, EntryBatch] = {}
         self._full: list[EntryBatch] = []
         self._woken = False
+        self._wake_when_full = wake_when_full
+        self._woken_full = False
         self._closed: Callable[[], BaseException] | None = None
         self._limits: dict[str, int] = {}
 
@@ -171,22 +177,27 @@ class Lane:
             if batch is None:
                 batch = self._open[topic] = EntryBatch(topic)
             batch.add(body, flag, props, uniq, future)
-            if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
-                self._full.append(self._open.pop(topic))
             wake = not self._woken
             self._woken = True
+            if batch.size >= self._max_bytes or len(batch.ids) >= self._max_messages:
+                self._full.append(self._open.pop(topic))
+                if self._wake_when_full and not self._woken_full:
+                    self._woken_full = wake = True
         if wake:
             self._wake()
         return future
 
-    def take(self) -> list[EntryBatch]:
-        """Every batch handed over since the last take, full ones first (oldest first)."""
+    def take(self, full_only: bool = False) -> list[EntryBatch]:
+        """Every batch handed over since the last take, full ones first (oldest first);
+        `full_only`: the closed ones alone, the open ones stay open."""
         with self._lock:
             batches = self._full
-            batches.extend(self._open.values())
             self._full = []
-            self._open = {}
-            self._woken = False
+            self._woken_full = False
+            if not full_only:
+                batches.extend(self._open.values())
+                self._open = {}
+                self._woken = False
         return batches
 
     def close(self, error: Callable[[], BaseException]) -> None:
