@@ -46,6 +46,7 @@ from .queues import ClusterQueues
 
 log = logging.getLogger("ferrymq.proxy")
 T = TypeVar("T")
+Kinds = dict[str, tuple[bool, str | None]]  # (order topic, message type) by broker group
 
 _HANDLE_VERSION = "p1"
 _TXID_VERSION = "pt1"
@@ -130,10 +131,11 @@ class ClusterBackend(ClusterQueues):
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
         self._route_refresh: dict[str, asyncio.Task[TopicRoute | None]] = {}
-        self._groups: dict[str, tuple[TopicRoute, list[TopicGroup]]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()  # background lookups
+        self._groups: dict[str, tuple[float, TopicRoute, list[TopicGroup]]] = {}
         self._joins: set[asyncio.Task[bool]] = set()
-        self._kind_cache: dict[str, tuple[float, dict[str, tuple[bool, str | None]]]] = {}
-        self._kind_refresh: dict[str, asyncio.Task[dict[str, tuple[bool, str | None]]]] = {}
+        self._kind_cache: dict[str, tuple[float, Kinds]] = {}
+        self._kind_refresh: dict[str, asyncio.Task[Kinds]] = {}
         self.counts = {"sent": 0, "received": 0, "acked": 0}
         self.send_failures: dict[str, int] = {}  # by broker group
 
@@ -159,49 +161,64 @@ class ClusterBackend(ClusterQueues):
         return int(time.time() * 1000)
 
     # --- routes ----------------------------------------------------------------------------
+    # A route and its groups' configs are kept and fetched again in the background once their
+    # time-to-live has passed, the ones in hand serving meanwhile, as RocketMQ's proxy
+    # refreshes its route cache: a request waits on the name server or a master only for a
+    # topic's first route and configs, or a group's master after a failover, and then no
+    # longer than the client's deadline. A slow or frozen name server holds nothing else up.
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Background work the proxy keeps a hold of until it ends (close() cancels it); a
+        failure is logged, not left unretrieved."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a route or config lookup failed: %r", task.exception())
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     def _refresh_if_stale(self, topic: str) -> None:
-        """The route fetched again in the background once its time-to-live has passed: the one
-        kept serves meanwhile, as RocketMQ's proxy refreshes its route cache, so no request
-        waits on the name server but a topic's first (a slow or frozen name server would hold
-        every send and ack up to the proxy's request timeout, past the client's deadline)."""
         now = time.monotonic()
         if now - self._fetched.get(topic, -1e9) < self._ttl_s or topic in self._route_refresh:
             return
         self._fetched[topic] = now
-        task = asyncio.get_running_loop().create_task(self._inst.update_route(topic))
-        self._route_refresh[topic] = task
+        self._route_refresh[topic] = task = self._spawn(self._inst.update_route(topic))
         task.add_done_callback(lambda _t: self._route_refresh.pop(topic, None))
 
-    async def _within(self, work: Coroutine[Any, Any, T], timeout_s: float | None, what: str) -> T:
-        """A lookup of the name server's or a master's that a request waits on (a topic's first
-        route, its groups' configs, a new master), held to the client's deadline. What it
-        waits on is shared with other requests and is not abandoned (asyncio.shield): it
-        serves the next request."""
+    async def _within(self, work: Coroutine[Any, Any, T] | asyncio.Task[T], timeout_s: float | None,
+                      what: str) -> T:
+        """A lookup a request waits on, held to the client's deadline (None: none). The lookup
+        itself goes on whatever the deadline (a task of its own): it serves the next request."""
         if timeout_s is None:
             return await work
+        task = work if isinstance(work, asyncio.Task) else self._spawn(work)
         try:
-            timeout = self._timeout(timeout_s, what)
-        except GrpcStatusError:
-            work.close()
-            raise
-        try:
-            return await asyncio.wait_for(asyncio.shield(work), timeout)
+            return await asyncio.wait_for(asyncio.shield(task), self._timeout(timeout_s, what))
         except TimeoutError:
             raise GrpcStatusError(Code.PROXY_TIMEOUT, f"the client's deadline passed waiting for {what}") from None
 
     async def topic(self, name: str, *, timeout_s: float | None = None) -> list[TopicGroup]:
-        # Every send, receive and ack asks: the groups are kept while the client instance holds
-        # the same route (a refresh or a failure's refetch replaces it).
+        # Every send, receive and ack asks: the groups are kept for the time-to-live while the
+        # client instance holds the same route (a refresh or a failure's refetch replaces it).
+        now = time.monotonic()
         cached = self._groups.get(name)
         route = self._inst.routes.get(name)
         if route is not None:
             self._refresh_if_stale(name)
-            if cached is not None and route is cached[0]:
-                return cached[1]
+            if cached is not None and route is cached[1] and now - cached[0] < self._ttl_s:
+                return cached[2]
         self.brokers.refresh()
+        deadline = Deadline(timeout_s)  # the route's lookup, then the configs', share it
         if route is None:
-            self._fetched[name] = time.monotonic()
-            route = await self._within(self._inst.update_route(name), timeout_s, f"the route of {name}")
+            self._fetched[name] = now
+            route = await self._within(self._inst.update_route(name), deadline.left(), f"the route of {name}")
         if route is None:
             self._groups.pop(name, None)
             failure = self._inst.namesrv_failure
@@ -212,34 +229,45 @@ class ClusterBackend(ClusterQueues):
                                       str(NameServerUnreachableError(name, self._inst.config.namesrv, failure)))
             return []
         masters = route.brokers
-        kinds = await self._within(self._kinds(name, masters), timeout_s, f"the configs of {name}")
+        kinds = await self._kinds(name, masters, deadline.left())
         groups = [TopicGroup(name, q.broker_name, q.perm, q.read_queue_nums, q.write_queue_nums,
                              *kinds.get(q.broker_name, (False, None)))
                   for q in route.queue_datas if q.broker_name in masters]
-        self._groups[name] = (route, groups)
+        self._groups[name] = (time.monotonic(), route, groups)
         return groups
 
-    async def _kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
+    async def _kinds(self, topic: str, masters: Mapping[str, str], timeout_s: float | None) -> Kinds:
         """Each group's (order topic, message type) of the topic: a route says neither, so the
         groups' masters are asked (GET_TOPIC_CONFIG, as RocketMQ's proxy reads a topic's
-        config), again once the route is, in the background: a master that does not answer
-        holds up no request."""
+        config). A topic's first request waits for the answers; after that they are asked
+        again in the background (once the time-to-live has passed, or the route names a group
+        they did not cover, which meanwhile is taken to be of the other groups' kind)."""
         cached = self._kind_cache.get(topic)
-        if cached is not None and cached[1].keys() == masters.keys():
-            if time.monotonic() - cached[0] >= self._ttl_s and topic not in self._kind_refresh:
-                task = asyncio.get_running_loop().create_task(self._fetch_kinds(topic, dict(masters)))
-                self._kind_refresh[topic] = task
-                task.add_done_callback(lambda _t: self._kind_refresh.pop(topic, None))
-            return cached[1]
-        return await self._fetch_kinds(topic, masters)
+        if cached is None:
+            return await self._within(self._refresh_kinds(topic, masters), timeout_s, f"the configs of {topic}")
+        stamp, kinds = cached
+        if kinds.keys() != masters.keys() or time.monotonic() - stamp >= self._ttl_s:
+            self._refresh_kinds(topic, masters)
+        if kinds.keys() >= masters.keys():
+            return kinds
+        guess = next(iter(kinds.values()), (False, None))
+        return {n: kinds.get(n, guess) for n in masters}
 
-    async def _fetch_kinds(self, topic: str, masters: Mapping[str, str]) -> dict[str, tuple[bool, str | None]]:
+    def _refresh_kinds(self, topic: str, masters: Mapping[str, str]) -> asyncio.Task[Kinds]:
+        """The fetch in flight for the topic, else a new one (concurrent requests share it)."""
+        task = self._kind_refresh.get(topic)
+        if task is None:
+            self._kind_refresh[topic] = task = self._spawn(self._fetch_kinds(topic, dict(masters)))
+            task.add_done_callback(lambda _t: self._kind_refresh.pop(topic, None))
+        return task
+
+    async def _fetch_kinds(self, topic: str, masters: Mapping[str, str]) -> Kinds:
         now = time.monotonic()
         before = self._kind_cache.get(topic, (now, {}))[1]
         names = sorted(masters)
         answers = await asyncio.gather(*(self._inst.api.topic_config(masters[n], topic) for n in names),
                                        return_exceptions=True)
-        kinds: dict[str, tuple[bool, str | None]] = {}
+        kinds: Kinds = {}
         for n, a in zip(names, answers, strict=True):
             if isinstance(a, dict):
                 order = bool(a.get("order"))

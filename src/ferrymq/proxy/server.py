@@ -113,5 +113,7 @@ class Proxy:
             await self.metrics.stop()
         if self.grpc is not None:
             await self.grpc.stop()
+        if self.backend is not None:
+            await self.backend.close()
         if self.instance is not None:
             await self.instance.close()
