@@ -161,6 +161,8 @@ async def test_a_span_the_slave_could_not_dispatch_is_never_reported(
 
     master = ScriptedMaster(script)
     async with replicating(master, target, retry_interval_ms=60_000) as slave:
+        # Up first (the slave is not connected before its WELCOME either), then ended.
+        await eventually(lambda: master.reports, what="the first report")
         await eventually(lambda: not slave.connected and master.connections == 1,
                          what="the link to end on the failed write")
         assert target.max_phy_offset == 0
@@ -176,7 +178,7 @@ async def test_the_masters_silence_counts_from_the_end_of_a_long_cut(
     cut = target.replica.truncate_log
 
     def slow_cut(pos: int) -> int:
-        time.sleep(0.8)  # in the cut's thread: a long cut of a large log
+        time.sleep(1.5)  # in the cut's thread: a long cut of a large log
         return cut(pos)
 
     target.replica.truncate_log = slow_cut  # type: ignore[method-assign]
@@ -190,7 +192,8 @@ async def test_the_masters_silence_counts_from_the_end_of_a_long_cut(
             await asyncio.sleep(0.1)
 
     master = ScriptedMaster(script)
-    async with replicating(master, target, retry_interval_ms=50, read_timeout_s=0.5) as slave:
+    # A read timeout shorter than the cut, with room for a loaded machine's late beats.
+    async with replicating(master, target, retry_interval_ms=50, read_timeout_s=1.0) as slave:
         await eventually(lambda: slave.connected, what="the slave welcomed")
         assert target.max_phy_offset == 0  # cut
         await eventually(lambda: slave.last_beat_ms > 0, what="the beats read after the cut")
