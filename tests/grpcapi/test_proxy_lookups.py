@@ -64,6 +64,9 @@ class _Instance:
         self.after_failures = 0
         self.namesrv_failure = None
 
+    def route_fetch_pending(self, topic: str) -> bool:
+        return False
+
     async def update_route(self, topic: str) -> TopicRoute | None:
         self.fetches += 1
         await asyncio.sleep(self.route_delay)

@@ -130,7 +130,6 @@ class ClusterBackend(ClusterQueues):
         self.brokers = BrokerSettings(instance, route_ttl_s)
         self._registry = _Registry(self, channel_expired_ms)
         self._fetched: dict[str, float] = {}
-        self._route_refresh: dict[str, asyncio.Task[TopicRoute | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()  # background lookups
         self._groups: dict[str, tuple[float, TopicRoute, list[TopicGroup]]] = {}
         self._joins: set[asyncio.Task[bool]] = set()
@@ -186,11 +185,10 @@ class ClusterBackend(ClusterQueues):
 
     def _refresh_if_stale(self, topic: str) -> None:
         now = time.monotonic()
-        if now - self._fetched.get(topic, -1e9) < self._ttl_s or topic in self._route_refresh:
+        if now - self._fetched.get(topic, -1e9) < self._ttl_s or self._inst.route_fetch_pending(topic):
             return
         self._fetched[topic] = now
-        self._route_refresh[topic] = task = self._spawn(self._inst.update_route(topic))
-        task.add_done_callback(lambda _t: self._route_refresh.pop(topic, None))
+        self._spawn(self._inst.update_route(topic))
 
     async def _within(self, work: Coroutine[Any, Any, T] | asyncio.Task[T], timeout_s: float | None,
                       what: str) -> T:
