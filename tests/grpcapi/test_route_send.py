@@ -68,6 +68,11 @@ def message(topic: str, body: bytes = b"hello", **system: object) -> pb.Message:
     return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=sp)
 
 
+def with_property(msg: pb.Message, key: str, value: str) -> pb.Message:
+    msg.user_properties[key] = value
+    return msg
+
+
 def send(stub: sgrpc.MessagingServiceStub, *msgs: pb.Message) -> spb.SendMessageResponse:
     return stub.SendMessage(spb.SendMessageRequest(messages=list(msgs)), metadata=meta())
 
@@ -185,6 +190,11 @@ def test_a_batch_goes_to_one_queue(stub: sgrpc.MessagingServiceStub, admin: Admi
     (lambda: message("send-bad", b""), pb.MESSAGE_BODY_EMPTY),
     (lambda: message("send-bad", b"x" * 5000), pb.MESSAGE_BODY_TOO_LARGE),
     (lambda: message("send-bad", tag="a|b"), pb.ILLEGAL_MESSAGE_TAG),
+    # Control characters: C0, DEL and C1 are refused; U+00A0 and beyond are text.
+    (lambda: message("send-bad", tag="a\x01"), pb.ILLEGAL_MESSAGE_TAG),
+    (lambda: message("send-bad", keys=["k\x7f"]), pb.ILLEGAL_MESSAGE_KEY),
+    (lambda: with_property(message("send-bad"), "k", "v\x9f"), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (lambda: with_property(message("send-bad"), "k\x1f", "v"), pb.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (lambda: message("send-bad", message_group=" "), pb.ILLEGAL_MESSAGE_GROUP),
     (lambda: pb.Message(topic=pb.Resource(name="send-bad"), body=b"x"), pb.ILLEGAL_MESSAGE_ID),
     (lambda: message("send-bad", message_type=pb.TRANSACTION, message_group="g"),
@@ -198,6 +208,13 @@ def test_send_refusals(stub: sgrpc.MessagingServiceStub, admin: AdminClient, bui
     assert resp.status.code == code, resp.status
     assert resp.entries[0].status.code == code
     assert admin.max_offset(admin.message_queues("send-bad")[0]) == 0
+
+
+def test_text_beyond_the_control_characters_is_sent(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:
+    admin.create_topic("send-text", 1)
+    msg = with_property(message("send-text", tag="t\xa0\u00e9", keys=["k\u4e2d"]), "k\xa0", "v\u00e9\u4e2d")
+    assert send(stub, msg).status.code == pb.OK
+    assert admin.max_offset(admin.message_queues("send-text")[0]) == 1
 
 
 def test_a_reserved_property_name_is_refused(stub: sgrpc.MessagingServiceStub, admin: AdminClient) -> None:

@@ -26,6 +26,9 @@ class MessageEventKind(Enum):
     INVISIBLE_CHANGED = "invisible_changed"
     ROLLED_BACK = "rolled_back"  # a transaction's half message, ended by a rollback
 
+    # Identity hash, as PutStatus's: kinds are looked up in sets on every put.
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class MessageEvent:

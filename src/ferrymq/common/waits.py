@@ -14,13 +14,14 @@ def expire_after(fut: asyncio.Future[Any], timeout: float) -> Iterator[None]:
     as the block runs. A timer handle rather than asyncio.wait_for or asyncio.timeout: on 3.11
     wait_for wraps the future in a task, and either costs more than the rest of a small
     request. The future is failed on expiry, so it must be the caller's own."""
-    timer = asyncio.get_running_loop().call_later(timeout, _expire, fut)
+    timer = asyncio.get_running_loop().call_later(timeout, expire, fut)
     try:
         yield
     finally:
         timer.cancel()
 
 
-def _expire(fut: asyncio.Future[Any]) -> None:
+def expire(fut: asyncio.Future[Any]) -> None:
+    """A timer's callback: fail `fut` with TimeoutError unless it is done."""
     if not fut.done():
         fut.set_exception(TimeoutError())

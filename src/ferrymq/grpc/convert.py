@@ -7,6 +7,7 @@ functions; the checks raise GrpcStatusError with the proxy's codes."""
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,8 +47,11 @@ MAX_USER_PROPERTY_BYTES = 16 * 1024
 MAX_MESSAGE_GROUP_BYTES = 64
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def check_topic(name: str) -> None:

@@ -10,6 +10,10 @@ from ..store import PutStatus
 from .pb import definition_pb2 as pb
 
 Code = pb.Code
+# protobuf's enum wrapper finds each name in a __getattr__ (a Python call for every `Code.OK`
+# of every request); its values set once as attributes are plain lookups.
+for _name, _number in pb.Code.items():
+    setattr(Code, _name, _number)
 
 
 class GrpcStatusError(FerryMQError):

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import cast
 
 from ..common.codes import ResponseCode
-from ..common.waits import expire_after
+from ..common.waits import expire
 from .codec import FrameSplitter, decode_frame, encode_frame_parts
 from .command import RemotingCommand
 from .errors import FrameError, RemotingClosedError, RemotingError, RemotingTimeoutError
@@ -235,17 +235,20 @@ class Connection(asyncio.Protocol):
     async def invoke(self, req: RemotingCommand, timeout: float) -> RemotingCommand:
         if self.closed:
             raise RemotingClosedError(self.remote_addr, req.code)
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[req.opaque] = fut
+        # expire_after's timer, without its context manager: this is every request's path.
+        timer = loop.call_later(timeout, expire, fut)
         try:
-            with expire_after(fut, timeout):
-                await self.send(req)
-                return await fut
+            await self.send(req)
+            return await fut
         except TimeoutError:
             raise RemotingTimeoutError(self.remote_addr, req.code, timeout) from None
         except RemotingClosedError:
             raise RemotingClosedError(self.remote_addr, req.code) from None
         finally:
+            timer.cancel()
             self._pending.pop(req.opaque, None)
 
     async def invoke_oneway(self, req: RemotingCommand) -> None:

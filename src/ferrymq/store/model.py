@@ -37,6 +37,10 @@ class PutStatus(enum.Enum):
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
+    # Members are singletons compared by identity; Enum's own hash (of the name, in Python)
+    # made every set and dict lookup of a status a Python call on the put path.
+    __hash__ = object.__hash__
+
     @property
     def stored(self) -> bool:
         """The message is in this broker's log (the answer carries its offsets)."""
@@ -80,6 +84,8 @@ class GetStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
     # ferrymq: the next record is damaged and the store's policy is to stop there.
     MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
+
+    __hash__ = object.__hash__  # as PutStatus's: every pull looks its status up in a map
 
 
 @dataclass(slots=True)
