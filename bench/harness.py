@@ -37,10 +37,11 @@ REGISTRY: list[str] = [
     "tls_bench",
     "scale_bench",
     "fleet_bench",
+    "request_cost_bench",
 ]
 
 RESULTS_DIR = Path(__file__).with_name("results")
-LOWER_IS_BETTER_UNITS = {"ms", "s"}
+LOWER_IS_BETTER_UNITS = {"ms", "s", "µs"}
 
 
 def median(values: Sequence[float]) -> float:
