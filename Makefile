@@ -89,6 +89,7 @@ chaos: venv etcd
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --explicit-package-bases bench tools examples
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The e2e bench's peers: Redis, NATS JetStream and RabbitMQ from Debian, their clients from PyPI

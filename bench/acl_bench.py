@@ -28,7 +28,7 @@ from ferrymq.remoting import RemotingCommand
 
 BODY = b"x" * 1024
 RUNS = 5
-CREDS = {"access_key": "benchKey01", "secret_key": "benchSecret01"}
+CREDS: dict[str, Any] = {"access_key": "benchKey01", "secret_key": "benchSecret01"}
 RULES = """
 accounts:
   - accessKey: benchKey01
@@ -40,7 +40,7 @@ accounts:
     secretKey: benchAdmin1Secret
     admin: true
 """
-ADMIN = {"access_key": "benchAdmin1", "secret_key": "benchAdmin1Secret"}
+ADMIN: dict[str, Any] = {"access_key": "benchAdmin1", "secret_key": "benchAdmin1Secret"}
 
 
 def _send_request() -> RemotingCommand:

@@ -315,8 +315,11 @@ def ferrymq_runs(quick: bool) -> dict[str, list[float]]:
                 out["consume_batch"].append(
                     ferrymq_consume(namesrv, "bench", f"bench-cb{run}", sz.messages + 1, BATCH)
                 )
-            record_latencies(out, lambda rate, run=run: ferrymq_latency(
-                namesrv, f"bench-lat{rate}", f"bench-l{rate}-{run}", sz.latency_seconds, rate))
+            def latency_at(rate: int, run: int = run) -> list[float]:
+                return ferrymq_latency(namesrv, f"bench-lat{rate}", f"bench-l{rate}-{run}",
+                                       sz.latency_seconds, rate)
+
+            record_latencies(out, latency_at)
     return out
 
 

@@ -48,7 +48,8 @@ def sdk(endpoint: str, **config: Any) -> dict[str, Any]:
     wanted = [e for e in events if e["event"] in ("done", "consumed")]
     if not wanted:
         raise RuntimeError(f"sdk.py {config.get('mode')} failed: {events[-3:]} {proc.stderr[-600:]}")
-    return wanted[-1]
+    last: dict[str, Any] = wanted[-1]
+    return last
 
 
 def sdk_send(endpoint: str, topic: str, n: int) -> float:
@@ -58,7 +59,7 @@ def sdk_send(endpoint: str, topic: str, n: int) -> float:
                **{"async": True})
     if done["failed"]:
         raise RuntimeError(f"{done['failed']} SDK sends failed")
-    return n / (done["elapsedMs"] / 1000)
+    return n / (float(done["elapsedMs"]) / 1000)
 
 
 def sdk_receive_ack(endpoint: str, topic: str, group: str, n: int) -> float:
@@ -66,7 +67,7 @@ def sdk_receive_ack(endpoint: str, topic: str, group: str, n: int) -> float:
               awaitSec=2, idleExitMs=20_000)
     if got["acked"] < n:
         raise RuntimeError(f"SDK acknowledged {got['acked']} of {n}")
-    return n / (got["elapsedMs"] / 1000)
+    return n / (float(got["elapsedMs"]) / 1000)
 
 
 def ferrymq_send(namesrv: str, topic: str, n: int) -> float:

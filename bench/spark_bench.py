@@ -305,7 +305,7 @@ def measure(
     from pyspark.sql import SparkSession
 
     # The toy source is defined here; Spark's workers must get it by value, not by import.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     sz = sizes(quick)
     ours: dict[str, list[Run]] = {}
     theirs: dict[str, list[Run]] = {}

@@ -177,7 +177,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
                  "measurement": "server CPU per message consumed (batches of 32), trace on",
                  "value": statistics.median(on_cpu), "runs": on_cpu, "peer_name": "trace off",
                  "peer_value": statistics.median(off_cpu), "peer_runs": off_cpu})
-    hot_on, hot_off, writer_runs = [], [], []
+    hot_on: list[float] = []
+    hot_off: list[float] = []
+    writer_runs: list[float] = []
     for _ in range(RUNS):
         for trace in (True, False):
             hot, writer = cpu_cost(20_000 if quick else 100_000, trace)

@@ -261,6 +261,7 @@ def report(
 
     agg = spark_job.read_aggregates(spark, aggregates)
     total = agg.agg({"revenue": "sum", "orders": "sum"}).first()
+    assert total is not None  # an aggregate without groups has its one row, even over no rows
     expected = sum(o.revenue for o in orders if not events.is_malformed(o.order_id))
     by_product = (
         agg.groupBy("product").sum("revenue", "orders").orderBy("sum(revenue)", ascending=False)
