@@ -14,6 +14,7 @@ Code = pb.Code
 # of every request); its values set once as attributes are plain lookups.
 for _name, _number in pb.Code.items():
     setattr(Code, _name, _number)
+del _name, _number
 
 
 class GrpcStatusError(FerryMQError):
