@@ -4,6 +4,7 @@ shut-down producer says so with a typed error."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 from typing import Any
@@ -23,6 +24,7 @@ from ferrymq import (
 from ferrymq.client.outgoing import BROKER_PROPERTY_HEADROOM
 from ferrymq.client.producer_async import AsyncProducer
 from ferrymq.common import props as P
+from ferrymq.common.message import MessageQueue
 from ferrymq.common.record import record_size
 
 # The tests here each use their own topics and groups: one server serves the module.
@@ -61,6 +63,22 @@ def test_the_largest_body_the_client_allows_is_stored_by_the_broker(standalone: 
         assert producer.send(Message("sizes", os.urandom(room))).status is SendStatus.SEND_OK
         with pytest.raises(MessageValidationError, match="stored message would be"):
             producer.send(Message("sizes", os.urandom(room + 1)))
+
+
+def test_a_body_set_to_a_view_after_the_message_was_made_is_sent_as_its_bytes(standalone: Any) -> None:
+    # Message() turns a view into bytes; a body set on it afterwards went as it was, and a
+    # batch entry's length (len() of a view: its items) then disagreed with its bytes: the
+    # pure-Python lane's batch was malformed and its futures never settled.
+    with AdminClient(standalone.namesrv) as admin:
+        admin.create_topic("view-body", 1)
+        with Producer("p-view", standalone.namesrv, **FAST_PRODUCER) as producer:
+            producer.send(Message("view-body", b"warm"))
+            msg = Message("view-body", b"x")
+            msg.body = memoryview(array.array("q", range(100)))  # type: ignore[assignment]
+            result = producer.send_async(msg).result(30)
+            assert result.status is SendStatus.SEND_OK
+        got = admin.pull(MessageQueue("view-body", result.broker, result.queue_id), result.queue_offset, 1)
+        assert got.messages[0].body == array.array("q", range(100)).tobytes()
 
 
 def test_each_entry_of_a_batch_is_held_to_the_stored_record_limit() -> None:

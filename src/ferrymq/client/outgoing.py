@@ -190,7 +190,11 @@ class Preparer:
                         max_reconsume, props)
 
     def _compressed(self, body: bytes) -> tuple[bytes, int]:
-        """The body to send and its sysFlag: zlib-compressed when that is smaller."""
+        """The body to send, as bytes, and its sysFlag: zlib-compressed when that is smaller."""
+        if type(body) is not bytes:
+            # A body set on a Message after it was made (a view, an array) is sent as its
+            # bytes: a batch entry's length is written from len(), which counts a view's items.
+            body = bytes(body)
         if self.compress_over > 0 and len(body) > self.compress_over:
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
