@@ -77,8 +77,14 @@ def test_a_body_set_to_a_view_after_the_message_was_made_is_sent_as_its_bytes(st
             msg.body = memoryview(array.array("q", range(100)))  # type: ignore[assignment]
             result = producer.send_async(msg).result(30)
             assert result.status is SendStatus.SEND_OK
+            batch = [Message("view-body", b"x"), Message("view-body", b"y")]
+            batch[0].body = memoryview(array.array("q", range(50)))  # type: ignore[assignment]
+            batched = producer.send_batch(batch)
+            assert batched.status is SendStatus.SEND_OK
         got = admin.pull(MessageQueue("view-body", result.broker, result.queue_id), result.queue_offset, 1)
         assert got.messages[0].body == array.array("q", range(100)).tobytes()
+        got = admin.pull(MessageQueue("view-body", batched.broker, batched.queue_id), batched.queue_offset, 2)
+        assert [m.body for m in got.messages] == [array.array("q", range(50)).tobytes(), b"y"]
 
 
 def test_each_entry_of_a_batch_is_held_to_the_stored_record_limit() -> None:

@@ -70,6 +70,16 @@ def _check_flag(flag: int) -> None:
         raise MessageValidationError("flag", f"is {flag}; the wire carries a 32-bit signed int")
 
 
+def _body_bytes(msg: Message) -> bytes:
+    """`msg.body` as bytes, before any check counts it. Message() makes it so, but a body set
+    afterwards (a view, an array) stays as given, and len() of a view counts its items: a
+    batch entry's length would disagree with its bytes."""
+    body = msg.body
+    if type(body) is not bytes:
+        msg.body = body = bytes(body)
+    return body
+
+
 def _check_content(msg: Message, max_size: int) -> str:
     """The body and property rules of validate_message; returns the properties as encoded
     (what the send carries before its unique id is added), computed once here."""
@@ -158,12 +168,13 @@ class Preparer:
         if self._closing:
             raise ClientClosedError(self.kind, "send")
         topic = msg.topic
-        if not msg.properties and msg.body and len(msg.body) <= self._valid_topic(topic):
+        body = _body_bytes(msg)
+        if not msg.properties and body and len(body) <= self._valid_topic(topic):
             # The common message: a body and nothing else. Its one property is its id.
             _check_flag(msg.flag)
             uniq = self._new_id()
             msg.properties[P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-            body, sys_flag = self._compressed(msg.body)
+            body, sys_flag = self._compressed(body)
             return Outgoing(topic, body, sys_flag, msg.flag, _UNIQ_PREFIX + uniq + P.PROPERTY_SEPARATOR,
                             uniq, False, None, None, {P.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
         self._valid_topic(topic)
@@ -184,17 +195,13 @@ class Preparer:
             value = props.pop(P.PROPERTY_MAX_RECONSUME_TIMES, None)
             max_reconsume = int(value) if value and value.isdigit() else None
             text = P.properties_to_string(props)
-        body, sys_flag = self._compressed(msg.body)
+        body, sys_flag = self._compressed(body)
         self._check_stored_size(topic, len(body), text)
         return Outgoing(topic, body, sys_flag, msg.flag, text, uniq, False, reconsume,
                         max_reconsume, props)
 
     def _compressed(self, body: bytes) -> tuple[bytes, int]:
-        """The body to send, as bytes, and its sysFlag: zlib-compressed when that is smaller."""
-        if type(body) is not bytes:
-            # A body set on a Message after it was made (a view, an array) is sent as its
-            # bytes: a batch entry's length is written from len(), which counts a view's items.
-            body = bytes(body)
+        """The body to send and its sysFlag: zlib-compressed when that is smaller."""
         if self.compress_over > 0 and len(body) > self.compress_over:
             packed = zlib.compress(body, COMPRESS_LEVEL)
             if len(packed) < len(body):
@@ -222,7 +229,7 @@ class Preparer:
         texts: list[str | None] = []  # None: a plain message, as above
         missing = 0
         for m in msgs:
-            body = m.body
+            body = _body_bytes(m)
             props = m.properties
             if (m.topic == topic and not props and body and len(body) <= plain_limit
                     and FLAG_MIN <= m.flag <= FLAG_MAX):
