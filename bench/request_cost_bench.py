@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e_bench import redis_server
+from bench.proc import process_cpu_ns
 
 from ferrymq import Message, Producer
 from ferrymq.embedded import standalone
@@ -54,29 +55,20 @@ uvloop.run(main())
 IDLE_S = 1.0
 
 
-def cpu_ns(pid: int) -> int:
-    """The CPU time of `pid`'s threads so far, in nanoseconds."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total
-
-
 def _measure(request: Callable[[], object], server_pid: int, n: int, pause_s: float) -> tuple[float, float]:
     """(the server's CPU per request, its idle share taken out; the median round trip), µs."""
-    idle0 = cpu_ns(server_pid)
+    idle0 = process_cpu_ns(server_pid)
     time.sleep(IDLE_S)
-    idle_rate = (cpu_ns(server_pid) - idle0) / IDLE_S  # ns of CPU a second with nothing to do
+    idle_rate = (process_cpu_ns(server_pid) - idle0) / IDLE_S  # ns of CPU a second with nothing to do
     rtts: list[float] = []
-    cpu0, began_all = cpu_ns(server_pid), time.perf_counter()
+    cpu0, began_all = process_cpu_ns(server_pid), time.perf_counter()
     for _ in range(n):
         began = time.perf_counter()
         request()
         rtts.append(time.perf_counter() - began)
         if pause_s:
             time.sleep(pause_s)
-    cpu = cpu_ns(server_pid) - cpu0 - idle_rate * (time.perf_counter() - began_all)
+    cpu = process_cpu_ns(server_pid) - cpu0 - idle_rate * (time.perf_counter() - began_all)
     return max(cpu, 0.0) / n / 1e3, statistics.median(rtts) * 1e6
 
 
